@@ -1,0 +1,186 @@
+//! The a-priori per-element error bound of a grouped GEMM.
+//!
+//! ## Derivation
+//! An element `y = Σ_{i=1..n} a_i·b_i` (for fwd `n = K`, dgrad `n = N`, wgrad `n = size_g`) is
+//! computed by an implementation that declares a [`Precision`]: inputs already in `input`
+//! format (no input rounding: moecheck generates representable values), products and sums in
+//! the accumulator format with unit roundoff `u_acc` and smallest subnormal `η_acc`, result
+//! rounded once to `output` (`u_out`, `η_out`).
+//!
+//! 1. **Accumulation, any order.** Whatever the summation order (sequential, pairwise, split-K,
+//!    a tensor-core tree), each product is rounded once and passes through at most `n - 1`
+//!    additions, so ([Higham 2002, §3.1, eq. 3.5]) the accumulated `ŝ` satisfies
+//!    `|ŝ - y| <= γ_d·Σ|a_i b_i| + d·η_acc` with `γ_d = d·u_acc / (1 - d·u_acc)` and the depth
+//!    `d = n`. A blocked accumulator (partial sums over `B` consecutive products, then the
+//!    partials summed) has depth `d = min(n, B) + ceil(n/B) - 1`. The `d·η_acc` term bounds
+//!    underflow (each rounding adds at most `η_acc/2` beyond the relative error) and is only
+//!    present when some product is non-zero.
+//! 2. **Output rounding.** `|fl_out(ŝ) - ŝ| <= u_out·|ŝ| + η_out/2`, and `|ŝ| <= |y| + |ŝ - y|`.
+//! 3. **The reference's own error.** moecheck's `y_ref` is an f64 GEMM, so
+//!    `|y_ref - y| <= γ(n, 2^-53)·Σ|a_i b_i|`, which enters twice (once for `y` against `y_ref`,
+//!    once through `u_out·|y|`).
+//!
+//! Together, with `S = Σ|a_i b_i|` and `γ_ref = γ(n, 2^-53)`:
+//!
+//! `|ŷ - y_ref| <= (γ_d·(1 + u_out) + γ_ref·(2 + u_out))·S + u_out·|y_ref| + η_out/2 + [S > 0]·d·η_acc·(1 + u_out)`
+//!
+//! Where every product is zero (`S = 0`: K = 0, an empty expert's `drhs`, a tail row) the bound
+//! is `η_out/2`, below the smallest non-zero output value, so only an exact 0 passes. When
+//! `d·u_acc >= 1` the bound is infinite and the report says the check is vacuous.
+//!
+//! The bound grows with the depth and with `u_acc`, so declaring a lower-precision accumulator
+//! than the implementation really uses only loosens the check; declaring a higher one is how
+//! moecheck catches an accumulator that is not what it claims.
+
+use serde::{Deserialize, Serialize};
+
+use crate::format::Format;
+
+/// How an implementation accumulates a dot product.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Accumulator {
+    /// The format partial sums (and products) are held in.
+    pub format: Format,
+    /// `Some(B)`: partial sums over `B` consecutive products, then the partials are summed (a
+    /// K-blocked kernel). `None`: any order, depth `n`.
+    pub block: Option<usize>,
+}
+
+impl Accumulator {
+    /// Any-order accumulation in `format`.
+    pub const fn any_order(format: Format) -> Accumulator {
+        Accumulator {
+            format,
+            block: None,
+        }
+    }
+
+    /// The reduction depth `d` for a dot product of length `n` (see the module docs).
+    pub fn depth(&self, n: usize) -> usize {
+        match self.block {
+            _ if n == 0 => 0,
+            None => n,
+            Some(b) => {
+                let b = b.max(1);
+                (n.min(b) + n.div_ceil(b) - 1).min(n)
+            }
+        }
+    }
+}
+
+/// The precision an implementation declares: what its inputs are, how it accumulates, and
+/// what it writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Precision {
+    pub input: Format,
+    pub accumulator: Accumulator,
+    pub output: Format,
+}
+
+/// `γ(d, u) = d·u / (1 - d·u)`, or `+inf` when `d·u >= 1`.
+pub fn gamma(d: usize, u: f64) -> f64 {
+    let du = d as f64 * u;
+    if du >= 1.0 {
+        f64::INFINITY
+    } else {
+        du / (1.0 - du)
+    }
+}
+
+/// The bound for all elements that share one reduction length `n` (one pass of one case).
+///
+/// ```
+/// use moecheck_reference::format::Format;
+/// use moecheck_reference::gemm::{Accumulator, ErrorBound, Precision};
+/// let p = Precision {
+///     input: Format::Bf16,
+///     accumulator: Accumulator::any_order(Format::F32),
+///     output: Format::F32,
+/// };
+/// let b = ErrorBound::new(&p, 1024);
+/// // S = Σ|ab| = 1000, y = 10: about 1024·2^-24·1000 + 2^-24·10 ≈ 6.1e-2.
+/// let t = b.at(1000.0, 10.0);
+/// assert!(t > 6.1e-2 && t < 6.2e-2);
+/// assert!(b.at(0.0, 0.0) < 1e-44); // exact zero demanded where every product is zero
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ErrorBound {
+    /// Coefficient of `S = Σ|a·b|`.
+    pub coeff_magnitude: f64,
+    /// Coefficient of `|y_ref|` (`u_out`).
+    pub coeff_value: f64,
+    /// Constant term (`η_out/2`).
+    pub floor: f64,
+    /// Underflow term, added when `S > 0`.
+    pub underflow: f64,
+    /// The reduction depth used.
+    pub depth: usize,
+}
+
+impl ErrorBound {
+    /// The bound for dot products of length `n` under `precision`.
+    pub fn new(precision: &Precision, n: usize) -> ErrorBound {
+        let acc = precision.accumulator.format.info();
+        let out = precision.output.info();
+        let d = precision.accumulator.depth(n);
+        let u_out = out.unit_roundoff();
+        let g_acc = gamma(d, acc.unit_roundoff());
+        let g_ref = gamma(n, Format::F64.info().unit_roundoff());
+        ErrorBound {
+            coeff_magnitude: g_acc * (1.0 + u_out) + g_ref * (2.0 + u_out),
+            coeff_value: u_out,
+            floor: out.min_subnormal() / 2.0,
+            underflow: d as f64 * acc.min_subnormal() * (1.0 + u_out),
+            depth: d,
+        }
+    }
+
+    /// The bound on `|ŷ - y_ref|` for an element with magnitude `S = Σ|a·b|` and reference
+    /// value `y_ref`.
+    pub fn at(&self, magnitude: f64, value: f64) -> f64 {
+        let mut b = self.coeff_value * value.abs() + self.floor;
+        if magnitude > 0.0 {
+            b += self.coeff_magnitude * magnitude + self.underflow;
+        }
+        b
+    }
+
+    /// Whether the bound is infinite (the accumulator cannot resolve a sum this long).
+    pub fn is_vacuous(&self) -> bool {
+        !self.coeff_magnitude.is_finite()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn depth_of_blocked_accumulation() {
+        let a = Accumulator {
+            format: Format::F32,
+            block: Some(128),
+        };
+        assert_eq!(a.depth(0), 0);
+        assert_eq!(a.depth(100), 100);
+        assert_eq!(a.depth(128), 128);
+        assert_eq!(a.depth(129), 129);
+        assert_eq!(a.depth(1024), 128 + 8 - 1);
+        assert_eq!(Accumulator::any_order(Format::F32).depth(1024), 1024);
+    }
+
+    #[test]
+    fn bound_grows_with_depth_and_roundoff() {
+        let p = |acc| Precision {
+            input: Format::Bf16,
+            accumulator: Accumulator::any_order(acc),
+            output: Format::F32,
+        };
+        let b16 = ErrorBound::new(&p(Format::F32), 16).at(1.0, 0.0);
+        let b1k = ErrorBound::new(&p(Format::F32), 1024).at(1.0, 0.0);
+        let bbf = ErrorBound::new(&p(Format::Bf16), 16).at(1.0, 0.0);
+        assert!(b1k > 60.0 * b16, "{b1k} vs {b16}");
+        assert!(bbf > 60_000.0 * b16);
+        assert!(ErrorBound::new(&p(Format::Bf16), 300).is_vacuous());
+    }
+}

@@ -1,0 +1,292 @@
+//! A grouped-GEMM case: inputs, declared formats, the tail contract, and validation.
+
+use ndarray::{Array2, Array3};
+use serde::{Deserialize, Serialize};
+
+use crate::format::Format;
+use crate::Error;
+
+/// One of the three passes of a grouped GEMM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pass {
+    /// `out = lhs_g · rhs_g`
+    Fwd,
+    /// `dlhs = dout_g · rhs_gᵀ`
+    Dgrad,
+    /// `drhs = lhs_gᵀ · dout_g`
+    Wgrad,
+}
+
+impl Pass {
+    pub const ALL: [Pass; 3] = [Pass::Fwd, Pass::Dgrad, Pass::Wgrad];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Pass::Fwd => "fwd",
+            Pass::Dgrad => "dgrad",
+            Pass::Wgrad => "wgrad",
+        }
+    }
+
+    /// The name of the output this pass writes (`out`, `dlhs`, `drhs`).
+    pub fn output_name(self) -> &'static str {
+        match self {
+            Pass::Fwd => "out",
+            Pass::Dgrad => "dlhs",
+            Pass::Wgrad => "drhs",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Pass> {
+        match s.trim() {
+            "fwd" | "forward" => Some(Pass::Fwd),
+            "dgrad" => Some(Pass::Dgrad),
+            "wgrad" => Some(Pass::Wgrad),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Pass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A set of passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Passes {
+    pub fwd: bool,
+    pub dgrad: bool,
+    pub wgrad: bool,
+}
+
+impl Passes {
+    pub const ALL: Passes = Passes {
+        fwd: true,
+        dgrad: true,
+        wgrad: true,
+    };
+    pub const FWD: Passes = Passes {
+        fwd: true,
+        dgrad: false,
+        wgrad: false,
+    };
+
+    pub fn only(pass: Pass) -> Passes {
+        let mut p = Passes::default();
+        p.insert(pass);
+        p
+    }
+    pub fn insert(&mut self, pass: Pass) {
+        match pass {
+            Pass::Fwd => self.fwd = true,
+            Pass::Dgrad => self.dgrad = true,
+            Pass::Wgrad => self.wgrad = true,
+        }
+    }
+    pub fn contains(&self, pass: Pass) -> bool {
+        match pass {
+            Pass::Fwd => self.fwd,
+            Pass::Dgrad => self.dgrad,
+            Pass::Wgrad => self.wgrad,
+        }
+    }
+    /// Whether a backward pass (which needs `dout`) is asked.
+    pub fn needs_dout(&self) -> bool {
+        self.dgrad || self.wgrad
+    }
+    pub fn is_empty(&self) -> bool {
+        !(self.fwd || self.dgrad || self.wgrad)
+    }
+    pub fn iter(self) -> impl Iterator<Item = Pass> {
+        Pass::ALL.into_iter().filter(move |p| self.contains(*p))
+    }
+    /// Parses `fwd,dgrad,wgrad` (any subset, any order, or `all`).
+    pub fn parse(s: &str) -> Result<Passes, String> {
+        if s.trim() == "all" {
+            return Ok(Passes::ALL);
+        }
+        let mut p = Passes::default();
+        for part in s.split(',') {
+            let pass = Pass::parse(part).ok_or_else(|| {
+                format!(
+                    "unknown pass '{}' (expected fwd, dgrad, wgrad or all)",
+                    part.trim()
+                )
+            })?;
+            p.insert(pass);
+        }
+        Ok(p)
+    }
+    /// The names, comma-separated.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.iter().map(Pass::name).collect()
+    }
+}
+
+impl std::fmt::Display for Passes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.names().join(","))
+    }
+}
+
+/// What the check demands of tail rows (rows `>= Σ group_sizes`) of `out` and `dlhs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TailContract {
+    /// Tail rows of `out` and `dlhs` must be exactly zero (the default; what JAX's
+    /// `ragged_dot` does).
+    #[default]
+    Zero,
+    /// Tail rows of `out` and `dlhs` are not checked (for implementations that document
+    /// uninitialised tails). `drhs` must still ignore tail `dout`.
+    Ignored,
+}
+
+/// Inputs of a grouped GEMM, with the formats the implementation declares.
+///
+/// Values are stored as f32 and must be exactly representable in `dtype`
+/// ([`GroupedGemmCase::validate`] checks it). `dout` is present when a backward pass is asked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupedGemmCase {
+    /// `(M, K)`
+    pub lhs: Array2<f32>,
+    /// `(G, K, N)`
+    pub rhs: Array3<f32>,
+    /// `(G,)`, summing to at most `M`.
+    pub group_sizes: Vec<usize>,
+    /// `(M, N)`, needed by dgrad and wgrad.
+    pub dout: Option<Array2<f32>>,
+    /// The format every input value is representable in.
+    pub dtype: Format,
+    /// The format the implementation writes its outputs in.
+    pub out_dtype: Format,
+    pub tail: TailContract,
+}
+
+impl GroupedGemmCase {
+    pub fn m(&self) -> usize {
+        self.lhs.nrows()
+    }
+    pub fn k(&self) -> usize {
+        self.lhs.ncols()
+    }
+    pub fn n(&self) -> usize {
+        self.rhs.shape()[2]
+    }
+    pub fn groups(&self) -> usize {
+        self.group_sizes.len()
+    }
+    /// `[off_0 = 0, off_1, …, off_G = Σ size_g]`, length `G + 1`.
+    pub fn offsets(&self) -> Vec<usize> {
+        offsets(&self.group_sizes)
+    }
+    /// `Σ size_g`: the first tail row.
+    pub fn rows_used(&self) -> usize {
+        self.group_sizes.iter().sum()
+    }
+
+    /// Checks shapes, `Σ size_g <= M`, finiteness, and that every value is representable in
+    /// `dtype`. The first violation found is returned, naming the array and index.
+    pub fn validate(&self, passes: Passes) -> Result<(), Error> {
+        let (m, k) = self.lhs.dim();
+        let (g, rk, n) = self.rhs.dim();
+        if g != self.group_sizes.len() || rk != k {
+            return Err(Error::ShapeMismatch {
+                op: "grouped_gemm",
+                what: "rhs",
+                expected: vec![self.group_sizes.len(), k, n],
+                got: vec![g, rk, n],
+            });
+        }
+        let sum = self.rows_used();
+        if sum > m {
+            return Err(Error::GroupSizesExceedRows { sum, m });
+        }
+        if passes.needs_dout() {
+            let pass = if passes.dgrad { "dgrad" } else { "wgrad" };
+            let dout = self
+                .dout
+                .as_ref()
+                .ok_or(Error::MissingOperand { pass, what: "dout" })?;
+            if dout.dim() != (m, n) {
+                return Err(Error::ShapeMismatch {
+                    op: "grouped_gemm",
+                    what: "dout",
+                    expected: vec![m, n],
+                    got: dout.shape().to_vec(),
+                });
+            }
+            check_values(
+                "dout",
+                dout.indexed_iter().map(|((i, j), v)| (vec![i, j], *v)),
+                self.dtype,
+            )?;
+        }
+        check_values(
+            "lhs",
+            self.lhs.indexed_iter().map(|((i, j), v)| (vec![i, j], *v)),
+            self.dtype,
+        )?;
+        check_values(
+            "rhs",
+            self.rhs
+                .indexed_iter()
+                .map(|((a, b, c), v)| (vec![a, b, c], *v)),
+            self.dtype,
+        )?;
+        Ok(())
+    }
+}
+
+/// Prefix sums of `sizes`: `[0, s0, s0+s1, …]`.
+pub fn offsets(sizes: &[usize]) -> Vec<usize> {
+    let mut off = Vec::with_capacity(sizes.len() + 1);
+    let mut acc = 0;
+    off.push(0);
+    for s in sizes {
+        acc += s;
+        off.push(acc);
+    }
+    off
+}
+
+fn check_values(
+    what: &'static str,
+    values: impl Iterator<Item = (Vec<usize>, f32)>,
+    dtype: Format,
+) -> Result<(), Error> {
+    for (index, v) in values {
+        let v = v as f64;
+        if !v.is_finite() {
+            return Err(Error::NonFinite {
+                what,
+                index,
+                value: v,
+            });
+        }
+        if !dtype.represents(v) {
+            return Err(Error::NotRepresentable {
+                what,
+                index,
+                value: v,
+                format: dtype.name(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Outputs of an implementation (or the reference), widened to f64. A pass that was not run
+/// is `None`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GemmOutputs {
+    /// `(M, N)`
+    pub out: Option<Array2<f64>>,
+    /// `(M, K)`
+    pub dlhs: Option<Array2<f64>>,
+    /// `(G, K, N)`
+    pub drhs: Option<Array3<f64>>,
+}

@@ -1,0 +1,432 @@
+//! Element-by-element comparison against the reference, reported per pass and per group.
+//!
+//! Every element is judged against its own bound ([`ErrorBound::at`]); nothing is judged by a
+//! whole-tensor metric. Per group (and for the tail rows as their own group) the report keeps
+//! the max absolute error, the max error/bound ratio, the max ULP distance in the output
+//! format, DeepGEMM's `calc_diff`, NaN/Inf counts and the worst element, so one bad small group
+//! cannot hide behind a large good one.
+
+use ndarray::{ArrayView2, ArrayView3};
+use serde::{Deserialize, Serialize};
+
+use super::bound::{ErrorBound, Precision};
+use super::case::{GemmOutputs, GroupedGemmCase, Pass, Passes, TailContract};
+use super::grouped::ReferenceResult;
+use crate::format::{ulp, Format};
+
+/// Which rows an element belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupId {
+    /// Expert `g`'s rows (fwd, dgrad) or its weight gradient (wgrad).
+    Expert(usize),
+    /// Rows `>= Σ group_sizes` (dropped tokens).
+    Tail,
+}
+
+impl std::fmt::Display for GroupId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GroupId::Expert(g) => write!(f, "expert {g}"),
+            GroupId::Tail => f.write_str("tail"),
+        }
+    }
+}
+
+/// The element with the largest error/bound ratio (NaN counts as infinitely bad).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Worst {
+    pub group: GroupId,
+    /// Row of `out`/`dlhs` (global index), or the `k` index of `drhs[g]`.
+    pub row: usize,
+    /// Column.
+    pub col: usize,
+    pub got: f64,
+    pub want: f64,
+    pub bound: f64,
+}
+
+/// Statistics of one group of one pass.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupStats {
+    pub group: GroupId,
+    /// Number of elements in the group.
+    pub elements: usize,
+    /// Elements checked (0 for a tail under [`TailContract::Ignored`]).
+    pub checked: usize,
+    /// Checked elements outside their bound (NaN included).
+    pub failed: usize,
+    pub max_abs_err: f64,
+    /// `max |ŷ - y| / bound` (∞ where the bound is 0 and the error is not, or NaN was read).
+    pub max_bound_ratio: f64,
+    /// `max |ŷ - y| / ulp_out(y)`.
+    pub max_ulp: f64,
+    /// DeepGEMM's `calc_diff`: `1 - 2Σŷy / Σ(ŷ² + y²)` (0 when both are all zero).
+    pub calc_diff: f64,
+    pub nan: usize,
+    pub inf: usize,
+    pub worst: Option<Worst>,
+}
+
+impl GroupStats {
+    fn new(group: GroupId) -> GroupStats {
+        GroupStats {
+            group,
+            elements: 0,
+            checked: 0,
+            failed: 0,
+            max_abs_err: 0.0,
+            max_bound_ratio: 0.0,
+            max_ulp: 0.0,
+            calc_diff: 0.0,
+            nan: 0,
+            inf: 0,
+            worst: None,
+        }
+    }
+    pub fn passed(&self) -> bool {
+        self.failed == 0
+    }
+}
+
+/// Accumulates one group's statistics.
+struct Acc {
+    stats: GroupStats,
+    sum_xy: f64,
+    sum_sq: f64,
+}
+
+impl Acc {
+    fn new(group: GroupId) -> Acc {
+        Acc {
+            stats: GroupStats::new(group),
+            sum_xy: 0.0,
+            sum_sq: 0.0,
+        }
+    }
+
+    fn push(&mut self, row: usize, col: usize, got: f64, want: f64, bound: f64, out: Format) {
+        let s = &mut self.stats;
+        s.elements += 1;
+        s.checked += 1;
+        if got.is_nan() {
+            s.nan += 1;
+        } else if got.is_infinite() {
+            s.inf += 1;
+        }
+        let err = (got - want).abs();
+        let ok = err <= bound; // false for NaN
+        let ratio = if err.is_nan() {
+            f64::INFINITY
+        } else if bound > 0.0 {
+            err / bound
+        } else if err == 0.0 {
+            0.0
+        } else {
+            f64::INFINITY
+        };
+        if !ok {
+            s.failed += 1;
+        }
+        if err.is_nan() || err > s.max_abs_err {
+            s.max_abs_err = if err.is_nan() { f64::NAN } else { err };
+        }
+        let u = err / ulp(want, out);
+        if u.is_nan() || u > s.max_ulp {
+            s.max_ulp = u;
+        }
+        if s.worst.is_none() || ratio > s.max_bound_ratio {
+            s.max_bound_ratio = ratio;
+            s.worst = Some(Worst {
+                group: s.group,
+                row,
+                col,
+                got,
+                want,
+                bound,
+            });
+        }
+        self.sum_xy += got * want;
+        self.sum_sq += got * got + want * want;
+    }
+
+    fn finish(mut self) -> GroupStats {
+        self.stats.calc_diff = if self.sum_sq == 0.0 {
+            0.0
+        } else {
+            1.0 - 2.0 * self.sum_xy / self.sum_sq
+        };
+        self.stats
+    }
+}
+
+/// The comparison of one pass.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PassReport {
+    pub pass: Pass,
+    /// The output's shape.
+    pub shape: Vec<usize>,
+    /// The reduction length `n` of this pass and the depth the bound used.
+    pub reduction_len: usize,
+    pub bound_depth: usize,
+    /// Whether the bound is infinite (the declared accumulator cannot resolve this length).
+    pub bound_vacuous: bool,
+    /// Whether tail rows were checked (false under [`TailContract::Ignored`]; wgrad has none).
+    pub tail_checked: bool,
+    /// One entry per expert, then (fwd, dgrad) one for the tail rows.
+    pub groups: Vec<GroupStats>,
+    /// Why the pass failed without element statistics (e.g. the implementation returned no
+    /// output or one of the wrong shape).
+    pub error: Option<String>,
+}
+
+impl PassReport {
+    pub fn passed(&self) -> bool {
+        self.error.is_none() && self.groups.iter().all(GroupStats::passed)
+    }
+    pub fn failed_elements(&self) -> usize {
+        self.groups.iter().map(|g| g.failed).sum()
+    }
+    /// The group whose worst element has the largest bound ratio.
+    pub fn worst_group(&self) -> Option<&GroupStats> {
+        self.groups
+            .iter()
+            .filter(|g| g.worst.is_some())
+            .max_by(|a, b| a.max_bound_ratio.total_cmp(&b.max_bound_ratio))
+    }
+    /// Max over groups of a statistic (NaN-propagating).
+    pub fn max_of(&self, f: impl Fn(&GroupStats) -> f64) -> f64 {
+        self.groups.iter().map(f).fold(0.0, |a, b| {
+            if a.is_nan() || b.is_nan() {
+                f64::NAN
+            } else {
+                a.max(b)
+            }
+        })
+    }
+}
+
+/// The comparison of every asked pass of a case.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CaseReport {
+    pub precision: Precision,
+    pub tail: TailContract,
+    pub passes: Vec<PassReport>,
+}
+
+impl CaseReport {
+    pub fn passed(&self) -> bool {
+        self.passes.iter().all(PassReport::passed)
+    }
+    /// A one-line description of the first failure, if any.
+    pub fn first_failure(&self) -> Option<String> {
+        let p = self.passes.iter().find(|p| !p.passed())?;
+        if let Some(e) = &p.error {
+            return Some(format!("{}: {e}", p.pass));
+        }
+        let g = p
+            .groups
+            .iter()
+            .filter(|g| !g.passed())
+            .max_by(|a, b| a.max_bound_ratio.total_cmp(&b.max_bound_ratio))?;
+        let w = g.worst?;
+        Some(format!(
+            "{}: {} of {} elements of {} outside the bound; worst at row {} col {}: got {:e}, want {:e}, bound {:e}",
+            p.pass, g.failed, g.checked, g.group, w.row, w.col, w.got, w.want, w.bound
+        ))
+    }
+}
+
+/// Compares `got` against the reference for every pass in `passes`.
+///
+/// Reads `case` (for the group layout and tail contract), `reference` (values and
+/// magnitudes) and `got`. A pass asked but missing from `got`, or of the wrong shape, fails
+/// with a reason instead of element statistics.
+pub fn compare_outputs(
+    case: &GroupedGemmCase,
+    passes: Passes,
+    precision: &Precision,
+    reference: &ReferenceResult,
+    got: &GemmOutputs,
+) -> CaseReport {
+    let off = case.offsets();
+    let mut reports = Vec::new();
+    for pass in passes.iter() {
+        let n = match pass {
+            Pass::Fwd => case.k(),
+            Pass::Dgrad => case.n(),
+            Pass::Wgrad => 0, // per expert, see below
+        };
+        let report = match pass {
+            Pass::Fwd | Pass::Dgrad => {
+                let pick = |o: &GemmOutputs| {
+                    if pass == Pass::Fwd {
+                        o.out.clone()
+                    } else {
+                        o.dlhs.clone()
+                    }
+                };
+                let want = pick(&reference.value).expect("reference computed the asked pass");
+                let mag = pick(&reference.magnitude).expect("reference computed the asked pass");
+                let bound = ErrorBound::new(precision, n);
+                match pick(got) {
+                    None => missing(pass, want.shape(), "the implementation returned no output"),
+                    Some(g) if g.shape() != want.shape() => missing(
+                        pass,
+                        want.shape(),
+                        &format!(
+                            "{} has shape {:?}, expected {:?}",
+                            pass.output_name(),
+                            g.shape(),
+                            want.shape()
+                        ),
+                    ),
+                    Some(g) => compare_rows(
+                        pass,
+                        n,
+                        g.view(),
+                        want.view(),
+                        mag.view(),
+                        &bound,
+                        &off,
+                        case.tail,
+                        precision.output,
+                    ),
+                }
+            }
+            Pass::Wgrad => {
+                let want = reference
+                    .value
+                    .drhs
+                    .as_ref()
+                    .expect("reference computed the asked pass");
+                let mag = reference
+                    .magnitude
+                    .drhs
+                    .as_ref()
+                    .expect("reference computed the asked pass");
+                match &got.drhs {
+                    None => missing(pass, want.shape(), "the implementation returned no output"),
+                    Some(g) if g.shape() != want.shape() => missing(
+                        pass,
+                        want.shape(),
+                        &format!(
+                            "drhs has shape {:?}, expected {:?}",
+                            g.shape(),
+                            want.shape()
+                        ),
+                    ),
+                    Some(g) => compare_experts(
+                        g.view(),
+                        want.view(),
+                        mag.view(),
+                        precision,
+                        &case.group_sizes,
+                    ),
+                }
+            }
+        };
+        reports.push(report);
+    }
+    CaseReport {
+        precision: *precision,
+        tail: case.tail,
+        passes: reports,
+    }
+}
+
+fn missing(pass: Pass, shape: &[usize], why: &str) -> PassReport {
+    PassReport {
+        pass,
+        shape: shape.to_vec(),
+        reduction_len: 0,
+        bound_depth: 0,
+        bound_vacuous: false,
+        tail_checked: false,
+        groups: Vec::new(),
+        error: Some(why.to_string()),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn compare_rows(
+    pass: Pass,
+    n: usize,
+    got: ArrayView2<f64>,
+    want: ArrayView2<f64>,
+    mag: ArrayView2<f64>,
+    bound: &ErrorBound,
+    off: &[usize],
+    tail: TailContract,
+    out: Format,
+) -> PassReport {
+    let groups = off.len() - 1;
+    let m = want.nrows();
+    let mut stats = Vec::with_capacity(groups + 1);
+    let tail_checked = tail == TailContract::Zero;
+    for g in 0..=groups {
+        let (id, lo, hi) = if g < groups {
+            (GroupId::Expert(g), off[g], off[g + 1])
+        } else {
+            (GroupId::Tail, off[groups], m)
+        };
+        let mut acc = Acc::new(id);
+        if id == GroupId::Tail && !tail_checked {
+            acc.stats.elements = (hi - lo) * want.ncols();
+        } else {
+            for r in lo..hi {
+                for c in 0..want.ncols() {
+                    let (y, s) = (want[(r, c)], mag[(r, c)]);
+                    acc.push(r, c, got[(r, c)], y, bound.at(s, y), out);
+                }
+            }
+        }
+        stats.push(acc.finish());
+    }
+    PassReport {
+        pass,
+        shape: want.shape().to_vec(),
+        reduction_len: n,
+        bound_depth: bound.depth,
+        bound_vacuous: bound.is_vacuous(),
+        tail_checked,
+        groups: stats,
+        error: None,
+    }
+}
+
+fn compare_experts(
+    got: ArrayView3<f64>,
+    want: ArrayView3<f64>,
+    mag: ArrayView3<f64>,
+    precision: &Precision,
+    sizes: &[usize],
+) -> PassReport {
+    let (groups, k, n) = want.dim();
+    let mut stats = Vec::with_capacity(groups);
+    let mut vacuous = false;
+    let mut depth = 0;
+    for (g, &size) in sizes.iter().enumerate().take(groups) {
+        let bound = ErrorBound::new(precision, size);
+        vacuous |= bound.is_vacuous();
+        depth = depth.max(bound.depth);
+        let mut acc = Acc::new(GroupId::Expert(g));
+        for r in 0..k {
+            for c in 0..n {
+                let (y, s) = (want[(g, r, c)], mag[(g, r, c)]);
+                acc.push(r, c, got[(g, r, c)], y, bound.at(s, y), precision.output);
+            }
+        }
+        stats.push(acc.finish());
+    }
+    PassReport {
+        pass: Pass::Wgrad,
+        shape: vec![groups, k, n],
+        reduction_len: sizes.iter().copied().max().unwrap_or(0),
+        bound_depth: depth,
+        bound_vacuous: vacuous,
+        tail_checked: false,
+        groups: stats,
+        error: None,
+    }
+}

@@ -1,0 +1,18 @@
+//! # moecheck-reference
+//!
+//! The slow, plainly correct CPU reference that every moecheck verdict stands on.
+//!
+//! * [`format`]: the number formats (f32, bf16, f16, FP8 E4M3 and E5M2) with our own table of
+//!   constants and correctly rounded casts (saturating and non-saturating).
+//! * [`gemm`]: the grouped GEMM (forward, dgrad, wgrad) accumulated in f64, the dropped-token
+//!   contract, the a-priori error bound and the per-group comparison report.
+//! * [`implementation`]: the one trait behind which every implementation under test sits.
+//!
+//! This crate is pure: no I/O, no CUDA, no randomness.
+
+pub mod error;
+pub mod format;
+pub mod gemm;
+pub mod implementation;
+
+pub use error::Error;
