@@ -1,1 +1,19 @@
-fn main() {}
+//! The `moecheck` command line. See `moecheck --help`.
+//!
+//! Exit status: 0 pass, 1 a mismatch or failing implementation was found, 2 usage or input
+//! error (with a one-line reason on stderr).
+
+mod cli;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    match cli::run() {
+        Ok(code) => code,
+        Err(e) => {
+            let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+            eprintln!("moecheck: error: {}", chain.join(": "));
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! Generated grouped-GEMM cases for `moecheck gemm`: a routing of tokens to experts and
+//! values that look like real activations and weights.
+//!
+//! Rows: `M = tokens · topk` (one row per (token, slot) assignment, already permuted by
+//! expert). The last `round(drop_frac · M)` rows are dropped tokens (the tail). `empty` experts
+//! get no rows, chosen to include the first, the last and one in the middle, so the
+//! "offset after an empty group" and "scale of the wrong expert" failure modes are exercised.
+//! The kept rows go to the other experts by `routing`.
+//!
+//! Values are mixed-sign and exactly representable in the declared dtype: uniform in (-1, 1)
+//! times a per-expert power of two for the weights (magnitudes that differ by up to 2^12 across
+//! experts, so a scale or expert mix-up cannot hide), rounded to nearest-even in the dtype.
+//! `dout` on tail rows is non-zero, so an implementation that lets it leak into `drhs` fails.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use moecheck_reference::format::{round_to, Format, Overflow};
+use moecheck_reference::gemm::{GroupedGemmCase, TailContract};
+
+/// How kept rows are spread over the non-empty experts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Routing {
+    /// Every non-empty expert equally likely.
+    Uniform,
+    /// Zipf-like (`p ∝ 1/rank^1.2`, ranks shuffled): a few hot experts, many small ones.
+    Skewed,
+    /// Every kept row to one expert (the others empty).
+    OneExpert,
+}
+
+/// Everything that defines a generated case.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GemmSpec {
+    pub experts: usize,
+    pub tokens: usize,
+    pub topk: usize,
+    /// K
+    pub hidden: usize,
+    /// N
+    pub ffn: usize,
+    pub dtype: Format,
+    pub out_dtype: Format,
+    pub routing: Routing,
+    pub empty: usize,
+    pub drop_frac: f64,
+    pub seed: u64,
+    pub tail: TailContract,
+}
+
+impl GemmSpec {
+    /// Checks the flags against each other; the error names the flag.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.experts == 0 {
+            return Err("--experts must be at least 1".into());
+        }
+        if self.topk == 0 {
+            return Err("--topk must be at least 1".into());
+        }
+        if self.topk > self.experts {
+            return Err(format!("--topk {} exceeds --experts {}", self.topk, self.experts));
+        }
+        if self.empty > self.experts {
+            return Err(format!("--empty {} exceeds --experts {}", self.empty, self.experts));
+        }
+        if !(0.0..=1.0).contains(&self.drop_frac) {
+            return Err(format!("--drop-frac {} is not in [0, 1]", self.drop_frac));
+        }
+        if self.empty == self.experts && self.drop_frac < 1.0 && self.tokens > 0 {
+            return Err(format!(
+                "--empty {} makes every expert empty, so every row is dropped: pass --drop-frac 1",
+                self.empty
+            ));
+        }
+        for (flag, f) in [("--dtype", self.dtype), ("--out-dtype", self.out_dtype)] {
+            if matches!(f, Format::E4m3 | Format::E5m2) {
+                return Err(format!(
+                    "{flag} {f}: FP8 grouped GEMMs need scaling (a later moecheck command); use f32, bf16 or f16"
+                ));
+            }
+        }
+        let elems = [
+            self.tokens.checked_mul(self.topk).and_then(|m| m.checked_mul(self.hidden.max(self.ffn))),
+            self.experts.checked_mul(self.hidden).and_then(|x| x.checked_mul(self.ffn)),
+        ];
+        if elems.iter().any(|e| e.is_none_or(|e| e > 1 << 31)) {
+            return Err("the shape is too large (more than 2^31 elements in one array)".into());
+        }
+        Ok(())
+    }
+
+    pub fn rows(&self) -> usize {
+        self.tokens * self.topk
+    }
+}
+
+/// The group sizes of a spec (deterministic in `seed`).
+pub fn group_sizes(spec: &GemmSpec, rng: &mut ChaCha8Rng) -> Vec<usize> {
+    let m = spec.rows();
+    let dropped = ((spec.drop_frac * m as f64).round() as usize).min(m);
+    let kept = m - dropped;
+    let e = spec.experts;
+    let mut is_empty = vec![false; e];
+    // First, last, middle, then random.
+    let mut order: Vec<usize> = vec![0, e - 1, e / 2];
+    let mut rest: Vec<usize> = (0..e).collect();
+    shuffle(&mut rest, rng);
+    order.extend(rest);
+    let mut n_empty = 0;
+    for g in order {
+        if n_empty == spec.empty {
+            break;
+        }
+        if !is_empty[g] {
+            is_empty[g] = true;
+            n_empty += 1;
+        }
+    }
+    let live: Vec<usize> = (0..e).filter(|g| !is_empty[*g]).collect();
+    let mut sizes = vec![0usize; e];
+    if live.is_empty() || kept == 0 {
+        return sizes;
+    }
+    let weights: Vec<f64> = match spec.routing {
+        Routing::Uniform => vec![1.0; live.len()],
+        Routing::OneExpert => {
+            let mut w = vec![0.0; live.len()];
+            w[rng.random_range(0..live.len())] = 1.0;
+            w
+        }
+        Routing::Skewed => {
+            let mut ranks: Vec<usize> = (1..=live.len()).collect();
+            shuffle(&mut ranks, rng);
+            ranks.iter().map(|r| (*r as f64).powf(-1.2)).collect()
+        }
+    };
+    let total: f64 = weights.iter().sum();
+    let cdf: Vec<f64> = weights
+        .iter()
+        .scan(0.0, |acc, w| {
+            *acc += w / total;
+            Some(*acc)
+        })
+        .collect();
+    for _ in 0..kept {
+        let u: f64 = rng.random();
+        let i = cdf.partition_point(|c| *c <= u).min(live.len() - 1);
+        sizes[live[i]] += 1;
+    }
+    sizes
+}
+
+fn shuffle<T>(v: &mut [T], rng: &mut ChaCha8Rng) {
+    for i in (1..v.len()).rev() {
+        v.swap(i, rng.random_range(0..=i));
+    }
+}
+
+/// Generates the case of `spec`, with `dout` (the backward passes may be asked).
+pub fn generate(spec: &GemmSpec) -> GroupedGemmCase {
+    let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
+    let sizes = group_sizes(spec, &mut rng);
+    let (m, k, n, g) = (spec.rows(), spec.hidden, spec.ffn, spec.experts);
+    let dtype = spec.dtype;
+    let mut value = |scale: f64, rng: &mut ChaCha8Rng| -> f32 {
+        let x: f64 = rng.random_range(-1.0..1.0);
+        round_to(x * scale, dtype, Overflow::Ieee) as f32
+    };
+    let lhs = ndarray::Array2::from_shape_simple_fn((m, k), || value(1.0, &mut rng));
+    let scales: Vec<f64> = (0..g).map(|_| 2f64.powi(rng.random_range(-6..=6))).collect();
+    let mut rhs = ndarray::Array3::<f32>::zeros((g, k, n));
+    for (e, mut w) in rhs.outer_iter_mut().enumerate() {
+        w.mapv_inplace(|_| value(scales[e], &mut rng));
+    }
+    let dout = ndarray::Array2::from_shape_simple_fn((m, n), || value(1.0, &mut rng));
+    GroupedGemmCase {
+        lhs,
+        rhs,
+        group_sizes: sizes,
+        dout: Some(dout),
+        dtype,
+        out_dtype: spec.out_dtype,
+        tail: spec.tail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> GemmSpec {
+        GemmSpec {
+            experts: 16,
+            tokens: 100,
+            topk: 2,
+            hidden: 8,
+            ffn: 4,
+            dtype: Format::Bf16,
+            out_dtype: Format::F32,
+            routing: Routing::Skewed,
+            empty: 3,
+            drop_frac: 0.1,
+            seed: 7,
+            tail: TailContract::Zero,
+        }
+    }
+
+    #[test]
+    fn sizes_respect_empty_and_drop() {
+        let s = spec();
+        let case = generate(&s);
+        assert_eq!(case.group_sizes.iter().filter(|x| **x == 0).count() >= 3, true);
+        assert_eq!(case.group_sizes[0], 0);
+        assert_eq!(case.group_sizes[15], 0);
+        assert_eq!(case.rows_used(), 180);
+        case.validate(moecheck_reference::gemm::Passes::ALL).unwrap();
+    }
+
+    #[test]
+    fn same_seed_same_case() {
+        assert_eq!(generate(&spec()), generate(&spec()));
+        let mut other = spec();
+        other.seed = 8;
+        assert_ne!(generate(&spec()), generate(&other));
+    }
+}

@@ -1,0 +1,75 @@
+//! Argument parsing and dispatch. Each subcommand lives in its own file.
+
+mod bench;
+mod check;
+mod gemm;
+mod selftest;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit status of a check that found a mismatch.
+pub const EXIT_FAIL: u8 = 1;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "moecheck",
+    version,
+    about = "Checks Mixture-of-Experts kernels against an exact f64 reference",
+    after_help = "Exit status: 0 pass, 1 mismatch found (or the implementation failed), 2 usage or input error."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Generate a routed grouped-GEMM case, run an implementation on it, and check every
+    /// element of fwd/dgrad/wgrad against its derived error bound.
+    Gemm(gemm::GemmArgs),
+    /// Re-verify a case directory (protocol v1) that holds inputs and outputs.
+    Check(check::CheckArgs),
+    /// Run every property against the correct emulation and every planted bug.
+    Selftest(selftest::SelftestArgs),
+    /// Benchmark the f64 reference grouped GEMM against a dense f64 GEMM of equal FLOPs.
+    Bench(bench::BenchArgs),
+}
+
+pub fn run() -> anyhow::Result<ExitCode> {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            // Help and version go to stdout with exit 0; usage errors exit 2.
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return Ok(ExitCode::from(code));
+        }
+    };
+    match cli.command {
+        Command::Gemm(a) => gemm::run(a),
+        Command::Check(a) => check::run(a),
+        Command::Selftest(a) => selftest::run(a),
+        Command::Bench(a) => bench::run(a),
+    }
+}
+
+/// Prints a report as JSON or as the table, and returns the exit code of its verdict.
+pub fn finish(report: &moecheck::report::GemmReport, json: bool) -> anyhow::Result<ExitCode> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+    } else {
+        print!("{}", report.render());
+    }
+    Ok(if report.verdict == "pass" { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAIL) })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn clap_command_is_well_formed() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
+}

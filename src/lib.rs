@@ -1,0 +1,15 @@
+//! # moecheck
+//!
+//! Tells people who write Mixture-of-Experts kernels whether their numbers are right.
+//! The CLI (`moecheck gemm`, `moecheck check`, `moecheck selftest`, `moecheck bench`) is a
+//! thin layer over this library; the numerics live in [`moecheck_reference`] and the
+//! properties in [`moecheck_properties`].
+
+pub mod cases;
+pub mod impls;
+pub mod protocol;
+pub mod report;
+pub mod selftest;
+
+pub use moecheck_properties as properties;
+pub use moecheck_reference as reference;

@@ -1,0 +1,159 @@
+//! Drives the real `moecheck` binary: verdicts, exit codes, and one-line reasons for bad input.
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+fn moecheck() -> Command {
+    Command::cargo_bin("moecheck").expect("binary built")
+}
+
+/// Small shape flags so every run takes well under a second.
+const SMALL: [&str; 10] = ["--experts", "6", "--tokens", "40", "--hidden", "24", "--ffn", "16", "--empty", "2"];
+
+#[test]
+fn gemm_default_emulate_passes_and_says_it_is_a_model() {
+    moecheck()
+        .arg("gemm")
+        .args(SMALL)
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("not a GPU result"))
+        .stdout(predicate::str::contains("verdict: PASS"));
+}
+
+#[test]
+fn gemm_reference_self_check_json() {
+    let out = moecheck().arg("gemm").args(SMALL).args(["--impl", "reference", "--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["verdict"], "pass");
+    assert_eq!(v["passes"].as_array().unwrap().len(), 3);
+    // Per-group entries: 6 experts plus the tail for fwd.
+    assert_eq!(v["passes"][0]["groups"].as_array().unwrap().len(), 7);
+}
+
+#[test]
+fn injected_bugs_fail_with_exit_1_and_name_the_group() {
+    for (bug, needle) in [
+        ("empty-expert-wgrad-not-zeroed", "wgrad"),
+        ("tail-rows-uninitialised", "tail"),
+        ("low-precision-accumulator", "FAIL"),
+    ] {
+        moecheck()
+            .arg("gemm")
+            .args(SMALL)
+            .args(["--drop-frac", "0.2", "--inject", bug])
+            .assert()
+            .code(1)
+            .stdout(predicate::str::contains(needle))
+            .stdout(predicate::str::contains("verdict: FAIL"));
+    }
+}
+
+#[test]
+fn tail_ignored_is_reported_and_relaxes_only_the_tail() {
+    moecheck()
+        .arg("gemm")
+        .args(SMALL)
+        .args(["--drop-frac", "0.2", "--inject", "tail-rows-uninitialised", "--tail", "ignored"])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("NOT CHECKED"));
+}
+
+#[test]
+fn bad_flags_exit_2_with_one_line_reason() {
+    let cases: [(&[&str], &str); 6] = [
+        (&["--dtype", "int7"], "int7"),
+        (&["--topk", "9"], "--topk"),
+        (&["--drop-frac", "1.5"], "--drop-frac"),
+        (&["--impl", "nonsense"], "--impl"),
+        (&["--inject", "no-such-bug"], "no-such-bug"),
+        (&["--impl", "reference", "--inject", "tail-rows-uninitialised"], "--inject"),
+    ];
+    for (args, needle) in cases {
+        let out = moecheck().arg("gemm").args(SMALL).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn k_zero_and_all_dropped_are_legal() {
+    moecheck().arg("gemm").args(SMALL).args(["--hidden", "0"]).assert().code(0);
+    moecheck().arg("gemm").args(SMALL).args(["--empty", "6", "--drop-frac", "1"]).assert().code(0);
+}
+
+#[test]
+fn dump_then_check_round_trips_and_catches_tampering() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("case");
+    moecheck().arg("gemm").args(SMALL).arg("--dump").arg(&d).assert().code(0);
+    moecheck().arg("check").arg(&d).assert().code(0);
+    // Tamper: write an output of the wrong shape.
+    let bad = ndarray::Array2::<f32>::zeros((3, 3));
+    ndarray_npy::write_npy(d.join("out.npy"), &bad).unwrap();
+    moecheck()
+        .arg("check")
+        .arg(&d)
+        .assert()
+        .code(predicate::in_iter([1, 2]))
+        .stderr(predicate::str::contains("panicked").not());
+}
+
+#[test]
+fn check_missing_dir_exits_2() {
+    moecheck()
+        .args(["check", "/nonexistent/moecheck-case"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("/nonexistent/moecheck-case"));
+}
+
+#[test]
+fn numpy_adapter_passes_through_exec() {
+    moecheck()
+        .arg("gemm")
+        .args(SMALL)
+        .args(["--impl", "exec:python3 examples/adapters/numpy_grouped_gemm.py", "--dtype", "f32"])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("verdict: PASS"));
+}
+
+/// JAX's native `lax.ragged_dot` and its autodiff: the first check against an implementation
+/// nobody here wrote. Kept small: ragged_dot on CPU masks densely.
+#[test]
+fn jax_adapter_passes_through_exec() {
+    for dtype in ["f32", "bf16"] {
+        moecheck()
+            .arg("gemm")
+            .args(SMALL)
+            .args(["--impl", "exec:python3 examples/adapters/jax_ragged_dot.py", "--dtype", dtype])
+            .assert()
+            .code(0)
+            .stdout(predicate::str::contains("verdict: PASS"));
+    }
+}
+
+#[test]
+fn exec_failure_is_a_failed_case_not_a_usage_error() {
+    moecheck()
+        .arg("gemm")
+        .args(SMALL)
+        .args(["--impl", "exec:sh -c 'exit 3'"])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("run failed"));
+}
+
+#[test]
+fn selftest_catches_every_planted_bug() {
+    moecheck()
+        .args(["selftest", "--cases", "24"])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("caught"));
+}
