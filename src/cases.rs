@@ -59,10 +59,16 @@ impl GemmSpec {
             return Err("--topk must be at least 1".into());
         }
         if self.topk > self.experts {
-            return Err(format!("--topk {} exceeds --experts {}", self.topk, self.experts));
+            return Err(format!(
+                "--topk {} exceeds --experts {}",
+                self.topk, self.experts
+            ));
         }
         if self.empty > self.experts {
-            return Err(format!("--empty {} exceeds --experts {}", self.empty, self.experts));
+            return Err(format!(
+                "--empty {} exceeds --experts {}",
+                self.empty, self.experts
+            ));
         }
         if !(0.0..=1.0).contains(&self.drop_frac) {
             return Err(format!("--drop-frac {} is not in [0, 1]", self.drop_frac));
@@ -81,8 +87,12 @@ impl GemmSpec {
             }
         }
         let elems = [
-            self.tokens.checked_mul(self.topk).and_then(|m| m.checked_mul(self.hidden.max(self.ffn))),
-            self.experts.checked_mul(self.hidden).and_then(|x| x.checked_mul(self.ffn)),
+            self.tokens
+                .checked_mul(self.topk)
+                .and_then(|m| m.checked_mul(self.hidden.max(self.ffn))),
+            self.experts
+                .checked_mul(self.hidden)
+                .and_then(|x| x.checked_mul(self.ffn)),
         ];
         if elems.iter().any(|e| e.is_none_or(|e| e > 1 << 31)) {
             return Err("the shape is too large (more than 2^31 elements in one array)".into());
@@ -168,7 +178,9 @@ pub fn generate(spec: &GemmSpec) -> GroupedGemmCase {
         round_to(x * scale, dtype, Overflow::Ieee) as f32
     };
     let lhs = ndarray::Array2::from_shape_simple_fn((m, k), || value(1.0, &mut rng));
-    let scales: Vec<f64> = (0..g).map(|_| 2f64.powi(rng.random_range(-6..=6))).collect();
+    let scales: Vec<f64> = (0..g)
+        .map(|_| 2f64.powi(rng.random_range(-6..=6)))
+        .collect();
     let mut rhs = ndarray::Array3::<f32>::zeros((g, k, n));
     for (e, mut w) in rhs.outer_iter_mut().enumerate() {
         w.mapv_inplace(|_| value(scales[e], &mut rng));
@@ -210,11 +222,15 @@ mod tests {
     fn sizes_respect_empty_and_drop() {
         let s = spec();
         let case = generate(&s);
-        assert_eq!(case.group_sizes.iter().filter(|x| **x == 0).count() >= 3, true);
+        assert_eq!(
+            case.group_sizes.iter().filter(|x| **x == 0).count() >= 3,
+            true
+        );
         assert_eq!(case.group_sizes[0], 0);
         assert_eq!(case.group_sizes[15], 0);
         assert_eq!(case.rows_used(), 180);
-        case.validate(moecheck_reference::gemm::Passes::ALL).unwrap();
+        case.validate(moecheck_reference::gemm::Passes::ALL)
+            .unwrap();
     }
 
     #[test]

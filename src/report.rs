@@ -55,7 +55,13 @@ pub struct GemmReport {
 }
 
 impl GemmReport {
-    pub fn new(implementation: String, is_model: bool, case: &GroupedGemmCase, precision: Precision, verdict: &Verdict) -> GemmReport {
+    pub fn new(
+        implementation: String,
+        is_model: bool,
+        case: &GroupedGemmCase,
+        precision: Precision,
+        verdict: &Verdict,
+    ) -> GemmReport {
         let (run_error, passes) = match verdict {
             Verdict::Compared(CaseReport { passes, .. }) => (None, passes.clone()),
             Verdict::RunFailed(e) => (Some(e.0.clone()), Vec::new()),
@@ -81,7 +87,10 @@ impl GemmReport {
         let s_ = &mut s;
         let _ = writeln!(s_, "implementation: {}", self.implementation);
         if self.is_model {
-            let _ = writeln!(s_, "  NOTE: this is a CPU model of a kernel (emulation), not a GPU result");
+            let _ = writeln!(
+                s_,
+                "  NOTE: this is a CPU model of a kernel (emulation), not a GPU result"
+            );
         }
         let sh = &self.shape;
         let _ = writeln!(
@@ -94,7 +103,9 @@ impl GemmReport {
             s_,
             "declared accumulator: {}{}; tail contract: {}",
             acc.format,
-            acc.block.map(|b| format!(" in K blocks of {b}")).unwrap_or_default(),
+            acc.block
+                .map(|b| format!(" in K blocks of {b}"))
+                .unwrap_or_default(),
             match self.tail {
                 TailContract::Zero => "tail rows must be exactly 0",
                 TailContract::Ignored => "tail rows of out/dlhs NOT CHECKED (--tail ignored)",
@@ -146,7 +157,11 @@ impl GemmReport {
                 );
             }
             if bad.len() > 8 {
-                let _ = writeln!(s_, "       … and {} more failing groups (see --json)", bad.len() - 8);
+                let _ = writeln!(
+                    s_,
+                    "       … and {} more failing groups (see --json)",
+                    bad.len() - 8
+                );
             }
         }
         let _ = writeln!(s_, "verdict: {}", self.verdict.to_uppercase());

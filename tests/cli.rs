@@ -8,7 +8,18 @@ fn moecheck() -> Command {
 }
 
 /// Small shape flags so every run takes well under a second.
-const SMALL: [&str; 10] = ["--experts", "6", "--tokens", "40", "--hidden", "24", "--ffn", "16", "--empty", "2"];
+const SMALL: [&str; 10] = [
+    "--experts",
+    "6",
+    "--tokens",
+    "40",
+    "--hidden",
+    "24",
+    "--ffn",
+    "16",
+    "--empty",
+    "2",
+];
 
 #[test]
 fn gemm_default_emulate_passes_and_says_it_is_a_model() {
@@ -23,7 +34,12 @@ fn gemm_default_emulate_passes_and_says_it_is_a_model() {
 
 #[test]
 fn gemm_reference_self_check_json() {
-    let out = moecheck().arg("gemm").args(SMALL).args(["--impl", "reference", "--json"]).output().unwrap();
+    let out = moecheck()
+        .arg("gemm")
+        .args(SMALL)
+        .args(["--impl", "reference", "--json"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["verdict"], "pass");
@@ -55,7 +71,14 @@ fn tail_ignored_is_reported_and_relaxes_only_the_tail() {
     moecheck()
         .arg("gemm")
         .args(SMALL)
-        .args(["--drop-frac", "0.2", "--inject", "tail-rows-uninitialised", "--tail", "ignored"])
+        .args([
+            "--drop-frac",
+            "0.2",
+            "--inject",
+            "tail-rows-uninitialised",
+            "--tail",
+            "ignored",
+        ])
         .assert()
         .code(0)
         .stdout(predicate::str::contains("NOT CHECKED"));
@@ -69,10 +92,18 @@ fn bad_flags_exit_2_with_one_line_reason() {
         (&["--drop-frac", "1.5"], "--drop-frac"),
         (&["--impl", "nonsense"], "--impl"),
         (&["--inject", "no-such-bug"], "no-such-bug"),
-        (&["--impl", "reference", "--inject", "tail-rows-uninitialised"], "--inject"),
+        (
+            &["--impl", "reference", "--inject", "tail-rows-uninitialised"],
+            "--inject",
+        ),
     ];
     for (args, needle) in cases {
-        let out = moecheck().arg("gemm").args(SMALL).args(args).output().unwrap();
+        let out = moecheck()
+            .arg("gemm")
+            .args(SMALL)
+            .args(args)
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(needle), "{args:?}: {err}");
@@ -82,15 +113,31 @@ fn bad_flags_exit_2_with_one_line_reason() {
 
 #[test]
 fn k_zero_and_all_dropped_are_legal() {
-    moecheck().arg("gemm").args(SMALL).args(["--hidden", "0"]).assert().code(0);
-    moecheck().arg("gemm").args(SMALL).args(["--empty", "6", "--drop-frac", "1"]).assert().code(0);
+    moecheck()
+        .arg("gemm")
+        .args(SMALL)
+        .args(["--hidden", "0"])
+        .assert()
+        .code(0);
+    moecheck()
+        .arg("gemm")
+        .args(SMALL)
+        .args(["--empty", "6", "--drop-frac", "1"])
+        .assert()
+        .code(0);
 }
 
 #[test]
 fn dump_then_check_round_trips_and_catches_tampering() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().join("case");
-    moecheck().arg("gemm").args(SMALL).arg("--dump").arg(&d).assert().code(0);
+    moecheck()
+        .arg("gemm")
+        .args(SMALL)
+        .arg("--dump")
+        .arg(&d)
+        .assert()
+        .code(0);
     moecheck().arg("check").arg(&d).assert().code(0);
     // Tamper: write an output of the wrong shape.
     let bad = ndarray::Array2::<f32>::zeros((3, 3));
@@ -117,7 +164,12 @@ fn numpy_adapter_passes_through_exec() {
     moecheck()
         .arg("gemm")
         .args(SMALL)
-        .args(["--impl", "exec:python3 examples/adapters/numpy_grouped_gemm.py", "--dtype", "f32"])
+        .args([
+            "--impl",
+            "exec:python3 examples/adapters/numpy_grouped_gemm.py",
+            "--dtype",
+            "f32",
+        ])
         .assert()
         .code(0)
         .stdout(predicate::str::contains("verdict: PASS"));
@@ -131,7 +183,12 @@ fn jax_adapter_passes_through_exec() {
         moecheck()
             .arg("gemm")
             .args(SMALL)
-            .args(["--impl", "exec:python3 examples/adapters/jax_ragged_dot.py", "--dtype", dtype])
+            .args([
+                "--impl",
+                "exec:python3 examples/adapters/jax_ragged_dot.py",
+                "--dtype",
+                dtype,
+            ])
             .assert()
             .code(0)
             .stdout(predicate::str::contains("verdict: PASS"));

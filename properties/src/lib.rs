@@ -1,1 +1,19 @@
+//! # moecheck-properties
+//!
+//! proptest strategies ([`strategies`]) and properties ([`props`]) for grouped-GEMM
+//! implementations, generic over the implementation under test
+//! ([`moecheck_reference::implementation::GroupedGemm`]).
+//!
+//! ```no_run
+//! use moecheck_properties::{all, check, RunConfig};
+//! use moecheck_reference::implementation::Reference;
+//! for p in all() {
+//!     assert!(check(&p, &Reference, &RunConfig::default()).passed(), "{}", p.name);
+//! }
+//! ```
 
+pub mod props;
+pub mod strategies;
+
+pub use props::{all, by_name, check, Outcome, Property, RunConfig, DEFAULT_CASES, DEFAULT_SEED};
+pub use strategies::{any_case, case_args, CaseArgs, Require};

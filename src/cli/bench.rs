@@ -76,8 +76,11 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     let sizes = group_sizes(&spec, &mut rng);
     let off = offsets(&sizes);
-    let lhs = Array2::<f64>::from_shape_fn((a.rows, a.k), |(i, j)| ((i * 7 + j * 13) % 17) as f64 - 8.0);
-    let rhs = Array3::<f64>::from_shape_fn((a.experts, a.k, a.n), |(g, i, j)| ((g + i * 3 + j * 5) % 11) as f64 - 5.0);
+    let lhs =
+        Array2::<f64>::from_shape_fn((a.rows, a.k), |(i, j)| ((i * 7 + j * 13) % 17) as f64 - 8.0);
+    let rhs = Array3::<f64>::from_shape_fn((a.experts, a.k, a.n), |(g, i, j)| {
+        ((g + i * 3 + j * 5) % 11) as f64 - 5.0
+    });
     let dense_rhs = rhs.index_axis(ndarray::Axis(0), 0).to_owned();
     let mut dense = Vec::new();
     let mut grouped = Vec::new();
@@ -117,10 +120,23 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
     } else {
         println!(
             "M={} K={} N={} experts={} ({} empty, groups {}..{} rows), {} reps, median:",
-            r.m, r.k, r.n, r.experts, r.empty_experts, r.smallest_nonempty_group, r.largest_group, r.reps
+            r.m,
+            r.k,
+            r.n,
+            r.experts,
+            r.empty_experts,
+            r.smallest_nonempty_group,
+            r.largest_group,
+            r.reps
         );
-        println!("  dense f64 GEMM      {:>8.3} s  {:>7.1} GFLOP/s", r.dense_median_s, r.dense_gflops);
-        println!("  grouped f64 (ref)   {:>8.3} s  {:>7.1} GFLOP/s", r.grouped_median_s, r.grouped_gflops);
+        println!(
+            "  dense f64 GEMM      {:>8.3} s  {:>7.1} GFLOP/s",
+            r.dense_median_s, r.dense_gflops
+        );
+        println!(
+            "  grouped f64 (ref)   {:>8.3} s  {:>7.1} GFLOP/s",
+            r.grouped_median_s, r.grouped_gflops
+        );
         println!("  ratio grouped/dense {:>8.3}x", r.ratio);
     }
     Ok(ExitCode::SUCCESS)

@@ -31,7 +31,10 @@ pub fn run(a: CheckArgs) -> anyhow::Result<ExitCode> {
     let want = reference(&case, passes)?;
     let precision = Precision {
         input: case.dtype,
-        accumulator: Accumulator { format: a.acc, block: a.acc_block },
+        accumulator: Accumulator {
+            format: a.acc,
+            block: a.acc_block,
+        },
         output: case.out_dtype,
     };
     let verdict = Verdict::Compared(compare_outputs(&case, passes, &precision, &want, &got));

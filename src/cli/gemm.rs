@@ -117,9 +117,15 @@ pub fn build_impl(
         "reference" => Box::new(Reference),
         "emulate" => {
             let inject = inject
-                .map(|b| b.parse::<Bug>().map_err(|e| anyhow::anyhow!("--inject {b}: {e}")))
+                .map(|b| {
+                    b.parse::<Bug>()
+                        .map_err(|e| anyhow::anyhow!("--inject {b}: {e}"))
+                })
                 .transpose()?;
-            Box::new(Emulate { inject, ..Emulate::default() })
+            Box::new(Emulate {
+                inject,
+                ..Emulate::default()
+            })
         }
         _ => match name.strip_prefix("exec:") {
             Some(cmd) if !cmd.trim().is_empty() => Box::new(Exec {
@@ -152,7 +158,10 @@ pub fn run(a: GemmArgs) -> anyhow::Result<ExitCode> {
     if a.passes.is_empty() {
         bail!("--passes is empty");
     }
-    let acc = Accumulator { format: a.acc, block: a.acc_block };
+    let acc = Accumulator {
+        format: a.acc,
+        block: a.acc_block,
+    };
     let imp = build_impl(&a.implementation, a.inject.as_deref(), acc, a.timeout)?;
 
     let work = (spec.rows() * a.hidden * a.ffn) as u64;
@@ -184,8 +193,10 @@ fn dump(
     got: &moecheck_reference::gemm::GemmOutputs,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("--dump {}", dir.display()))?;
-    moecheck::protocol::write_case(dir, case, passes).with_context(|| format!("--dump {}", dir.display()))?;
-    moecheck::protocol::write_outputs(dir, got).with_context(|| format!("--dump {}", dir.display()))?;
+    moecheck::protocol::write_case(dir, case, passes)
+        .with_context(|| format!("--dump {}", dir.display()))?;
+    moecheck::protocol::write_outputs(dir, got)
+        .with_context(|| format!("--dump {}", dir.display()))?;
     Ok(())
 }
 
@@ -200,8 +211,10 @@ impl Progress {
         }
         let pb = indicatif::ProgressBar::new(stages);
         pb.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {pos}/{len} {msg}")
-                .expect("valid template"),
+            indicatif::ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {pos}/{len} {msg}",
+            )
+            .expect("valid template"),
         );
         pb.enable_steady_tick(Duration::from_millis(120));
         Progress(Some(pb))

@@ -62,7 +62,11 @@ pub fn finish(report: &moecheck::report::GemmReport, json: bool) -> anyhow::Resu
     } else {
         print!("{}", report.render());
     }
-    Ok(if report.verdict == "pass" { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAIL) })
+    Ok(if report.verdict == "pass" {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FAIL)
+    })
 }
 
 #[cfg(test)]

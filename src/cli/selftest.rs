@@ -36,5 +36,9 @@ pub fn run(a: SelftestArgs) -> anyhow::Result<ExitCode> {
     } else {
         print!("{}", report.render_table());
     }
-    Ok(if report.ok() { ExitCode::SUCCESS } else { ExitCode::from(super::EXIT_FAIL) })
+    Ok(if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(super::EXIT_FAIL)
+    })
 }

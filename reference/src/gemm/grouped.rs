@@ -118,7 +118,9 @@ where
 {
     // Ascending by size, so popping from the end hands out the largest first.
     blocks.sort_by_key(|(g, size, _)| (*size, std::cmp::Reverse(*g)));
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(blocks.len());
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(blocks.len());
     if threads <= 1 {
         blocks.into_iter().rev().for_each(|(g, _, v)| f(g, v));
         return;
@@ -185,7 +187,9 @@ mod tests {
         let off = super::super::case::offsets(&sizes);
         let (m, k, n, g) = (11, 7, 4, sizes.len());
         let lhs = Array2::from_shape_fn((m, k), |(i, j)| ((i * 5 + j * 3) % 7) as f64 - 3.0);
-        let rhs = Array3::from_shape_fn((g, k, n), |(e, i, j)| ((e * 3 + i + j * 2) % 5) as f64 - 2.0);
+        let rhs = Array3::from_shape_fn((g, k, n), |(e, i, j)| {
+            ((e * 3 + i + j * 2) % 5) as f64 - 2.0
+        });
         let dout = Array2::from_shape_fn((m, n), |(i, j)| ((i + 2 * j) % 9) as f64 - 4.0);
         let group_of = |r: usize| (0..g).find(|e| off[*e] <= r && r < off[*e + 1]);
         let out = grouped_fwd(lhs.view(), rhs.view(), &off);
@@ -193,18 +197,22 @@ mod tests {
         let drhs = grouped_wgrad(lhs.view(), dout.view(), &off);
         for r in 0..m {
             for c in 0..n {
-                let want = group_of(r).map_or(0.0, |e| (0..k).map(|i| lhs[(r, i)] * rhs[(e, i, c)]).sum());
+                let want =
+                    group_of(r).map_or(0.0, |e| (0..k).map(|i| lhs[(r, i)] * rhs[(e, i, c)]).sum());
                 assert_eq!(out[(r, c)], want, "out[{r},{c}]");
             }
             for c in 0..k {
-                let want = group_of(r).map_or(0.0, |e| (0..n).map(|j| dout[(r, j)] * rhs[(e, c, j)]).sum());
+                let want = group_of(r)
+                    .map_or(0.0, |e| (0..n).map(|j| dout[(r, j)] * rhs[(e, c, j)]).sum());
                 assert_eq!(dlhs[(r, c)], want, "dlhs[{r},{c}]");
             }
         }
         for e in 0..g {
             for i in 0..k {
                 for j in 0..n {
-                    let want: f64 = (off[e]..off[e + 1]).map(|r| lhs[(r, i)] * dout[(r, j)]).sum();
+                    let want: f64 = (off[e]..off[e + 1])
+                        .map(|r| lhs[(r, i)] * dout[(r, j)])
+                        .sum();
                     assert_eq!(drhs[(e, i, j)], want, "drhs[{e},{i},{j}]");
                 }
             }

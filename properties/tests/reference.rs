@@ -1,0 +1,174 @@
+//! The properties hold for the reference and fail for deliberately wrong implementations.
+
+use moecheck_properties::strategies::{any_case, case_args, Require};
+use moecheck_properties::{all, check, Outcome, RunConfig};
+use moecheck_reference::gemm::{GemmOutputs, GroupedGemmCase, Passes, Precision};
+use moecheck_reference::implementation::{GroupedGemm, Reference, RunError};
+use proptest::prelude::*;
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// The macro form, so proptest persists regressions under `proptest-regressions/`.
+    #[test]
+    fn reference_matches_itself_on_every_pass(args in any_case()) {
+        let case = args.build();
+        let r = moecheck_properties::props::verify_passes(&Reference, &case, Passes::ALL);
+        prop_assert!(r.is_ok(), "{}", r.unwrap_err());
+    }
+
+    #[test]
+    fn generated_cases_are_valid(args in case_args(Require { tail: true, empty_expert: true, ..Require::default() })) {
+        let case = args.build();
+        prop_assert!(case.validate(Passes::ALL).is_ok());
+        prop_assert!(case.m() > case.rows_used());
+        prop_assert!(case.group_sizes.contains(&0));
+    }
+}
+
+fn config() -> RunConfig {
+    RunConfig::new(24, 7)
+}
+
+#[test]
+fn every_property_passes_on_the_reference() {
+    for p in all() {
+        let o = check(&p, &Reference, &config());
+        assert!(o.passed(), "{} failed on the reference: {o:?}", p.name);
+    }
+}
+
+/// The reference, then `f` applied to every output.
+struct Wrong {
+    name: &'static str,
+    f: fn(&GroupedGemmCase, &mut GemmOutputs),
+}
+
+impl GroupedGemm for Wrong {
+    fn name(&self) -> String {
+        self.name.into()
+    }
+    fn is_model(&self) -> bool {
+        true
+    }
+    fn precision(&self, case: &GroupedGemmCase) -> Precision {
+        Reference.precision(case)
+    }
+    fn run(&self, case: &GroupedGemmCase, passes: Passes) -> Result<GemmOutputs, RunError> {
+        let mut o = Reference.run(case, passes)?;
+        (self.f)(case, &mut o);
+        Ok(o)
+    }
+}
+
+/// Adds a tiny garbage value to every element (including the exact zeros), and more to
+/// rows past `Σ size_g`'s `dout` so that `drhs` depends on the tail.
+fn add_garbage(case: &GroupedGemmCase, o: &mut GemmOutputs) {
+    let bump = |x: &mut f64| *x += x.abs() * 1e-9 + 1e-30;
+    o.out.iter_mut().flat_map(|a| a.iter_mut()).for_each(bump);
+    o.dlhs.iter_mut().flat_map(|a| a.iter_mut()).for_each(bump);
+    if let (Some(d), Some(dout)) = (o.drhs.as_mut(), case.dout.as_ref()) {
+        let used = case.rows_used();
+        let tail: f64 = dout
+            .rows()
+            .into_iter()
+            .skip(used)
+            .flatten()
+            .map(|v| *v as f64)
+            .sum();
+        d.iter_mut()
+            .for_each(|x| *x += x.abs() * 1e-9 + 1e-30 + tail);
+    }
+}
+
+fn nan_tails(case: &GroupedGemmCase, o: &mut GemmOutputs) {
+    let used = case.rows_used();
+    for a in o.out.iter_mut().chain(o.dlhs.iter_mut()) {
+        for ((r, _), v) in a.indexed_iter_mut() {
+            if r >= used {
+                *v = f64::NAN;
+            }
+        }
+    }
+}
+
+fn failure(o: Outcome) -> (String, String) {
+    match o {
+        Outcome::Failed {
+            reason,
+            minimal_case,
+        } => (reason, minimal_case),
+        Outcome::Passed { .. } => panic!("expected a failure"),
+    }
+}
+
+#[test]
+fn every_property_fails_on_garbage() {
+    let imp = Wrong {
+        name: "garbage",
+        f: add_garbage,
+    };
+    for p in all() {
+        let o = check(&p, &imp, &config());
+        assert!(!o.passed(), "{} did not catch garbage", p.name);
+        let (reason, minimal) = failure(o);
+        assert!(!reason.is_empty() && !minimal.is_empty(), "{}", p.name);
+        assert!(
+            minimal.len() < 2000,
+            "{}: minimal case too long: {minimal}",
+            p.name
+        );
+    }
+}
+
+#[test]
+fn nan_tails_are_caught() {
+    let imp = Wrong {
+        name: "nan-tails",
+        f: nan_tails,
+    };
+    for name in [
+        "fwd-matches-reference",
+        "dgrad-matches-reference",
+        "tail-contract",
+    ] {
+        let p = moecheck_properties::by_name(name).unwrap();
+        let o = check(&p, &imp, &config());
+        assert!(!o.passed(), "{name} did not catch NaN tails");
+    }
+    let p = moecheck_properties::by_name("wgrad-matches-reference").unwrap();
+    assert!(check(&p, &imp, &config()).passed());
+}
+
+#[test]
+fn checks_are_deterministic_for_a_seed() {
+    let imp = Wrong {
+        name: "garbage",
+        f: add_garbage,
+    };
+    let p = moecheck_properties::by_name("fwd-matches-reference").unwrap();
+    assert_eq!(check(&p, &imp, &config()), check(&p, &imp, &config()));
+}
+
+#[test]
+fn run_errors_are_failures() {
+    struct Broken;
+    impl GroupedGemm for Broken {
+        fn name(&self) -> String {
+            "broken".into()
+        }
+        fn is_model(&self) -> bool {
+            true
+        }
+        fn precision(&self, case: &GroupedGemmCase) -> Precision {
+            Reference.precision(case)
+        }
+        fn run(&self, _: &GroupedGemmCase, _: Passes) -> Result<GemmOutputs, RunError> {
+            Err(RunError("boom".into()))
+        }
+    }
+    for p in all() {
+        let (reason, _) = failure(check(&p, &Broken, &config()));
+        assert!(reason.contains("boom"), "{}: {reason}", p.name);
+    }
+}
