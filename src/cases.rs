@@ -173,7 +173,7 @@ pub fn generate(spec: &GemmSpec) -> GroupedGemmCase {
     let sizes = group_sizes(spec, &mut rng);
     let (m, k, n, g) = (spec.rows(), spec.hidden, spec.ffn, spec.experts);
     let dtype = spec.dtype;
-    let mut value = |scale: f64, rng: &mut ChaCha8Rng| -> f32 {
+    let value = |scale: f64, rng: &mut ChaCha8Rng| -> f32 {
         let x: f64 = rng.random_range(-1.0..1.0);
         round_to(x * scale, dtype, Overflow::Ieee) as f32
     };

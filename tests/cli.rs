@@ -7,7 +7,20 @@ fn moecheck() -> Command {
     Command::cargo_bin("moecheck").expect("binary built")
 }
 
-/// Small shape flags so every run takes well under a second.
+/// `moecheck gemm` with small shape flags (so every run takes well under a second), where a
+/// flag given in `extra` replaces the default of the same name.
+fn gemm(extra: &[&str]) -> Command {
+    let mut args: Vec<String> = Vec::new();
+    for pair in SMALL.chunks(2) {
+        if !extra.contains(&pair[0]) {
+            args.extend(pair.iter().map(|s| s.to_string()));
+        }
+    }
+    let mut c = moecheck();
+    c.arg("gemm").args(args).args(extra);
+    c
+}
+
 const SMALL: [&str; 10] = [
     "--experts",
     "6",
@@ -23,9 +36,7 @@ const SMALL: [&str; 10] = [
 
 #[test]
 fn gemm_default_emulate_passes_and_says_it_is_a_model() {
-    moecheck()
-        .arg("gemm")
-        .args(SMALL)
+    gemm(&[])
         .assert()
         .code(0)
         .stdout(predicate::str::contains("not a GPU result"))
@@ -34,12 +45,7 @@ fn gemm_default_emulate_passes_and_says_it_is_a_model() {
 
 #[test]
 fn gemm_reference_self_check_json() {
-    let out = moecheck()
-        .arg("gemm")
-        .args(SMALL)
-        .args(["--impl", "reference", "--json"])
-        .output()
-        .unwrap();
+    let out = gemm(&["--impl", "reference", "--json"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["verdict"], "pass");
@@ -55,10 +61,7 @@ fn injected_bugs_fail_with_exit_1_and_name_the_group() {
         ("tail-rows-uninitialised", "tail"),
         ("low-precision-accumulator", "FAIL"),
     ] {
-        moecheck()
-            .arg("gemm")
-            .args(SMALL)
-            .args(["--drop-frac", "0.2", "--inject", bug])
+        gemm(&["--drop-frac", "0.2", "--inject", bug])
             .assert()
             .code(1)
             .stdout(predicate::str::contains(needle))
@@ -68,20 +71,17 @@ fn injected_bugs_fail_with_exit_1_and_name_the_group() {
 
 #[test]
 fn tail_ignored_is_reported_and_relaxes_only_the_tail() {
-    moecheck()
-        .arg("gemm")
-        .args(SMALL)
-        .args([
-            "--drop-frac",
-            "0.2",
-            "--inject",
-            "tail-rows-uninitialised",
-            "--tail",
-            "ignored",
-        ])
-        .assert()
-        .code(0)
-        .stdout(predicate::str::contains("NOT CHECKED"));
+    gemm(&[
+        "--drop-frac",
+        "0.2",
+        "--inject",
+        "tail-rows-uninitialised",
+        "--tail",
+        "ignored",
+    ])
+    .assert()
+    .code(0)
+    .stdout(predicate::str::contains("NOT CHECKED"));
 }
 
 #[test]
@@ -98,12 +98,7 @@ fn bad_flags_exit_2_with_one_line_reason() {
         ),
     ];
     for (args, needle) in cases {
-        let out = moecheck()
-            .arg("gemm")
-            .args(SMALL)
-            .args(args)
-            .output()
-            .unwrap();
+        let out = gemm(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(needle), "{args:?}: {err}");
@@ -113,31 +108,15 @@ fn bad_flags_exit_2_with_one_line_reason() {
 
 #[test]
 fn k_zero_and_all_dropped_are_legal() {
-    moecheck()
-        .arg("gemm")
-        .args(SMALL)
-        .args(["--hidden", "0"])
-        .assert()
-        .code(0);
-    moecheck()
-        .arg("gemm")
-        .args(SMALL)
-        .args(["--empty", "6", "--drop-frac", "1"])
-        .assert()
-        .code(0);
+    gemm(&["--hidden", "0"]).assert().code(0);
+    gemm(&["--empty", "6", "--drop-frac", "1"]).assert().code(0);
 }
 
 #[test]
 fn dump_then_check_round_trips_and_catches_tampering() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().join("case");
-    moecheck()
-        .arg("gemm")
-        .args(SMALL)
-        .arg("--dump")
-        .arg(&d)
-        .assert()
-        .code(0);
+    gemm(&["--dump", d.to_str().unwrap()]).assert().code(0);
     moecheck().arg("check").arg(&d).assert().code(0);
     // Tamper: write an output of the wrong shape.
     let bad = ndarray::Array2::<f32>::zeros((3, 3));
@@ -161,34 +140,26 @@ fn check_missing_dir_exits_2() {
 
 #[test]
 fn numpy_adapter_passes_through_exec() {
-    moecheck()
-        .arg("gemm")
-        .args(SMALL)
-        .args([
-            "--impl",
-            "exec:python3 examples/adapters/numpy_grouped_gemm.py",
-            "--dtype",
-            "f32",
-        ])
-        .assert()
-        .code(0)
-        .stdout(predicate::str::contains("verdict: PASS"));
+    gemm(&[
+        "--impl",
+        "exec:python3 examples/adapters/numpy_grouped_gemm.py",
+        "--dtype",
+        "f32",
+    ])
+    .assert()
+    .code(0)
+    .stdout(predicate::str::contains("verdict: PASS"));
 }
 
 /// JAX's native `lax.ragged_dot` and its autodiff: the first check against an implementation
 /// nobody here wrote. Kept small: ragged_dot on CPU masks densely.
 #[test]
 fn jax_adapter_passes_through_exec() {
-    for dtype in ["f32", "bf16"] {
-        moecheck()
-            .arg("gemm")
-            .args(SMALL)
-            .args([
-                "--impl",
-                "exec:python3 examples/adapters/jax_ragged_dot.py",
-                "--dtype",
-                dtype,
-            ])
+    // With bf16 inputs, jax.vjp returns the gradients in the primal's dtype (bf16) even with
+    // preferred_element_type=float32, so the declared output format is bf16 there.
+    for (dtype, out) in [("f32", "f32"), ("bf16", "bf16")] {
+        let jax = "exec:python3 examples/adapters/jax_ragged_dot.py";
+        gemm(&["--impl", jax, "--dtype", dtype, "--out-dtype", out])
             .assert()
             .code(0)
             .stdout(predicate::str::contains("verdict: PASS"));
@@ -197,10 +168,7 @@ fn jax_adapter_passes_through_exec() {
 
 #[test]
 fn exec_failure_is_a_failed_case_not_a_usage_error() {
-    moecheck()
-        .arg("gemm")
-        .args(SMALL)
-        .args(["--impl", "exec:sh -c 'exit 3'"])
+    gemm(&["--impl", "exec:sh -c 'exit 3'"])
         .assert()
         .code(1)
         .stdout(predicate::str::contains("run failed"));
