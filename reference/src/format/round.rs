@@ -30,7 +30,7 @@ pub fn round_to(x: f64, format: Format, overflow: Overflow) -> f64 {
         let mag = match overflow {
             Overflow::Saturate => info.max,
             Overflow::Ieee if info.has_inf => f64::INFINITY,
-            Overflow::Ieee => return f64::NAN,
+            Overflow::Ieee => return if negative { -f64::NAN } else { f64::NAN },
         };
         if negative {
             -mag
