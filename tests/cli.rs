@@ -182,3 +182,84 @@ fn selftest_catches_every_planted_bug() {
         .code(0)
         .stdout(predicate::str::contains("caught"));
 }
+
+/// Bad inputs in a case directory: exit 2 and a one-line reason naming the file.
+#[test]
+fn malformed_case_dirs_exit_2_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("base");
+    gemm(&["--dump", base.to_str().unwrap()]).assert().code(0);
+    type Damage = fn(&std::path::Path);
+    let damages: [(&str, Damage, &str); 7] = [
+        (
+            "truncated header",
+            |d| std::fs::write(d.join("lhs.npy"), b"\x93NUMPY\x01\x00").unwrap(),
+            "lhs.npy",
+        ),
+        (
+            "wrong magic",
+            |d| std::fs::write(d.join("rhs.npy"), b"hello world, not an npy file").unwrap(),
+            "rhs.npy",
+        ),
+        (
+            "int16 sizes",
+            |d| {
+                ndarray_npy::write_npy(d.join("group_sizes.npy"), &ndarray::Array1::<i16>::zeros(6))
+                    .unwrap()
+            },
+            "group_sizes.npy",
+        ),
+        (
+            "negative size",
+            |d| {
+                let mut s = ndarray::Array1::<i32>::zeros(6);
+                s[2] = -1;
+                ndarray_npy::write_npy(d.join("group_sizes.npy"), &s).unwrap()
+            },
+            "negative",
+        ),
+        (
+            "sizes exceed M",
+            |d| {
+                ndarray_npy::write_npy(
+                    d.join("group_sizes.npy"),
+                    &ndarray::Array1::<i32>::from_elem(6, 1000),
+                )
+                .unwrap()
+            },
+            "more than",
+        ),
+        (
+            "NaN in lhs",
+            |d| {
+                let mut a: ndarray::Array2<f32> = ndarray_npy::read_npy(d.join("lhs.npy")).unwrap();
+                a[(3, 1)] = f32::NAN;
+                ndarray_npy::write_npy(d.join("lhs.npy"), &a).unwrap()
+            },
+            "non-finite",
+        ),
+        (
+            "unknown dtype",
+            |d| {
+                let t = std::fs::read_to_string(d.join("case.json")).unwrap();
+                std::fs::write(d.join("case.json"), t.replace("\"bf16\"", "\"int7\"")).unwrap()
+            },
+            "case.json",
+        ),
+    ];
+    for (what, damage, needle) in damages {
+        let d = dir.path().join(what.replace(' ', "_"));
+        std::fs::create_dir_all(&d).unwrap();
+        for e in std::fs::read_dir(&base).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), d.join(e.file_name())).unwrap();
+        }
+        damage(&d);
+        let out = moecheck().arg("check").arg(&d).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{what}: {err}");
+        assert!(err.contains(needle), "{what}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{what}: {err}");
+        assert!(!err.contains("panicked"), "{what}: {err}");
+    }
+}
