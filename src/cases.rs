@@ -222,10 +222,7 @@ mod tests {
     fn sizes_respect_empty_and_drop() {
         let s = spec();
         let case = generate(&s);
-        assert_eq!(
-            case.group_sizes.iter().filter(|x| **x == 0).count() >= 3,
-            true
-        );
+        assert!(case.group_sizes.iter().filter(|x| **x == 0).count() >= 3);
         assert_eq!(case.group_sizes[0], 0);
         assert_eq!(case.group_sizes[15], 0);
         assert_eq!(case.rows_used(), 180);

@@ -98,7 +98,7 @@ fn bad_flags_exit_2_with_one_line_reason() {
         ),
     ];
     for (args, needle) in cases {
-        let out = gemm(&args).output().unwrap();
+        let out = gemm(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(needle), "{args:?}: {err}");
