@@ -1,124 +1,175 @@
 //! FP8 bit encodings: OCP E4M3 "fn" and E5M2.
 //!
-//! E4M3: `S EEEE MMM`, bias 7, no infinities, `S.1111.111` is NaN, max `1.75·2^8 = 448`.
-//! E5M2: `S EEEEE MM`, bias 15, `S.11111.00` is ±inf, `S.11111.{01,10,11}` NaN, max `1.75·2^15 = 57344`.
-//! A value with biased exponent 0 is subnormal: `(-1)^S · 0.M · 2^(1-bias)`.
+//! A byte `S EEEE MMM` (E4M3, bias 7) or `S EEEEE MM` (E5M2, bias 15) with `m` mantissa bits,
+//! exponent field `E`, mantissa field `M` and bias `b` has the value
+//!
+//! * `(-1)^S · (1 + M/2^m) · 2^(E - b)` when `E > 0` (normal),
+//! * `(-1)^S · M · 2^(1 - b - m)` when `E = 0` (subnormal and ±0),
+//!
+//! except for the special encodings: E4M3 has no infinities and only `S.1111.111` is NaN (so
+//! `S.1111.110 = ±448` is finite); E5M2 is IEEE-like, `S.11111.00` is ±inf and
+//! `S.11111.{01,10,11}` is NaN.
+//!
+//! NaN encodings written by [`encode_fp8`] follow ml_dtypes 0.7 (checked in
+//! `reference/tests/format_tables.rs` against `fixtures/formats/`): the sign of the NaN is kept
+//! and the payload is dropped, giving `S.1111.111` (0x7f/0xff) in E4M3 and the quiet NaN
+//! `S.11111.10` (0x7e/0xfe) in E5M2. An E4M3 overflow under [`Overflow::Ieee`] gives the NaN
+//! with the sign of the input (−1e6 → 0xff).
 
 use super::{pow2, round_to, Format, Overflow};
 
-fn layout(format: Format) -> (u32, i32) {
+/// Bit layout of an FP8 format: (mantissa bits, exponent bits, bias).
+fn layout(format: Format) -> (u32, u32, i32) {
     match format {
-        Format::E4m3 => (3, 7),
-        Format::E5m2 => (2, 15),
-        other => panic!("{other} is not an FP8 format"),
+        Format::E4m3 | Format::E5m2 => {
+            let info = format.info();
+            let bias = (1i32 << (info.exponent_bits - 1)) - 1;
+            (info.mantissa_bits, info.exponent_bits, bias)
+        }
+        other => panic!("{other} is not an FP8 format (expected e4m3 or e5m2)"),
     }
 }
 
-/// Decodes an 8-bit pattern of `format` (E4M3 or E5M2) into its exact value (NaN keeps the
-/// sign bit, as ml_dtypes does).
+/// Encodes `x` into the 8-bit pattern of `format` (E4M3 or E5M2) after rounding with
+/// `overflow` semantics.
+///
+/// Rounding is [`round_to`]`(x, format, overflow)`: round to nearest, ties to even, gradual
+/// underflow; beyond ±max the result is ±inf (E5M2) or NaN (E4M3) under [`Overflow::Ieee`] and
+/// ±max under [`Overflow::Saturate`] (±inf included). The rounded value `r` is then packed
+/// exactly: for `|r| >= 2^emin`, `E = floor(log2|r|) + bias` and `M = (|r|/2^(E-bias) - 1)·2^m`;
+/// for smaller `|r|`, `E = 0` and `M = |r| / 2^(emin - m)`.
+///
+/// The sign bit is always the sign of `x`: `-0.0` encodes as 0x80, a negative value that
+/// underflows gives 0x80, and NaN (input NaN or an E4M3 overflow) keeps the sign of `x`. NaN is
+/// encoded as `S.1111.111` in E4M3 and `S.11111.10` in E5M2, as ml_dtypes does.
+///
+/// ```
+/// use moecheck_reference::format::{encode_fp8, Format, Overflow};
+/// assert_eq!(encode_fp8(1.0, Format::E4m3, Overflow::Ieee), 0x38);
+/// assert_eq!(encode_fp8(-448.0, Format::E4m3, Overflow::Ieee), 0xfe);
+/// assert_eq!(encode_fp8(1e6, Format::E4m3, Overflow::Ieee), 0x7f); // NaN
+/// assert_eq!(encode_fp8(1e6, Format::E5m2, Overflow::Ieee), 0x7c); // +inf
+/// assert_eq!(encode_fp8(f64::INFINITY, Format::E5m2, Overflow::Saturate), 0x7b); // 57344
+/// ```
 ///
 /// # Panics
-/// If `format` is not E4M3 or E5M2.
+///
+/// If `format` is not [`Format::E4m3`] or [`Format::E5m2`].
+pub fn encode_fp8(x: f64, format: Format, overflow: Overflow) -> u8 {
+    let (m, ebits, bias) = layout(format);
+    let sign: u8 = if x.is_sign_negative() { 0x80 } else { 0 };
+    let exp_all = ((1u32 << ebits) - 1) as u8;
+    let r = round_to(x, format, overflow);
+    if r.is_nan() {
+        let nan = match format {
+            Format::E4m3 => 0x7f,
+            _ => (exp_all << m) | (1 << (m - 1)),
+        };
+        return sign | nan;
+    }
+    if r.is_infinite() {
+        // Only E5M2 (round_to never returns inf for E4M3).
+        return sign | (exp_all << m);
+    }
+    let a = r.abs();
+    let emin = 1 - bias;
+    if a < pow2(emin) {
+        // Subnormal or zero: a = M · 2^(emin - m), exact.
+        let mant = (a / pow2(emin - m as i32)) as u8;
+        return sign | mant;
+    }
+    let e = ((a.to_bits() >> 52) & 0x7ff) as i32 - 1023;
+    let mant = ((a / pow2(e) - 1.0) * pow2(m as i32)) as u8;
+    sign | (((e + bias) as u8) << m) | mant
+}
+
+/// Decodes an 8-bit pattern of `format` (E4M3 or E5M2) into its exact value.
+///
+/// Formula (see the [module docs](self)): `(-1)^S · (1 + M/2^m) · 2^(E - bias)` for `E > 0`,
+/// `(-1)^S · M · 2^(1 - bias - m)` for `E = 0`. Every FP8 value is exact in f64. NaN encodings
+/// (E4M3 `S.1111.111`, E5M2 `S.11111.{01,10,11}`) decode to a NaN carrying the sign bit `S`;
+/// E5M2 `S.11111.00` decodes to ±inf.
 ///
 /// ```
 /// use moecheck_reference::format::{decode_fp8, Format};
 /// assert_eq!(decode_fp8(0x7e, Format::E4m3), 448.0);
 /// assert!(decode_fp8(0x7f, Format::E4m3).is_nan());
-/// assert_eq!(decode_fp8(0x7c, Format::E5m2), f64::INFINITY);
+/// assert_eq!(decode_fp8(0x7b, Format::E5m2), 57344.0);
+/// assert_eq!(decode_fp8(0xfc, Format::E5m2), f64::NEG_INFINITY);
 /// assert_eq!(decode_fp8(0x01, Format::E4m3), 2f64.powi(-9));
 /// ```
-pub fn decode_fp8(byte: u8, format: Format) -> f64 {
-    let (mbits, bias) = layout(format);
-    let sign = if byte & 0x80 != 0 { -1.0 } else { 1.0 };
-    let exp = ((byte & 0x7f) >> mbits) as i32;
-    let man = (byte & ((1 << mbits) - 1)) as i32;
-    let emax_field = (1 << (7 - mbits)) - 1;
-    match format {
-        Format::E4m3 if exp == emax_field && man == (1 << mbits) - 1 => {
-            return f64::NAN.copysign(sign)
-        }
-        Format::E5m2 if exp == emax_field => {
-            return if man == 0 {
-                sign * f64::INFINITY
-            } else {
-                f64::NAN.copysign(sign)
-            };
-        }
-        _ => {}
-    }
-    let m = man as f64 * pow2(-(mbits as i32));
-    if exp == 0 {
-        sign * m * pow2(1 - bias)
-    } else {
-        sign * (1.0 + m) * pow2(exp - bias)
-    }
-}
-
-/// Encodes `x` into the 8-bit pattern of `format` (E4M3 or E5M2): first
-/// [`round_to`]`(x, format, overflow)` (round to nearest even; saturation or not per
-/// `overflow`), then the bits of the rounded value. The sign of zero is kept. NaN encodes as
-/// `S.1111.111` (E4M3) or `S.11111.10` (E5M2) with the sign bit of the input NaN, as ml_dtypes
-/// does.
 ///
 /// # Panics
-/// If `format` is not E4M3 or E5M2.
-pub fn encode_fp8(x: f64, format: Format, overflow: Overflow) -> u8 {
-    let (mbits, bias) = layout(format);
-    let r = round_to(x, format, overflow);
-    let sign: u8 = if r.is_sign_negative() { 0x80 } else { 0 };
-    if r.is_nan() {
-        return sign | if format == Format::E4m3 { 0x7f } else { 0x7e };
-    }
-    if r.is_infinite() {
-        return sign | 0x7c;
-    }
-    let a = r.abs();
-    if a == 0.0 {
-        return sign;
-    }
-    let min_normal = pow2(1 - bias);
-    if a < min_normal {
-        // Subnormal: a = man · 2^(1 - bias - mbits), exact after rounding.
-        let man = (a / pow2(1 - bias - mbits as i32)) as u8;
-        return sign | man;
-    }
-    let e = a.log2().floor() as i32;
-    // Guard against log2 rounding at exact powers of two.
-    let e = if pow2(e) > a {
-        e - 1
-    } else if pow2(e + 1) <= a {
-        e + 1
-    } else {
-        e
+///
+/// If `format` is not [`Format::E4m3`] or [`Format::E5m2`].
+pub fn decode_fp8(byte: u8, format: Format) -> f64 {
+    let (m, ebits, bias) = layout(format);
+    let sign = if byte & 0x80 != 0 { -1.0 } else { 1.0 };
+    let exp_all = (1u32 << ebits) - 1;
+    let e = ((byte as u32) >> m) & exp_all;
+    let mant = (byte as u32) & ((1 << m) - 1);
+    let special = match format {
+        Format::E4m3 => e == exp_all && mant == (1 << m) - 1,
+        _ => e == exp_all,
     };
-    let man = ((a / pow2(e) - 1.0) * pow2(mbits as i32)) as u8;
-    sign | (((e + bias) as u8) << mbits) | man
+    if special {
+        let v = if mant == 0 { f64::INFINITY } else { f64::NAN };
+        return v.copysign(sign);
+    }
+    let mag = if e == 0 {
+        mant as f64 * pow2(1 - bias - m as i32)
+    } else {
+        (1.0 + mant as f64 * pow2(-(m as i32))) * pow2(e as i32 - bias)
+    };
+    sign * mag
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const FP8: [Format; 2] = [Format::E4m3, Format::E5m2];
+
     #[test]
-    fn every_finite_byte_round_trips() {
-        for f in [Format::E4m3, Format::E5m2] {
+    fn roundtrip_all_finite_bytes() {
+        for f in FP8 {
             for b in 0..=255u8 {
                 let v = decode_fp8(b, f);
-                if v.is_finite() {
-                    assert_eq!(encode_fp8(v, f, Overflow::Ieee), b, "{f} {b:#04x} = {v}");
+                if v.is_nan() {
+                    continue;
+                }
+                for o in [Overflow::Ieee, Overflow::Saturate] {
+                    let want = if v.is_infinite() && o == Overflow::Saturate {
+                        b - 1 // ±inf saturates to ±max, the byte just below
+                    } else {
+                        b
+                    };
+                    assert_eq!(encode_fp8(v, f, o), want, "{f} {b:#04x}");
                 }
             }
         }
     }
 
     #[test]
-    fn saturation_and_overflow() {
-        assert_eq!(encode_fp8(1e6, Format::E4m3, Overflow::Saturate), 0x7e);
+    fn special_values() {
+        assert_eq!(encode_fp8(-0.0, Format::E4m3, Overflow::Ieee), 0x80);
+        assert_eq!(encode_fp8(-1e-30, Format::E5m2, Overflow::Ieee), 0x80);
+        assert_eq!(encode_fp8(f64::NAN, Format::E4m3, Overflow::Saturate), 0x7f);
+        assert_eq!(encode_fp8(-f64::NAN, Format::E5m2, Overflow::Ieee), 0xfe);
         assert_eq!(encode_fp8(-1e6, Format::E4m3, Overflow::Ieee), 0xff);
-        assert_eq!(encode_fp8(1e6, Format::E5m2, Overflow::Ieee), 0x7c);
-        assert_eq!(
-            encode_fp8(f64::INFINITY, Format::E5m2, Overflow::Saturate),
-            0x7b
-        );
+        assert_eq!(encode_fp8(-1e6, Format::E4m3, Overflow::Saturate), 0xfe);
+        assert_eq!(encode_fp8(464.0, Format::E4m3, Overflow::Ieee), 0x7e);
+        assert_eq!(encode_fp8(61440.0, Format::E5m2, Overflow::Ieee), 0x7c);
+        assert_eq!(decode_fp8(0x7e, Format::E4m3), 448.0);
+        assert_eq!(decode_fp8(0x08, Format::E4m3), 2f64.powi(-6));
+        assert_eq!(decode_fp8(0x01, Format::E5m2), 2f64.powi(-16));
+        assert!(decode_fp8(0x7d, Format::E5m2).is_nan());
+        assert!(decode_fp8(0xff, Format::E4m3).is_sign_negative());
+    }
+
+    #[test]
+    #[should_panic(expected = "not an FP8 format")]
+    fn rejects_non_fp8() {
+        encode_fp8(1.0, Format::Bf16, Overflow::Ieee);
     }
 }
