@@ -263,3 +263,11 @@ fn malformed_case_dirs_exit_2_naming_the_file() {
         assert!(!err.contains("panicked"), "{what}: {err}");
     }
 }
+
+#[test]
+fn exec_timeout_is_a_failed_case_with_the_reason() {
+    gemm(&["--impl", "exec:sleep 30 #", "--timeout", "1"])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("timed out after 1.0 s"));
+}
