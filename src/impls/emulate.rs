@@ -250,11 +250,7 @@ impl GroupedGemm for Emulate {
                 }
             }
             if tail_zero && !k_zero_poison {
-                for r in used..m {
-                    for c in 0..n {
-                        out[(r, c)] = 0.0;
-                    }
-                }
+                out.slice_mut(ndarray::s![used.., ..]).fill(0.0);
             }
             result.out = Some(out);
         }
@@ -283,11 +279,7 @@ impl GroupedGemm for Emulate {
                     }
                 }
                 if tail_zero {
-                    for r in used..m {
-                        for kk in 0..k {
-                            dlhs[(r, kk)] = 0.0;
-                        }
-                    }
+                    dlhs.slice_mut(ndarray::s![used.., ..]).fill(0.0);
                 }
                 result.dlhs = Some(dlhs);
             }
