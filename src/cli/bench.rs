@@ -1,5 +1,7 @@
-//! `moecheck bench`: throughput of the f64 reference grouped GEMM relative to one dense f64
-//! GEMM with the same total FLOPs, measured in the same run (interleaved repetitions, median).
+//! `moecheck bench`: throughput of the f64 reference grouped GEMM (forward) relative to one
+//! dense f64 GEMM with the same total FLOPs, measured in the same run: each repetition times
+//! both back to back (alternating which goes first) and the report gives the median of the
+//! per-repetition ratios, with their spread.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -11,7 +13,7 @@ use rand_chacha::ChaCha8Rng;
 
 use moecheck::cases::{group_sizes, GemmSpec, Routing};
 use moecheck_reference::format::Format;
-use moecheck_reference::gemm::{case::offsets, grouped_fwd, TailContract};
+use moecheck_reference::gemm::{case::offsets, grouped_fwd, grouped_fwd_into, TailContract};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -29,9 +31,13 @@ pub struct BenchArgs {
     pub empty: usize,
     #[arg(long, value_enum, default_value = "skewed")]
     pub routing: Routing,
-    /// Interleaved repetitions of each side; the median is reported.
-    #[arg(long, default_value_t = 5)]
+    /// Interleaved repetitions of each side; the median ratio is reported.
+    #[arg(long, default_value_t = 7)]
     pub reps: usize,
+    /// Time the allocating calls (`lhs.dot(rhs)` against `grouped_fwd`, each also paying for
+    /// first-touching a fresh (M, N) output) instead of GEMMs into preallocated outputs.
+    #[arg(long)]
+    pub alloc: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -46,12 +52,27 @@ struct BenchReport {
     smallest_nonempty_group: usize,
     largest_group: usize,
     reps: usize,
+    /// Whether the timed calls allocate their outputs (`--alloc`).
+    alloc: bool,
+    /// 1-minute load average before and after (Linux `/proc/loadavg`; -1 if unknown).
+    load_before: f64,
+    load_after: f64,
     dense_median_s: f64,
     grouped_median_s: f64,
     dense_gflops: f64,
     grouped_gflops: f64,
-    /// grouped throughput / dense throughput
+    /// Median over repetitions of (dense time / grouped time), i.e. grouped throughput
+    /// relative to dense; the spread is the smallest and largest per-repetition ratio.
     ratio: f64,
+    ratio_min: f64,
+    ratio_max: f64,
+}
+
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(-1.0)
 }
 
 pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
@@ -82,23 +103,50 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
         ((g + i * 3 + j * 5) % 11) as f64 - 5.0
     });
     let dense_rhs = rhs.index_axis(ndarray::Axis(0), 0).to_owned();
-    let mut dense = Vec::new();
-    let mut grouped = Vec::new();
-    for _ in 0..a.reps {
+    let mut dense_out = Array2::<f64>::zeros((a.rows, a.n));
+    let mut grouped_out = Array2::<f64>::zeros((a.rows, a.n));
+    let mut time_dense = || {
         let t = Instant::now();
-        let out = lhs.dot(&dense_rhs);
-        dense.push(t.elapsed().as_secs_f64());
-        std::hint::black_box(out);
+        if a.alloc {
+            std::hint::black_box(lhs.dot(&dense_rhs));
+        } else {
+            ndarray::linalg::general_mat_mul(1.0, &lhs, &dense_rhs, 0.0, &mut dense_out);
+        }
+        t.elapsed().as_secs_f64()
+    };
+    let mut time_grouped = || {
         let t = Instant::now();
-        let out = grouped_fwd(lhs.view(), rhs.view(), &off);
-        grouped.push(t.elapsed().as_secs_f64());
-        std::hint::black_box(out);
+        if a.alloc {
+            std::hint::black_box(grouped_fwd(lhs.view(), rhs.view(), &off));
+        } else {
+            grouped_fwd_into(lhs.view(), rhs.view(), &off, grouped_out.view_mut());
+        }
+        t.elapsed().as_secs_f64()
+    };
+    let load_before = load_average();
+    let bar = indicatif::ProgressBar::new(a.reps as u64);
+    let (mut dense, mut grouped, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for rep in 0..a.reps {
+        let (td, tg) = if rep % 2 == 0 {
+            let td = time_dense();
+            (td, time_grouped())
+        } else {
+            let tg = time_grouped();
+            (time_dense(), tg)
+        };
+        dense.push(td);
+        grouped.push(tg);
+        ratios.push(td / tg);
+        bar.inc(1);
     }
+    bar.finish_and_clear();
+    let load_after = load_average();
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
     let (td, tg) = (median(&mut dense), median(&mut grouped));
+    let ratio = median(&mut ratios);
     let flops = 2.0 * a.rows as f64 * a.k as f64 * a.n as f64;
     let r = BenchReport {
         m: a.rows,
@@ -109,11 +157,16 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
         smallest_nonempty_group: sizes.iter().copied().filter(|s| *s > 0).min().unwrap_or(0),
         largest_group: sizes.iter().copied().max().unwrap_or(0),
         reps: a.reps,
+        alloc: a.alloc,
+        load_before,
+        load_after,
         dense_median_s: td,
         grouped_median_s: tg,
         dense_gflops: flops / td / 1e9,
         grouped_gflops: flops / tg / 1e9,
-        ratio: td / tg,
+        ratio,
+        ratio_min: ratios[0],
+        ratio_max: ratios[ratios.len() - 1],
     };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
@@ -137,7 +190,20 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
             "  grouped f64 (ref)   {:>8.3} s  {:>7.1} GFLOP/s",
             r.grouped_median_s, r.grouped_gflops
         );
-        println!("  ratio grouped/dense {:>8.3}x", r.ratio);
+        println!(
+            "  ratio grouped/dense {:>8.3}x  (median of per-rep ratios; spread {:.3}..{:.3})",
+            r.ratio, r.ratio_min, r.ratio_max
+        );
+        println!(
+            "  outputs {}, load average {:.2} before, {:.2} after",
+            if r.alloc {
+                "allocated per call"
+            } else {
+                "preallocated"
+            },
+            r.load_before,
+            r.load_after
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

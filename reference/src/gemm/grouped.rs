@@ -1,15 +1,26 @@
 //! The f64 reference grouped GEMM.
 //!
-//! Each group is one dense f64 GEMM through ndarray's `general_mat_mul` (matrixmultiply's
-//! dgemm: f64 products and f64 accumulation, FMA where the CPU has it). Its own error is at
-//! most `γ(n, 2^-53)·Σ|a·b|`, which [`super::bound::ErrorBound`] adds to every element's
-//! bound, so the reference is "exact" only up to a term some 2^29 times smaller than an f32
-//! accumulator's.
+//! Each group is one dense f64 GEMM through [`super::kernel::gemm`], a packing-free kernel
+//! (f64 products and f64 accumulation, FMA where the CPU has it), or ndarray's
+//! `general_mat_mul` (matrixmultiply's dgemm) where an operand's rows are not contiguous
+//! (dgrad's `rhs_gᵀ`). Either way an element's error is at most `γ(n, 2^-53)·Σ|a·b|` for any
+//! summation order, which [`super::bound::ErrorBound`] adds to every element's bound, so the
+//! reference is "exact" only up to a term some 2^29 times smaller than an f32 accumulator's.
+//!
+//! Work is split into jobs of at most [`CHUNK`] output rows and run on all cores; see
+//! [`run_jobs`] for the schedule. Jobs write disjoint outputs and an element's summation order
+//! does not depend on the split, so results do not depend on the schedule either.
+
+use std::collections::VecDeque;
 
 use ndarray::{s, Array2, Array3, ArrayView2, ArrayView3, ArrayViewMut2, Axis};
 
 use super::case::{GemmOutputs, GroupedGemmCase, Passes};
+use super::kernel::gemm;
 use crate::Error;
+
+/// Most output rows in one job: large groups are split so both cores stay busy to the end.
+pub const CHUNK: usize = 256;
 
 /// Forward: `out[r, :] = lhs[r, :] · rhs[g]` for `r` in group `g`; tail rows are 0.
 ///
@@ -29,15 +40,42 @@ use crate::Error;
 /// assert_eq!(out, array![[3.0], [30.0], [0.0]]);
 /// ```
 pub fn grouped_fwd(lhs: ArrayView2<f64>, rhs: ArrayView3<f64>, offsets: &[usize]) -> Array2<f64> {
-    let (m, _k) = lhs.dim();
-    let n = rhs.shape()[2];
-    let mut out = Array2::<f64>::zeros((m, n));
-    for_each_group(row_blocks(out.view_mut(), offsets), |g, mut dst| {
-        let (lo, hi) = (offsets[g], offsets[g + 1]);
-        let a = lhs.slice(s![lo..hi, ..]);
-        ndarray::linalg::general_mat_mul(1.0, &a, &rhs.index_axis(Axis(0), g), 0.0, &mut dst);
-    });
+    let mut out = Array2::<f64>::zeros((lhs.nrows(), rhs.shape()[2]));
+    fwd_groups(lhs, rhs, offsets, out.view_mut());
     out
+}
+
+/// [`grouped_fwd`] into a caller's `out (M, N)`: every element is overwritten (tail rows with
+/// 0) and none is read.
+///
+/// # Panics
+/// As [`grouped_fwd`], and if `out` is not `(M, N)`.
+pub fn grouped_fwd_into(
+    lhs: ArrayView2<f64>,
+    rhs: ArrayView3<f64>,
+    offsets: &[usize],
+    mut out: ArrayViewMut2<f64>,
+) {
+    assert_eq!(
+        out.dim(),
+        (lhs.nrows(), rhs.shape()[2]),
+        "grouped_fwd_into: out"
+    );
+    let used = *offsets.last().unwrap_or(&0);
+    out.slice_mut(s![used.., ..]).fill(0.0);
+    fwd_groups(lhs, rhs, offsets, out);
+}
+
+fn fwd_groups(
+    lhs: ArrayView2<f64>,
+    rhs: ArrayView3<f64>,
+    offsets: &[usize],
+    out: ArrayViewMut2<f64>,
+) {
+    run_jobs(row_jobs(out, offsets), |job| {
+        let a = lhs.slice(s![job.start..job.start + job.dst.nrows(), ..]);
+        gemm(a, rhs.index_axis(Axis(0), job.g), job.dst);
+    });
 }
 
 /// Dgrad: `dlhs[r, :] = dout[r, :] · rhs[g]ᵀ` for `r` in group `g`; tail rows are 0.
@@ -51,13 +89,10 @@ pub fn grouped_dgrad(
     rhs: ArrayView3<f64>,
     offsets: &[usize],
 ) -> Array2<f64> {
-    let m = dout.nrows();
-    let k = rhs.shape()[1];
-    let mut dlhs = Array2::<f64>::zeros((m, k));
-    for_each_group(row_blocks(dlhs.view_mut(), offsets), |g, mut dst| {
-        let (lo, hi) = (offsets[g], offsets[g + 1]);
-        let b = rhs.index_axis(Axis(0), g);
-        ndarray::linalg::general_mat_mul(1.0, &dout.slice(s![lo..hi, ..]), &b.t(), 0.0, &mut dst);
+    let mut dlhs = Array2::<f64>::zeros((dout.nrows(), rhs.shape()[1]));
+    run_jobs(row_jobs(dlhs.view_mut(), offsets), |job| {
+        let a = dout.slice(s![job.start..job.start + job.dst.nrows(), ..]);
+        gemm(a, rhs.index_axis(Axis(0), job.g).t(), job.dst);
     });
     dlhs
 }
@@ -75,63 +110,95 @@ pub fn grouped_wgrad(
     offsets: &[usize],
 ) -> Array3<f64> {
     let g_count = offsets.len() - 1;
-    let k = lhs.ncols();
-    let n = dout.ncols();
-    let mut drhs = Array3::<f64>::zeros((g_count, k, n));
-    let blocks = drhs
-        .outer_iter_mut()
-        .enumerate()
-        .filter(|(g, _)| offsets[*g + 1] > offsets[*g])
-        .map(|(g, v)| (g, offsets[g + 1] - offsets[g], v))
-        .collect();
-    for_each_group(blocks, |g, mut dst| {
-        let (lo, hi) = (offsets[g], offsets[g + 1]);
-        let a = lhs.slice(s![lo..hi, ..]);
-        ndarray::linalg::general_mat_mul(1.0, &a.t(), &dout.slice(s![lo..hi, ..]), 0.0, &mut dst);
+    let mut drhs = Array3::<f64>::zeros((g_count, lhs.ncols(), dout.ncols()));
+    let mut jobs = Vec::new();
+    for (g, mut dst) in drhs.outer_iter_mut().enumerate() {
+        let size = offsets[g + 1] - offsets[g];
+        let mut start = 0;
+        while size > 0 && dst.nrows() > 0 {
+            let rows = CHUNK.min(dst.nrows());
+            let (head, rest) = dst.split_at(Axis(0), rows);
+            let cost = size * head.nrows();
+            jobs.push(Job {
+                g,
+                start,
+                cost,
+                dst: head,
+            });
+            start += CHUNK;
+            dst = rest;
+        }
+    }
+    run_jobs(jobs, |job| {
+        let (lo, hi) = (offsets[job.g], offsets[job.g + 1]);
+        let a = lhs.slice(s![lo..hi, job.start..job.start + job.dst.nrows()]);
+        gemm(a.t(), dout.slice(s![lo..hi, ..]), job.dst);
     });
     drhs
 }
 
-/// Splits `dst` into the row blocks of the non-empty groups: `(g, size_g, rows of g)`.
-fn row_blocks<'a>(
-    mut dst: ArrayViewMut2<'a, f64>,
-    offsets: &[usize],
-) -> Vec<(usize, usize, ArrayViewMut2<'a, f64>)> {
-    let mut blocks = Vec::new();
-    for g in 0..offsets.len() - 1 {
-        let size = offsets[g + 1] - offsets[g];
-        let (head, rest) = dst.split_at(Axis(0), size);
-        if size > 0 {
-            blocks.push((g, size, head));
-        }
-        dst = rest;
-    }
-    blocks
+/// One unit of work: `dst` is part of group `g`'s output starting at row `start` (of the
+/// whole output for fwd/dgrad, of `drhs[g]` for wgrad); `cost` orders the jobs.
+struct Job<'a> {
+    g: usize,
+    start: usize,
+    cost: usize,
+    dst: ArrayViewMut2<'a, f64>,
 }
 
-/// Runs `f(g, dst_g)` for every block, on all available cores, largest groups first. The
-/// blocks are disjoint, so the result does not depend on the schedule; each block is one
-/// dense GEMM, so neither does its rounding.
-fn for_each_group<'a, F>(mut blocks: Vec<(usize, usize, ArrayViewMut2<'a, f64>)>, f: F)
+/// Splits `dst` into the row blocks of the non-empty groups, at most [`CHUNK`] rows each.
+fn row_jobs<'a>(mut dst: ArrayViewMut2<'a, f64>, offsets: &[usize]) -> Vec<Job<'a>> {
+    let mut jobs = Vec::new();
+    for g in 0..offsets.len() - 1 {
+        let mut start = offsets[g];
+        while start < offsets[g + 1] {
+            let rows = CHUNK.min(offsets[g + 1] - start);
+            let (head, rest) = dst.split_at(Axis(0), rows);
+            jobs.push(Job {
+                g,
+                start,
+                cost: rows,
+                dst: head,
+            });
+            dst = rest;
+            start += rows;
+        }
+        // `dst` now starts at offsets[g + 1].
+    }
+    jobs
+}
+
+/// Runs `f(job)` for every job on all available cores. Jobs are sorted by cost; even-numbered
+/// workers take the largest remaining job and odd-numbered ones the smallest, so the
+/// compute-bound chunks of large groups run beside the memory-bound small groups (each reads a
+/// whole expert weight for a few rows) rather than all small groups together at the end.
+fn run_jobs<'a, F>(mut jobs: Vec<Job<'a>>, f: F)
 where
-    F: Fn(usize, ArrayViewMut2<'a, f64>) + Sync,
+    F: Fn(Job<'a>) + Sync,
 {
-    // Ascending by size, so popping from the end hands out the largest first.
-    blocks.sort_by_key(|(g, size, _)| (*size, std::cmp::Reverse(*g)));
+    jobs.sort_by_key(|job| (std::cmp::Reverse(job.cost), job.g, job.start));
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
-        .min(blocks.len());
+        .min(jobs.len());
     if threads <= 1 {
-        blocks.into_iter().rev().for_each(|(g, _, v)| f(g, v));
+        jobs.into_iter().for_each(f);
         return;
     }
-    let queue = std::sync::Mutex::new(blocks);
+    let queue = std::sync::Mutex::new(VecDeque::from(jobs));
     std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| loop {
-                let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        for worker in 0..threads {
+            let (queue, f) = (&queue, &f);
+            scope.spawn(move || loop {
+                let next = {
+                    let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
+                    if worker % 2 == 0 {
+                        q.pop_front()
+                    } else {
+                        q.pop_back()
+                    }
+                };
                 match next {
-                    Some((g, _, v)) => f(g, v),
+                    Some(job) => f(job),
                     None => break,
                 }
             });
@@ -222,5 +289,68 @@ mod tests {
         let mut dout2 = dout.clone();
         dout2.slice_mut(s![9.., ..]).fill(1e6);
         assert_eq!(grouped_wgrad(lhs.view(), dout2.view(), &off), drhs);
+    }
+    /// Triple loops for all three passes, group by group.
+    fn naive(
+        lhs: &Array2<f64>,
+        rhs: &Array3<f64>,
+        dout: &Array2<f64>,
+        off: &[usize],
+    ) -> (Array2<f64>, Array2<f64>, Array3<f64>) {
+        let (m, k) = lhs.dim();
+        let (g, n) = (rhs.shape()[0], rhs.shape()[2]);
+        let group_of = |r: usize| (0..g).find(|e| off[*e] <= r && r < off[*e + 1]);
+        let out = Array2::from_shape_fn((m, n), |(r, c)| {
+            group_of(r).map_or(0.0, |e| (0..k).map(|i| lhs[(r, i)] * rhs[(e, i, c)]).sum())
+        });
+        let dlhs = Array2::from_shape_fn((m, k), |(r, c)| {
+            group_of(r).map_or(0.0, |e| (0..n).map(|j| dout[(r, j)] * rhs[(e, c, j)]).sum())
+        });
+        let drhs = Array3::from_shape_fn((g, k, n), |(e, i, j)| {
+            (off[e]..off[e + 1])
+                .map(|r| lhs[(r, i)] * dout[(r, j)])
+                .sum()
+        });
+        (out, dlhs, drhs)
+    }
+
+    /// Groups larger than a job ([`CHUNK`] rows) and K deeper than one kernel band
+    /// ([`super::super::kernel::KC`]), empty groups between them, a tail, and K = 0 / M = 0:
+    /// still bit for bit equal to triple loops with small integers.
+    #[test]
+    fn chunked_groups_and_edges_match_naive_loops_exactly() {
+        let shapes: [(&[usize], usize, usize, usize); 5] = [
+            (&[0, 300, 1, 0, 9, 600, 0, 129], 1045, 300, 27),
+            (&[257], 257, 9, 8),
+            (&[0, 0, 3], 7, 0, 5),
+            (&[0, 0], 0, 4, 3),
+            (&[2, 0, 1], 4, 5, 0),
+        ];
+        for (sizes, m, k, n) in shapes {
+            let off = super::super::case::offsets(sizes);
+            let g = sizes.len();
+            let lhs = Array2::from_shape_fn((m, k), |(i, j)| ((i * 5 + j * 3) % 7) as f64 - 3.0);
+            let rhs = Array3::from_shape_fn((g, k, n), |(e, i, j)| {
+                ((e * 3 + i + j * 2) % 5) as f64 - 2.0
+            });
+            let dout = Array2::from_shape_fn((m, n), |(i, j)| ((i + 2 * j) % 9) as f64 - 4.0);
+            let (out, dlhs, drhs) = naive(&lhs, &rhs, &dout, &off);
+            let what = format!("sizes {sizes:?} m={m} k={k} n={n}");
+            assert_eq!(grouped_fwd(lhs.view(), rhs.view(), &off), out, "fwd {what}");
+            assert_eq!(
+                grouped_dgrad(dout.view(), rhs.view(), &off),
+                dlhs,
+                "dgrad {what}"
+            );
+            assert_eq!(
+                grouped_wgrad(lhs.view(), dout.view(), &off),
+                drhs,
+                "wgrad {what}"
+            );
+            // The _into form overwrites everything, the tail with 0, and reads nothing.
+            let mut poisoned = Array2::from_elem((m, n), f64::NAN);
+            grouped_fwd_into(lhs.view(), rhs.view(), &off, poisoned.view_mut());
+            assert_eq!(poisoned, out, "fwd_into {what}");
+        }
     }
 }

@@ -28,8 +28,11 @@ pub mod bound;
 pub mod case;
 pub mod compare;
 mod grouped;
+pub mod kernel;
 
 pub use bound::{Accumulator, ErrorBound, Precision};
 pub use case::{GemmOutputs, GroupedGemmCase, Pass, Passes, TailContract};
 pub use compare::{compare_outputs, CaseReport, GroupId, GroupStats, PassReport, Worst};
-pub use grouped::{grouped_dgrad, grouped_fwd, grouped_wgrad, reference, ReferenceResult};
+pub use grouped::{
+    grouped_dgrad, grouped_fwd, grouped_fwd_into, grouped_wgrad, reference, ReferenceResult, CHUNK,
+};

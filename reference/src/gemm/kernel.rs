@@ -1,0 +1,439 @@
+//! A packing-free f64 GEMM, `c ← a·b`, for the reference grouped GEMM.
+//!
+//! ## Why not `general_mat_mul` per group
+//! matrixmultiply packs the whole right operand of every call into panels before it computes.
+//! A grouped GEMM calls it once per expert with a fresh `(K, N)` weight each time (4 MiB in
+//! f64 at K = 1024, N = 512), so for the many experts with a handful of rows the copy costs as
+//! much as the product. This kernel reads `b` where it lies, row by row, as long as its rows
+//! are contiguous (unit column stride), and needs no buffer at all.
+//!
+//! ## The arithmetic
+//! `c[i, j] = Σ_p a[i, p]·b[p, j]` in f64. `p` runs in blocks of [`KC`]: inside a block the
+//! products are accumulated in registers, in increasing `p`, with one fused multiply-add each
+//! where the CPU has FMA (one rounding per step) or a product and a sum otherwise; the block's
+//! sum is then stored into `c` (first block) or added to it (later blocks). The order depends
+//! only on `p`, never on the tiling, the thread or the instruction set's register width, so a
+//! result is the same whichever path ran, up to FMA versus separate rounding.
+//!
+//! Every product passes through at most `k` roundings (its own block's chain from its position
+//! on, plus one addition per later block, and each later block holds at least one product),
+//! so `|ĉ - c| <= γ(k, 2^-53)·Σ_p |a[i, p]·b[p, j]|` whatever the block size: the term
+//! [`super::bound`] already charges the reference. The inputs of moecheck come from f32 values,
+//! whose products cannot underflow in f64, so no absolute term is needed. When all products
+//! are small integers the sums are exact and the result equals a triple loop bit for bit (the
+//! tests check this).
+//!
+//! ## Instruction sets
+//! Chosen at run time: AVX-512F + FMA (8 × 24 register tile), AVX2 + FMA (4 × 12), otherwise
+//! portable Rust (4 × 8, no FMA). The tile loops are plain Rust over fixed-size arrays that the
+//! compiler vectorises inside `#[target_feature]` functions; no intrinsics beyond feature
+//! detection are used.
+
+use ndarray::{ArrayView2, ArrayViewMut2};
+
+/// Depth of one accumulation block along `p` (the shared dimension).
+pub const KC: usize = 256;
+/// Rows of `a` walked per sweep over a `KC`-deep band of `b`.
+const MC: usize = 64;
+
+/// The instruction-set paths of the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    /// Plain Rust, separate multiply and add; runs everywhere.
+    Portable,
+    /// x86-64 AVX2 with FMA.
+    Avx2,
+    /// x86-64 AVX-512F with FMA.
+    Avx512,
+}
+
+impl Isa {
+    /// The widest path this CPU supports.
+    pub fn detect() -> Isa {
+        *Isa::available().last().unwrap_or(&Isa::Portable)
+    }
+
+    /// Every path this CPU can run, narrowest first (the tests run each of them).
+    pub fn available() -> Vec<Isa> {
+        #[allow(unused_mut)]
+        let mut paths = vec![Isa::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx2") && has!("fma") {
+                paths.push(Isa::Avx2);
+                if has!("avx512f") {
+                    paths.push(Isa::Avx512);
+                }
+            }
+        }
+        paths
+    }
+}
+
+/// `c ← a·b` in f64 (see the module doc for the summation order and its error).
+///
+/// Reads `a (m, k)` (any strides) and `b (k, n)`; overwrites every element of `c (m, n)`
+/// without reading it first (with `k = 0`, `c` becomes 0). When `b` or `c` does not have
+/// contiguous rows (unit column stride), falls back to ndarray's `general_mat_mul`, whose
+/// error obeys the same bound.
+///
+/// # Panics
+/// If the shapes disagree.
+///
+/// ```
+/// use ndarray::{array, Array2};
+/// use moecheck_reference::gemm::kernel::gemm;
+/// let a = array![[1.0, 2.0], [3.0, 4.0]];
+/// let b = array![[5.0, 6.0, 7.0], [8.0, 9.0, 10.0]];
+/// let mut c = Array2::from_elem((2, 3), f64::NAN);
+/// gemm(a.view(), b.view(), c.view_mut());
+/// assert_eq!(c, array![[21.0, 24.0, 27.0], [47.0, 54.0, 61.0]]);
+/// ```
+pub fn gemm(a: ArrayView2<f64>, b: ArrayView2<f64>, c: ArrayViewMut2<f64>) {
+    gemm_with(Isa::detect(), a, b, c)
+}
+
+/// [`gemm`] on a chosen path.
+///
+/// # Panics
+/// If the shapes disagree, or `isa` is not supported by this CPU.
+pub fn gemm_with(isa: Isa, a: ArrayView2<f64>, b: ArrayView2<f64>, mut c: ArrayViewMut2<f64>) {
+    let (m, k) = a.dim();
+    let n = b.ncols();
+    assert_eq!(
+        b.nrows(),
+        k,
+        "gemm: a is {:?} but b is {:?}",
+        a.dim(),
+        b.dim()
+    );
+    assert_eq!(
+        c.dim(),
+        (m, n),
+        "gemm: c is {:?}, expected {:?}",
+        c.dim(),
+        (m, n)
+    );
+    assert!(
+        Isa::available().contains(&isa),
+        "gemm: {isa:?} not supported here"
+    );
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        c.fill(0.0);
+        return;
+    }
+    let rows_contiguous = |cols: usize, stride: isize| cols == 1 || stride == 1;
+    if !rows_contiguous(n, b.strides()[1]) || !rows_contiguous(n, c.strides()[1]) {
+        ndarray::linalg::general_mat_mul(1.0, &a, &b, 0.0, &mut c);
+        return;
+    }
+    let shape = Shape {
+        m,
+        n,
+        k,
+        a: a.as_ptr(),
+        rsa: a.strides()[0],
+        csa: a.strides()[1],
+        b: b.as_ptr(),
+        ldb: b.strides()[0],
+        c: c.as_mut_ptr(),
+        ldc: c.strides()[0],
+    };
+    // SAFETY: the pointers and strides come from live views of the shapes checked above, `c`
+    // is borrowed mutably for the call, `b` and `c` have unit column stride (or one column),
+    // and `body` only touches `a[i, p]`, `b[p, j]`, `c[i, j]` with `i < m`, `j < n`, `p < k`.
+    // The target-feature paths run only when `Isa::available` found the features.
+    unsafe {
+        match isa {
+            Isa::Portable => body::<4, 8, 4, false>(&shape),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => body_avx2(&shape),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => body_avx512(&shape),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => unreachable!("only Portable is available off x86-64"),
+        }
+    }
+}
+
+/// Raw view of one `c ← a·b` problem: `a[i, p] = *a.offset(i·rsa + p·csa)`,
+/// `b[p, j] = *b.offset(p·ldb + j)`, `c[i, j] = *c.offset(i·ldc + j)`.
+struct Shape {
+    m: usize,
+    n: usize,
+    k: usize,
+    a: *const f64,
+    rsa: isize,
+    csa: isize,
+    b: *const f64,
+    ldb: isize,
+    c: *mut f64,
+    ldc: isize,
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn body_avx512(s: &Shape) {
+    // SAFETY: as for `body`; the caller checked the features.
+    unsafe { body::<8, 24, 8, true>(s) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn body_avx2(s: &Shape) {
+    // SAFETY: as for `body`; the caller checked the features.
+    unsafe { body::<4, 12, 4, true>(s) }
+}
+
+/// The blocked loops: `KC`-deep bands of `b`, `MC` rows of `a` at a time, then `MR × w` tiles
+/// with `w` = `NR`, else `W`, else 1 column at the right edge.
+///
+/// # Safety
+/// `s` must describe valid, non-overlapping `a`, `b`, `c` with `m, n, k >= 1`.
+#[inline(always)]
+unsafe fn body<const MR: usize, const NR: usize, const W: usize, const FMA: bool>(s: &Shape) {
+    let at = |i: usize, p: usize| (i as isize) * s.rsa + (p as isize) * s.csa;
+    let mut pc = 0;
+    while pc < s.k {
+        let kc = KC.min(s.k - pc);
+        let first = pc == 0;
+        let mut ic = 0;
+        while ic < s.m {
+            let mc = MC.min(s.m - ic);
+            let mut jr = 0;
+            while jr < s.n {
+                let left = s.n - jr;
+                let w = if left >= NR {
+                    NR
+                } else if left >= W {
+                    W
+                } else {
+                    1
+                };
+                let bp = unsafe { s.b.offset(pc as isize * s.ldb + jr as isize) };
+                let mut ir = ic;
+                while ir < ic + mc {
+                    let mr = MR.min(ic + mc - ir);
+                    let t = Tile {
+                        kc,
+                        a: unsafe { s.a.offset(at(ir, pc)) },
+                        rsa: s.rsa,
+                        csa: s.csa,
+                        b: bp,
+                        ldb: s.ldb,
+                        c: unsafe { s.c.offset(ir as isize * s.ldc + jr as isize) },
+                        ldc: s.ldc,
+                        first,
+                    };
+                    unsafe {
+                        if w == NR {
+                            tile_rows::<MR, NR, FMA>(mr, &t)
+                        } else if w == W {
+                            tile_rows::<MR, W, FMA>(mr, &t)
+                        } else {
+                            tile_rows::<MR, 1, FMA>(mr, &t)
+                        }
+                    }
+                    ir += MR;
+                }
+                jr += w;
+            }
+            ic += mc;
+        }
+        pc += kc;
+    }
+}
+
+/// One `mr × NR` tile over one `kc`-deep band, `c` pointing at its top-left element.
+struct Tile {
+    kc: usize,
+    a: *const f64,
+    rsa: isize,
+    csa: isize,
+    b: *const f64,
+    ldb: isize,
+    c: *mut f64,
+    ldc: isize,
+    first: bool,
+}
+
+/// Dispatches `mr in 1..=MR` to a tile with that many rows as a constant.
+#[inline(always)]
+unsafe fn tile_rows<const MR: usize, const NR: usize, const FMA: bool>(mr: usize, t: &Tile) {
+    unsafe {
+        match mr {
+            1 => tile::<1, NR, FMA>(t),
+            2 => tile::<2, NR, FMA>(t),
+            3 => tile::<3, NR, FMA>(t),
+            4 => tile::<4, NR, FMA>(t),
+            5 if MR >= 5 => tile::<5, NR, FMA>(t),
+            6 if MR >= 6 => tile::<6, NR, FMA>(t),
+            7 if MR >= 7 => tile::<7, NR, FMA>(t),
+            8 if MR >= 8 => tile::<8, NR, FMA>(t),
+            _ => unreachable!("tile with {mr} rows, at most {MR}"),
+        }
+    }
+}
+
+/// `c[i, j] (=|+=) Σ_{p < kc} a[i, p]·b[p, j]` for `i < R`, `j < C`, accumulated in registers
+/// in increasing `p`; `=` for the first band, `+=` for later ones.
+#[inline(always)]
+unsafe fn tile<const R: usize, const C: usize, const FMA: bool>(t: &Tile) {
+    let mut acc = [[0.0f64; C]; R];
+    for p in 0..t.kc {
+        // SAFETY: row p of the band, columns [jr, jr + C) are inside b (C <= n - jr).
+        let bv: [f64; C] =
+            unsafe { std::ptr::read_unaligned(t.b.offset(p as isize * t.ldb) as *const [f64; C]) };
+        for (i, row) in acc.iter_mut().enumerate() {
+            let av = unsafe { *t.a.offset(i as isize * t.rsa + p as isize * t.csa) };
+            for (x, bj) in row.iter_mut().zip(bv) {
+                *x = if FMA {
+                    av.mul_add(bj, *x)
+                } else {
+                    av * bj + *x
+                };
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        let cp = unsafe { t.c.offset(i as isize * t.ldc) } as *mut [f64; C];
+        // SAFETY: row i of the tile, columns [jr, jr + C) are inside c.
+        unsafe {
+            if t.first {
+                std::ptr::write_unaligned(cp, *row);
+            } else {
+                let mut old: [f64; C] = std::ptr::read_unaligned(cp);
+                for (o, x) in old.iter_mut().zip(row) {
+                    *o += x;
+                }
+                std::ptr::write_unaligned(cp, old);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::{s, Array2};
+
+    /// Small integers: every product and partial sum is exact, so any order must agree with a
+    /// triple loop bit for bit.
+    fn int_matrix(rows: usize, cols: usize, seed: usize) -> Array2<f64> {
+        Array2::from_shape_fn((rows, cols), |(i, j)| {
+            ((i * 7 + j * 13 + seed * 5) % 17) as f64 - 8.0
+        })
+    }
+
+    fn naive(a: ArrayView2<f64>, b: ArrayView2<f64>) -> Array2<f64> {
+        let (m, k) = a.dim();
+        Array2::from_shape_fn((m, b.ncols()), |(i, j)| {
+            (0..k).map(|p| a[(i, p)] * b[(p, j)]).sum()
+        })
+    }
+
+    fn check(isa: Isa, m: usize, k: usize, n: usize) {
+        let a = int_matrix(m, k, 1);
+        let b = int_matrix(k, n, 2);
+        let mut c = Array2::from_elem((m, n), f64::NAN);
+        gemm_with(isa, a.view(), b.view(), c.view_mut());
+        assert_eq!(c, naive(a.view(), b.view()), "{isa:?} m={m} k={k} n={n}");
+    }
+
+    const EDGES: [usize; 9] = [0, 1, 7, 8, 9, 23, 25, 127, 129];
+
+    #[test]
+    fn edge_sizes_match_triple_loops_on_every_path() {
+        for isa in Isa::available() {
+            for &m in &EDGES {
+                for &n in &EDGES {
+                    check(isa, m, 5, n);
+                }
+                check(isa, m, 0, 9);
+                check(isa, 9, m, 3);
+            }
+            // Across MC (64) and KC (256) block edges, with column tails of every kind.
+            check(isa, 128, 257, 49);
+            check(isa, 65, 513, 31);
+            check(isa, 129, 128, 129);
+        }
+    }
+
+    #[test]
+    fn strided_and_transposed_operands() {
+        for isa in Isa::available() {
+            // a transposed (unit row stride), c a column window of a wider array.
+            let at = int_matrix(300, 10, 3);
+            let b = int_matrix(300, 26, 4);
+            let mut wide = Array2::from_elem((10, 40), -1.0);
+            gemm_with(isa, at.t(), b.view(), wide.slice_mut(s![.., 5..31]));
+            assert_eq!(
+                wide.slice(s![.., 5..31]),
+                naive(at.t(), b.view()),
+                "{isa:?}"
+            );
+            assert!(wide.slice(s![.., ..5]).iter().all(|v| *v == -1.0));
+            assert!(wide.slice(s![.., 31..]).iter().all(|v| *v == -1.0));
+            // b transposed: not row-contiguous, the fallback path.
+            let bt = int_matrix(26, 300, 5);
+            let mut c = Array2::from_elem((10, 26), f64::NAN);
+            gemm_with(isa, at.t(), bt.t(), c.view_mut());
+            assert_eq!(c, naive(at.t(), bt.t()), "{isa:?} fallback");
+            // Negative strides.
+            let a = int_matrix(9, 30, 6);
+            let mut c = Array2::from_elem((9, 26), f64::NAN);
+            gemm_with(
+                isa,
+                a.slice(s![..;-1, ..]),
+                b.slice(s![..30, ..]),
+                c.view_mut(),
+            );
+            assert_eq!(c, naive(a.slice(s![..;-1, ..]), b.slice(s![..30, ..])));
+        }
+    }
+
+    /// Values that are not exact: every path stays within `γ(k, 2^-53)·Σ|a·b|` of an
+    /// exactly-summed (two-sum compensated) reference.
+    #[test]
+    fn rounding_stays_inside_the_reference_bound() {
+        let (m, k, n) = (13, 700, 27);
+        let a = Array2::from_shape_fn((m, k), |(i, p)| ((i * 31 + p * 17) as f64).sin() * 1e3);
+        let b = Array2::from_shape_fn((k, n), |(p, j)| ((p * 7 + j * 11) as f64).cos() / 3.0);
+        let gamma = super::super::bound::gamma(k, 2f64.powi(-53));
+        for isa in Isa::available() {
+            let mut c = Array2::zeros((m, n));
+            gemm_with(isa, a.view(), b.view(), c.view_mut());
+            for i in 0..m {
+                for j in 0..n {
+                    let (mut hi, mut lo, mut mag) = (0.0f64, 0.0f64, 0.0f64);
+                    for p in 0..k {
+                        let x = a[(i, p)] * b[(p, j)];
+                        let err = a[(i, p)].mul_add(b[(p, j)], -x);
+                        // TwoSum: t + e == hi + x exactly.
+                        let t = hi + x;
+                        let bv = t - hi;
+                        lo += (hi - (t - bv)) + (x - bv) + err;
+                        hi = t;
+                        mag += x.abs();
+                    }
+                    let exact = hi + lo;
+                    assert!(
+                        (c[(i, j)] - exact).abs() <= gamma * mag,
+                        "{isa:?} ({i},{j})"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn detection_is_consistent() {
+        let all = Isa::available();
+        assert_eq!(all.first(), Some(&Isa::Portable));
+        assert_eq!(all.last(), Some(&Isa::detect()));
+    }
+}
