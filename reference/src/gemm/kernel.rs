@@ -34,7 +34,7 @@ use ndarray::{ArrayView2, ArrayViewMut2};
 /// Depth of one accumulation block along `p` (the shared dimension).
 pub const KC: usize = 256;
 /// Rows of `a` walked per sweep over a `KC`-deep band of `b`.
-const MC: usize = 64;
+const MC: usize = 256;
 
 /// The instruction-set paths of the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -356,8 +356,9 @@ mod tests {
                 check(isa, m, 0, 9);
                 check(isa, 9, m, 3);
             }
-            // Across MC (64) and KC (256) block edges, with column tails of every kind.
+            // Across KC (256) block edges, with column tails of every kind.
             check(isa, 128, 257, 49);
+            check(isa, 257, 9, 25); // across MC (256)
             check(isa, 65, 513, 31);
             check(isa, 129, 128, 129);
         }
