@@ -2,8 +2,8 @@
 
 use moecheck_reference::gemm::{GemmOutputs, GroupedGemmCase, Pass, Passes};
 use moecheck_reference::implementation::{verify, GroupedGemm};
-use proptest::strategy::{BoxedStrategy, Strategy};
-use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
+use proptest::strategy::{BoxedStrategy, Strategy, ValueTree};
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
 use crate::strategies::{case_args, CaseArgs, Require};
 
@@ -206,7 +206,9 @@ fn k_zero_test(imp: &dyn GroupedGemm, args: &CaseArgs) -> Result<(), String> {
 pub struct RunConfig {
     pub cases: u32,
     pub seed: u64,
-    /// Most shrink steps after a failure.
+    /// Most shrink steps after a failure (each step runs the property once). When they run
+    /// out, [`check`] stops quietly and the minimal case says so; nothing goes to stderr
+    /// (`tests/cli.rs` checks the selftest's stderr).
     pub max_shrink_iters: u32,
 }
 
@@ -266,32 +268,73 @@ fn seed_bytes(seed: u64) -> [u8; 32] {
 
 /// Checks `prop` on `config.cases` cases drawn deterministically from `config.seed`; a
 /// failure is shrunk and reported with the minimal case.
+///
+/// Shrinking is proptest's own walk (`simplify` after a failing case, `complicate` after a
+/// passing one), driven here rather than by `TestRunner::run` so that its step budget,
+/// [`RunConfig::max_shrink_iters`], ends it silently: when the budget runs out the minimal
+/// case says so, instead of proptest printing "Aborting shrinking" to stderr. A panic inside
+/// the implementation counts as a failure of the case.
 pub fn check(prop: &Property, imp: &dyn GroupedGemm, config: &RunConfig) -> Outcome {
     let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes(config.seed));
     let cfg = Config {
         cases: config.cases,
-        max_shrink_iters: config.max_shrink_iters,
         failure_persistence: None,
         ..Config::default()
     };
     let mut runner = TestRunner::new_with_rng(cfg, rng);
     let strategy = (prop.strategy)();
-    let test = prop.test;
-    let result = runner.run(&strategy, |args: CaseArgs| {
-        test(imp, &args).map_err(TestCaseError::fail)
-    });
-    match result {
-        Ok(()) => Outcome::Passed {
-            cases: config.cases,
-        },
-        Err(TestError::Fail(reason, args)) => Outcome::Failed {
-            reason: reason.message().to_string(),
-            minimal_case: format!("{args:?}"),
-        },
-        Err(TestError::Abort(reason)) => Outcome::Failed {
-            reason: format!("aborted: {}", reason.message()),
-            minimal_case: String::new(),
-        },
+    let test = |args: &CaseArgs| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (prop.test)(imp, args)))
+            .unwrap_or_else(|panic| {
+                let msg = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "non-string panic payload".into());
+                Err(format!("panicked: {msg}"))
+            })
+    };
+    for _ in 0..config.cases {
+        let mut tree = match strategy.new_tree(&mut runner) {
+            Ok(tree) => tree,
+            Err(reason) => {
+                return Outcome::Failed {
+                    reason: format!("aborted: {reason}"),
+                    minimal_case: String::new(),
+                }
+            }
+        };
+        let Err(mut reason) = test(&tree.current()) else {
+            continue;
+        };
+        let mut minimal = tree.current();
+        let mut steps = 0u32;
+        let mut more = tree.simplify();
+        while more {
+            if steps >= config.max_shrink_iters {
+                return Outcome::Failed {
+                    reason,
+                    minimal_case: format!(
+                        "{minimal:?} (shrinking stopped after {steps} steps, the budget)"
+                    ),
+                };
+            }
+            steps += 1;
+            match test(&tree.current()) {
+                Err(r) => {
+                    (reason, minimal) = (r, tree.current());
+                    more = tree.simplify();
+                }
+                Ok(()) => more = tree.complicate(),
+            }
+        }
+        return Outcome::Failed {
+            reason,
+            minimal_case: format!("{minimal:?}"),
+        };
+    }
+    Outcome::Passed {
+        cases: config.cases,
     }
 }
 

@@ -172,3 +172,60 @@ fn run_errors_are_failures() {
         assert!(reason.contains("boom"), "{}: {reason}", p.name);
     }
 }
+
+/// The strategies reach `N = 0` and f16 outputs, and f16-output cases stay finite in f16
+/// (every reference value below 65504, so a correct kernel never overflows).
+#[test]
+fn strategies_reach_n_zero_and_finite_f16_outputs() {
+    use moecheck_reference::format::Format;
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &[7; 32]);
+    let mut runner = TestRunner::new_with_rng(Config::default(), rng);
+    let strategy = any_case();
+    let (mut n_zero, mut f16_out) = (0, 0);
+    for _ in 0..400 {
+        let args = strategy.new_tree(&mut runner).unwrap().current();
+        n_zero += usize::from(args.n == 0);
+        if args.out_dtype == Format::F16 {
+            f16_out += 1;
+            let case = args.build();
+            let o = Reference.run(&case, Passes::ALL).unwrap();
+            let arrays = [o.out.map(|a| a.into_dyn()), o.dlhs.map(|a| a.into_dyn())];
+            let largest = arrays
+                .into_iter()
+                .flatten()
+                .chain(o.drhs.map(|a| a.into_dyn()))
+                .flat_map(|a| a.into_iter())
+                .fold(0.0f64, |m, v| m.max(v.abs()));
+            assert!(
+                largest < 65504.0,
+                "f16 output overflows: {largest} in {args:?}"
+            );
+        }
+    }
+    assert!(n_zero > 0, "no N = 0 case in 400 draws");
+    assert!(f16_out > 0, "no f16-output case in 400 draws");
+}
+
+/// Shrinking stops quietly at the step budget and the minimal case says so; with the default
+/// budget the garbage implementation shrinks all the way (no note).
+#[test]
+fn shrink_budget_ends_shrinking_and_is_reported() {
+    let imp = Wrong {
+        name: "garbage",
+        f: add_garbage,
+    };
+    let p = &all()[0];
+    let tight = RunConfig {
+        max_shrink_iters: 1,
+        ..config()
+    };
+    let (_, minimal) = failure(check(p, &imp, &tight));
+    assert!(
+        minimal.ends_with("(shrinking stopped after 1 steps, the budget)"),
+        "{minimal}"
+    );
+    let (_, minimal) = failure(check(p, &imp, &config()));
+    assert!(!minimal.contains("shrinking stopped"), "{minimal}");
+}
