@@ -273,3 +273,46 @@ fn exec_timeout_is_a_failed_case_with_the_reason() {
         .code(1)
         .stdout(predicate::str::contains("timed out after 1.0 s"));
 }
+
+/// `moecheck bench` on a tiny shape: a well-formed JSON report (no timing is asserted), and
+/// impossible flags exit 2 naming them.
+#[test]
+fn bench_reports_a_ratio_and_rejects_bad_flags() {
+    let small = [
+        "bench",
+        "--experts",
+        "5",
+        "--rows",
+        "70",
+        "--k",
+        "9",
+        "--n",
+        "17",
+    ];
+    for alloc in [false, true] {
+        let mut args: Vec<&str> = small.to_vec();
+        args.extend(["--empty", "2", "--reps", "3", "--json"]);
+        if alloc {
+            args.push("--alloc");
+        }
+        let out = moecheck()
+            .args(&args)
+            .assert()
+            .code(0)
+            .get_output()
+            .stdout
+            .clone();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["reps"], 3);
+        assert_eq!(v["alloc"], alloc);
+        assert_eq!(v["empty_experts"], 2);
+        let r = v["ratio"].as_f64().unwrap();
+        assert!(r > 0.0 && v["ratio_min"].as_f64().unwrap() <= r);
+        assert!(r <= v["ratio_max"].as_f64().unwrap());
+    }
+    moecheck()
+        .args(["bench", "--reps", "0"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--reps"));
+}

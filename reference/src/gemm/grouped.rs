@@ -7,7 +7,8 @@
 //! summation order, which [`super::bound::ErrorBound`] adds to every element's bound, so the
 //! reference is "exact" only up to a term some 2^29 times smaller than an f32 accumulator's.
 //!
-//! Work is split into jobs of at most [`CHUNK`] output rows and run on all cores; see
+//! Work is split into jobs of at most [`CHUNK`] output rows (whole groups for dgrad) and run on
+//! all cores; see
 //! [`run_jobs`] for the schedule. Jobs write disjoint outputs and an element's summation order
 //! does not depend on the split, so results do not depend on the schedule either.
 
@@ -72,7 +73,7 @@ fn fwd_groups(
     offsets: &[usize],
     out: ArrayViewMut2<f64>,
 ) {
-    run_jobs(row_jobs(out, offsets), |job| {
+    run_jobs(row_jobs(out, offsets, CHUNK), |job| {
         let a = lhs.slice(s![job.start..job.start + job.dst.nrows(), ..]);
         gemm(a, rhs.index_axis(Axis(0), job.g), job.dst);
     });
@@ -90,7 +91,9 @@ pub fn grouped_dgrad(
     offsets: &[usize],
 ) -> Array2<f64> {
     let mut dlhs = Array2::<f64>::zeros((dout.nrows(), rhs.shape()[1]));
-    run_jobs(row_jobs(dlhs.view_mut(), offsets), |job| {
+    // One job per group: `rhs_gᵀ` has no contiguous rows, so this is matrixmultiply, which
+    // packs the whole weight once per call; splitting a group would pack it once per chunk.
+    run_jobs(row_jobs(dlhs.view_mut(), offsets, usize::MAX), |job| {
         let a = dout.slice(s![job.start..job.start + job.dst.nrows(), ..]);
         gemm(a, rhs.index_axis(Axis(0), job.g).t(), job.dst);
     });
@@ -146,13 +149,13 @@ struct Job<'a> {
     dst: ArrayViewMut2<'a, f64>,
 }
 
-/// Splits `dst` into the row blocks of the non-empty groups, at most [`CHUNK`] rows each.
-fn row_jobs<'a>(mut dst: ArrayViewMut2<'a, f64>, offsets: &[usize]) -> Vec<Job<'a>> {
+/// Splits `dst` into the row blocks of the non-empty groups, at most `chunk` rows each.
+fn row_jobs<'a>(mut dst: ArrayViewMut2<'a, f64>, offsets: &[usize], chunk: usize) -> Vec<Job<'a>> {
     let mut jobs = Vec::new();
     for g in 0..offsets.len() - 1 {
         let mut start = offsets[g];
         while start < offsets[g + 1] {
-            let rows = CHUNK.min(offsets[g + 1] - start);
+            let rows = chunk.min(offsets[g + 1] - start);
             let (head, rest) = dst.split_at(Axis(0), rows);
             jobs.push(Job {
                 g,
