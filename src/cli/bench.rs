@@ -17,13 +17,16 @@ use moecheck_reference::gemm::{case::offsets, grouped_fwd, grouped_fwd_into, Tai
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
+    /// Experts E (groups), sized by --routing.
     #[arg(long, default_value_t = 256)]
     pub experts: usize,
     /// Rows M (all routed: no tail, so both sides do the same FLOPs).
     #[arg(long, default_value_t = 16384)]
     pub rows: usize,
+    /// Shared dimension K (hidden size).
     #[arg(long, default_value_t = 1024)]
     pub k: usize,
+    /// Output columns N (FFN size).
     #[arg(long, default_value_t = 512)]
     pub n: usize,
     /// Empty experts among them.
