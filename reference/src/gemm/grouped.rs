@@ -8,9 +8,8 @@
 //! reference is "exact" only up to a term some 2^29 times smaller than an f32 accumulator's.
 //!
 //! Work is split into jobs of at most [`CHUNK`] output rows (whole groups for dgrad) and run on
-//! all cores; see
-//! [`run_jobs`] for the schedule. Jobs write disjoint outputs and an element's summation order
-//! does not depend on the split, so results do not depend on the schedule either.
+//! all cores; `run_jobs` describes the schedule. Jobs write disjoint outputs and an element's
+//! summation order does not depend on the split, so results do not depend on the schedule.
 
 use std::collections::VecDeque;
 
