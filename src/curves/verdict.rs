@@ -88,10 +88,14 @@ pub fn decide(r: &mut CurvesReport, pairs: &[(u64, f64, f64)], c: &Criterion) {
         r.reasons.push(format!("the {conf}% interval of the mean gap {ci} straddles ±δ = ±{d:.4}"));
         let half = 0.5 * (g.ci_high - g.ci_low);
         let room = d - g.mean.abs();
-        if room > 0.0 {
-            let factor = (half / room).powi(2);
-            let steps = (factor * (g.windows * g.window_steps) as f64).ceil() as u64;
-            advice.push(format!("about {steps} compared steps (now {}) would narrow the interval to fit", g.windows * g.window_steps));
+        // The half width shrinks as 1/√(steps) at a fixed window size.
+        let now = g.windows * g.window_steps;
+        if room.abs() > 0.0 {
+            let steps = ((half / room.abs()).powi(2) * now as f64).ceil() as u64;
+            let outcome = if room > 0.0 { "fit inside ±δ (PASS)" } else { "clear ±δ (FAIL)" };
+            advice.push(format!(
+                "if the gap stays as it is, about {steps} compared steps (now {now}) would narrow the interval enough to {outcome}"
+            ));
         }
     }
     if !tail_inside {

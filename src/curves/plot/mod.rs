@@ -11,7 +11,7 @@ use std::path::Path;
 
 use super::diff::Diff;
 
-pub use png::encode_indexed as encode_png;
+pub use png::{crc32, encode_indexed as encode_png};
 pub use raster::Canvas;
 
 /// Output kind, from the file extension.
@@ -258,8 +258,13 @@ mod tests {
         let (t, d) = ticks(0.0, 14.0, 8);
         assert_eq!(t, vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0]);
         assert_eq!(d, 0);
+        // The gap panel of the seed logs: steps of 0.1, printed with one decimal.
         let (t, d) = ticks(-0.26, 0.07, 5);
-        assert_eq!(d, 2);
-        assert!(t.first().unwrap() >= &-0.26 && t.last().unwrap() <= &0.07 && t.len() >= 3);
+        assert_eq!(d, 1);
+        assert_eq!(t.len(), 3);
+        assert!((t[0] + 0.2).abs() < 1e-12 && t[2].abs() < 1e-12);
+        let (t, d) = ticks(8.0, 8.3, 5);
+        assert_eq!(d, 1);
+        assert!((3..=4).contains(&t.len()) && (t[1] - 8.1).abs() < 1e-12);
     }
 }
