@@ -11,7 +11,9 @@ fn moecheck() -> Command {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/curves").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/curves")
+        .join(name)
 }
 
 /// Checks a PNG's signature, IHDR size and every chunk CRC, and returns (width, height).
@@ -52,7 +54,9 @@ fn seed_logs_give_a_verdict_a_table_and_a_png() {
         .code(1)
         .stdout(predicate::str::contains("verdict: FAIL"))
         .stdout(predicate::str::contains("steps compared               13"))
-        .stdout(predicate::str::contains("speed-up (BASE/TEST)         1.039x"));
+        .stdout(predicate::str::contains(
+            "speed-up (BASE/TEST)         1.039x",
+        ));
     let bytes = std::fs::read(&png).unwrap();
     assert_eq!(png_size(&bytes), (960, 680));
 }
@@ -71,7 +75,10 @@ fn svg_plot_holds_both_curves_and_the_band() {
         .code(1);
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(text.starts_with("<svg"));
-    assert!(text.matches("<polyline").count() >= 5, "frames, two curves and the gap");
+    assert!(
+        text.matches("<polyline").count() >= 5,
+        "frames, two curves and the gap"
+    );
     assert!(text.contains("band +/-delta = 0.0489"));
 }
 
@@ -88,7 +95,10 @@ fn json_report_has_the_verdict_and_numbers() {
     assert_eq!(v["verdict"], "fail");
     assert_eq!(v["alignment"]["steps_compared"], 13);
     assert_eq!(v["margin"]["set_by"], "rel");
-    assert_eq!(v["throughput"]["base_outlier_steps"], serde_json::json!([4, 7]));
+    assert_eq!(
+        v["throughput"]["base_outlier_steps"],
+        serde_json::json!([4, 7])
+    );
     assert_eq!(v["base"]["format"], "maxtext-stdout");
 }
 
@@ -148,7 +158,9 @@ fn malformed_log_exits_2_naming_file_and_line() {
         .arg(&p)
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("broken.log:4: `loss:` value `11.5.85` is not a number"))
+        .stderr(predicate::str::contains(
+            "broken.log:4: `loss:` value `11.5.85` is not a number",
+        ))
         .stderr(predicate::function(|s: &str| s.lines().count() == 1));
 }
 
@@ -199,7 +211,11 @@ fn read_reports_every_format() {
         ("loss.csv", "plain"),
         ("tensorboard/tensor_float.tfevents", "tensorboard"),
     ] {
-        let out = moecheck().args(["curves", "read", "--json"]).arg(fixture(name)).output().unwrap();
+        let out = moecheck()
+            .args(["curves", "read", "--json"])
+            .arg(fixture(name))
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(0), "{name}");
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["format"], format, "{name}");

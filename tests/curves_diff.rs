@@ -43,9 +43,15 @@ fn run(base: &Path, test: &Path, base2: Option<&Path>, c: &Criterion) -> CurvesR
 fn pair(dir: &Path, f: impl Fn(u64, f64, f64) -> f64) -> (PathBuf, PathBuf) {
     let run_noise = normals(1, 1000);
     let tiny = normals(2, 1000);
-    let base: Vec<(u64, f64)> = (0..1000).map(|s| (s, loss(s) + 0.02 * run_noise[s as usize])).collect();
+    let base: Vec<(u64, f64)> = (0..1000)
+        .map(|s| (s, loss(s) + 0.02 * run_noise[s as usize]))
+        .collect();
     let b = write(dir, "base.txt", base.iter().copied());
-    let t = write(dir, "test.txt", base.iter().map(|&(s, v)| (s, f(s, v, tiny[s as usize]))));
+    let t = write(
+        dir,
+        "test.txt",
+        base.iter().map(|&(s, v)| (s, f(s, v, tiny[s as usize]))),
+    );
     (b, t)
 }
 
@@ -66,17 +72,27 @@ fn constant_two_percent_offset_fails_on_the_interval() {
     let (b, t) = pair(dir.path(), |_, v, z| 1.02 * v + 0.002 * z);
     let r = run(&b, &t, None, &Criterion::default());
     assert_eq!(r.verdict, "fail");
-    assert!(r.reasons.iter().any(|x| x.contains("lies outside")), "{:?}", r.reasons);
+    assert!(
+        r.reasons.iter().any(|x| x.contains("lies outside")),
+        "{:?}",
+        r.reasons
+    );
 }
 
 #[test]
 fn slowly_growing_drift_fails_on_the_tail() {
     let dir = tempfile::tempdir().unwrap();
     // The gap grows linearly from 0 to 0.04 (1.8% of the final loss) over 1000 steps.
-    let (b, t) = pair(dir.path(), |s, v, z| v + 0.04 * s as f64 / 1000.0 + 0.002 * z);
+    let (b, t) = pair(dir.path(), |s, v, z| {
+        v + 0.04 * s as f64 / 1000.0 + 0.002 * z
+    });
     let r = run(&b, &t, None, &Criterion::default());
     assert_eq!(r.verdict, "fail", "{:?}", r.reasons);
-    assert!(r.reasons.iter().any(|x| x.contains("tail gap")), "{:?}", r.reasons);
+    assert!(
+        r.reasons.iter().any(|x| x.contains("tail gap")),
+        "{:?}",
+        r.reasons
+    );
     assert!(r.gap.unwrap().drifting);
 }
 
@@ -85,11 +101,18 @@ fn too_few_steps_with_large_noise_is_inconclusive_with_a_suggestion() {
     let dir = tempfile::tempdir().unwrap();
     let z = normals(3, 12);
     let base = write(dir.path(), "b.txt", (0..12).map(|s| (s, loss(s))));
-    let test = write(dir.path(), "t.txt", (0..12).map(|s| (s, loss(s) + 0.3 * z[s as usize])));
+    let test = write(
+        dir.path(),
+        "t.txt",
+        (0..12).map(|s| (s, loss(s) + 0.3 * z[s as usize])),
+    );
     let r = run(&base, &test, None, &Criterion::default());
     assert_eq!(r.verdict, "inconclusive", "{:?}", r.reasons);
     let s = r.suggestion.unwrap();
-    assert!(s.contains("--baseline2") && s.contains("compared steps"), "{s}");
+    assert!(
+        s.contains("--baseline2") && s.contains("compared steps"),
+        "{s}"
+    );
 }
 
 #[test]
@@ -114,7 +137,12 @@ fn a_second_seed_widens_delta_to_seed_noise() {
     let b2 = write(
         dir.path(),
         "base2.txt",
-        (0..1000).map(|s| (s, loss(s) + 0.04 * (s as f64 / 53.0).sin() + 0.02 * w[s as usize])),
+        (0..1000).map(|s| {
+            (
+                s,
+                loss(s) + 0.04 * (s as f64 / 53.0).sin() + 0.02 * w[s as usize],
+            )
+        }),
     );
     let r = run(&b, &t, Some(&b2), &Criterion::default());
     let m = r.margin.clone().unwrap();
@@ -129,11 +157,19 @@ fn restarts_keep_the_last_value_and_gaps_are_reported() {
     // BASE restarts at step 3 after logging up to 5; TEST skips step 7.
     let base_pts = (0..6).chain(3..40).map(|s| (s, loss(s)));
     let b = write(dir.path(), "b.txt", base_pts);
-    let t = write(dir.path(), "t.txt", (0..40).filter(|s| *s != 7).map(|s| (s, loss(s))));
+    let t = write(
+        dir.path(),
+        "t.txt",
+        (0..40).filter(|s| *s != 7).map(|s| (s, loss(s))),
+    );
     let r = run(&b, &t, None, &Criterion::default());
     assert_eq!(r.base.duplicate_steps, vec![3, 4, 5]);
     assert_eq!(r.base.restarts, 1);
-    assert!(r.notes.iter().any(|n| n.contains("last value")), "{:?}", r.notes);
+    assert!(
+        r.notes.iter().any(|n| n.contains("last value")),
+        "{:?}",
+        r.notes
+    );
     assert_eq!(r.alignment.only_in_base, vec![7]);
     assert_eq!(r.alignment.common_steps, 39);
     assert_eq!(r.verdict, "pass");
@@ -144,9 +180,16 @@ fn exact_mode_is_bitwise() {
     let dir = tempfile::tempdir().unwrap();
     let b = write(dir.path(), "b.txt", (0..30).map(|s| (s, loss(s))));
     let same = write(dir.path(), "s.txt", (0..30).map(|s| (s, loss(s))));
-    let c = Criterion { exact: true, ..Criterion::default() };
+    let c = Criterion {
+        exact: true,
+        ..Criterion::default()
+    };
     assert_eq!(run(&b, &same, None, &c).verdict, "pass");
-    let off = write(dir.path(), "o.txt", (0..30).map(|s| (s, loss(s) + if s == 17 { 1e-4 } else { 0.0 })));
+    let off = write(
+        dir.path(),
+        "o.txt",
+        (0..30).map(|s| (s, loss(s) + if s == 17 { 1e-4 } else { 0.0 })),
+    );
     let r = run(&b, &off, None, &c);
     assert_eq!(r.verdict, "fail");
     assert_eq!(r.first_exact_mismatch_step, Some(17));
@@ -162,7 +205,11 @@ fn exact_mode_is_bitwise() {
 /// seed-to-seed variation only a second baseline seed can tell, and the report says so.
 #[test]
 fn seed_maxtext_logs_fail_with_the_documented_reasons() {
-    let f = |n: &str| Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/curves").join(n);
+    let f = |n: &str| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/curves")
+            .join(n)
+    };
     let r = run(&f("native.log"), &f("te.log"), None, &Criterion::default());
     assert_eq!(r.verdict, "fail");
     assert_eq!(r.alignment.warmup_steps, 2);

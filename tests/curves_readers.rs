@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use moecheck::curves::{read, CurveError, Format, Metric};
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/curves").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/curves")
+        .join(name)
 }
 
 /// Reads a fixture (format detected) and returns `(format, loss steps, loss values, precision)`.
@@ -27,7 +29,10 @@ fn seed_maxtext_logs_parse_with_every_metric() {
     for (name, first, last) in [("native.log", 12.269, 8.270), ("te.log", 12.271, 8.085)] {
         let c = read(&fixture(name), None).unwrap();
         assert_eq!(c.format, Format::MaxtextStdout);
-        assert_eq!(c.metrics_found(), ["loss", "step_time_s", "tokens_per_s", "tflops"]);
+        assert_eq!(
+            c.metrics_found(),
+            ["loss", "step_time_s", "tokens_per_s", "tflops"]
+        );
         let loss = &c.metrics[&Metric::Loss];
         assert_eq!(loss.len(), 15);
         assert_eq!((loss[0].value, loss[14].value), (first, last));
@@ -68,7 +73,10 @@ fn megatron_stdout_with_rank_prefix_skips_validation_lines() {
     let c = read(&fixture("megatron.log"), None).unwrap();
     assert_eq!(c.format, Format::MegatronStdout);
     let loss = &c.metrics[&Metric::Loss];
-    assert_eq!(loss.iter().map(|s| s.step).collect::<Vec<_>>(), (1..=10).collect::<Vec<_>>());
+    assert_eq!(
+        loss.iter().map(|s| s.step).collect::<Vec<_>>(),
+        (1..=10).collect::<Vec<_>>()
+    );
     assert_eq!(loss[0].value, 1.010841e1);
     assert!((c.precision(Metric::Loss) - 1e-5).abs() < 1e-18);
     // ms converted to s.
@@ -83,7 +91,10 @@ fn megatron_golden_values_in_both_layouts() {
     assert_eq!(steps, (1..=10).collect::<Vec<_>>());
     assert_eq!(loss[0], 10.8);
     let c = read(&fixture("megatron_golden.json"), None).unwrap();
-    assert!(c.metrics[&Metric::StepTimeS][0].value.is_nan(), "\"nan\" strings are NaN");
+    assert!(
+        c.metrics[&Metric::StepTimeS][0].value.is_nan(),
+        "\"nan\" strings are NaN"
+    );
     let (f, steps, loss, _) = loss_of("megatron_golden_list.json");
     assert_eq!(f, Format::MegatronGolden);
     assert_eq!(steps, (0..10).map(|i| 5 * i).collect::<Vec<_>>());
@@ -109,8 +120,14 @@ fn hf_trainer_state_reads_training_losses_only() {
     assert_eq!(steps, (1..=10).map(|i| 10 * i).collect::<Vec<_>>());
     assert_eq!(loss[0], 4.3364);
     assert_eq!(p, 1e-4);
-    assert!(!loss.contains(&2.3456), "eval_loss is not the training loss");
-    assert!(!loss.contains(&2.5), "train_loss (the run's mean) is not a step's loss");
+    assert!(
+        !loss.contains(&2.3456),
+        "eval_loss is not the training loss"
+    );
+    assert!(
+        !loss.contains(&2.5),
+        "train_loss (the run's mean) is not a step's loss"
+    );
 }
 
 #[test]
@@ -128,7 +145,11 @@ fn plain_space_csv_and_tsv() {
 
 #[test]
 fn tensorboard_simple_value_and_tensor_scalars() {
-    for name in ["simple.tfevents", "tensor_float.tfevents", "tensor_double.tfevents"] {
+    for name in [
+        "simple.tfevents",
+        "tensor_float.tfevents",
+        "tensor_double.tfevents",
+    ] {
         let c = read(&fixture(&format!("tensorboard/{name}")), None).unwrap();
         assert_eq!(c.format, Format::Tensorboard, "{name}");
         let loss = &c.metrics[&Metric::Loss];
@@ -136,7 +157,12 @@ fn tensorboard_simple_value_and_tensor_scalars() {
         let want = |s: f64| 2.0 + 10.0 * (-s / 10.0).exp() + s / 1000.0;
         for x in loss {
             let tol = if name.contains("double") { 1e-12 } else { 1e-6 };
-            assert!((x.value - want(x.step as f64)).abs() < tol, "{name} step {}: {}", x.step, x.value);
+            assert!(
+                (x.value - want(x.step as f64)).abs() < tol,
+                "{name} step {}: {}",
+                x.step,
+                x.value
+            );
         }
         assert_eq!(c.metrics[&Metric::StepTimeS].len(), 20, "{name}");
     }
@@ -192,9 +218,19 @@ fn malformed_json_documents_name_the_line() {
     let golden = "{\n  \"lm loss\": {\n    \"start_step\": 1,\n    \"values\": {\"1\": 10.0, \"2\": \"ten\"}\n  }\n}\n";
     assert_eq!(line_of(&error_of("g.json", golden.as_bytes(), None)), 2);
     let broken = "{\n  \"lm loss\": {\n    \"values\": {\"1\": 10.0,,}\n  }\n}\n";
-    assert_eq!(line_of(&error_of("g2.json", broken.as_bytes(), Some(Format::MegatronGolden))), 3);
+    assert_eq!(
+        line_of(&error_of(
+            "g2.json",
+            broken.as_bytes(),
+            Some(Format::MegatronGolden)
+        )),
+        3
+    );
     let hf = "{\n \"log_history\": [\n  {\"loss\": 2.5, \"step\": 10},\n  {\"loss\": \"x\", \"step\": 20}\n ]\n}\n";
-    assert_eq!(line_of(&error_of("trainer_state.json", hf.as_bytes(), None)), 4);
+    assert_eq!(
+        line_of(&error_of("trainer_state.json", hf.as_bytes(), None)),
+        4
+    );
 }
 
 #[test]
@@ -215,7 +251,11 @@ fn corrupt_tensorboard_files_name_the_record() {
     let e = error_of("events.out.tfevents.2", &good[..good.len() - 3], None);
     assert!(e.to_string().contains("truncated"), "{e}");
     // Not TensorBoard at all, but named as if it were.
-    let e = error_of("events.out.tfevents.3", b"hello world, this is text\n", None);
+    let e = error_of(
+        "events.out.tfevents.3",
+        b"hello world, this is text\n",
+        None,
+    );
     assert_eq!(line_of(&e), 1, "{e}");
 }
 

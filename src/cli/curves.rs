@@ -27,11 +27,13 @@ pub enum CurvesCommand {
 }
 
 #[derive(Debug, Args)]
-#[command(after_help = "Criterion (docs/curves.md): skip the warm-up; average the paired gap TEST − BASE \
+#[command(
+    after_help = "Criterion (docs/curves.md): skip the warm-up; average the paired gap TEST − BASE \
 over non-overlapping windows; δ = max(rel·|mean BASE|, k·σ_seed, 2·logging precision). PASS when the \
 confidence interval of the mean windowed gap and the tail gap lie inside ±δ and the gap does not drift; \
 FAIL when the interval lies outside ±δ, the tail gap exceeds δ, or TEST is NaN/Inf where BASE is finite; \
-otherwise INCONCLUSIVE with a suggestion.\n\nExit status: 0 pass, 1 fail, 3 inconclusive, 2 bad input or flags.")]
+otherwise INCONCLUSIVE with a suggestion.\n\nExit status: 0 pass, 1 fail, 3 inconclusive, 2 bad input or flags."
+)]
 pub struct DiffArgs {
     /// The baseline log.
     pub base: PathBuf,
@@ -92,13 +94,19 @@ pub struct ReadArgs {
 
 fn parse_metric(s: &str) -> Result<Metric, String> {
     Metric::parse(s).ok_or_else(|| {
-        format!("unknown metric `{s}`; one of: {}", Metric::ALL.map(|m| m.name()).join(", "))
+        format!(
+            "unknown metric `{s}`; one of: {}",
+            Metric::ALL.map(|m| m.name()).join(", ")
+        )
     })
 }
 
 fn parse_format(s: &str) -> Result<Format, String> {
     Format::parse(s).ok_or_else(|| {
-        format!("unknown format `{s}`; one of: {}", Format::ALL.map(|f| f.name()).join(", "))
+        format!(
+            "unknown format `{s}`; one of: {}",
+            Format::ALL.map(|f| f.name()).join(", ")
+        )
     })
 }
 
@@ -120,7 +128,13 @@ fn parse_fraction(s: &str) -> Result<f64, String> {
 }
 
 fn parse_nonneg(s: &str) -> Result<f64, String> {
-    parse_f64(s).and_then(|v| if v >= 0.0 { Ok(v) } else { Err(format!("{v} is negative")) })
+    parse_f64(s).and_then(|v| {
+        if v >= 0.0 {
+            Ok(v)
+        } else {
+            Err(format!("{v} is negative"))
+        }
+    })
 }
 
 fn parse_confidence(s: &str) -> Result<f64, String> {
@@ -147,7 +161,11 @@ fn run_diff(a: DiffArgs) -> anyhow::Result<ExitCode> {
     }
     let base = curves::read(&a.base, a.format)?;
     let test = curves::read(&a.test, a.format)?;
-    let base2 = a.baseline2.as_deref().map(|p| curves::read(p, a.format)).transpose()?;
+    let base2 = a
+        .baseline2
+        .as_deref()
+        .map(|p| curves::read(p, a.format))
+        .transpose()?;
     let criterion = Criterion {
         warmup_frac: a.warmup,
         window_steps: a.window.map(|w| w as usize),
@@ -161,7 +179,8 @@ fn run_diff(a: DiffArgs) -> anyhow::Result<ExitCode> {
     let d = diff(&base, &test, base2.as_ref(), a.metric, &criterion)?;
     if let Some(p) = &a.plot {
         let bytes = curves::plot::render(&d, curves::plot::Kind::of(p)?);
-        std::fs::write(p, bytes).map_err(|e| anyhow::anyhow!("{}: cannot write plot: {e}", p.display()))?;
+        std::fs::write(p, bytes)
+            .map_err(|e| anyhow::anyhow!("{}: cannot write plot: {e}", p.display()))?;
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&d.report)?);
@@ -220,7 +239,11 @@ fn run_read(a: ReadArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if c.metrics.is_empty() {
-        anyhow::bail!("{}: no metric found (read as {})", c.path.display(), c.format);
+        anyhow::bail!(
+            "{}: no metric found (read as {})",
+            c.path.display(),
+            c.format
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -72,14 +72,16 @@ pub struct Series {
 
 impl Series {
     pub fn of(curve: &Curve, metric: Metric) -> Result<Series, CurveError> {
-        let samples = curve.metrics.get(&metric).filter(|s| !s.is_empty()).ok_or_else(|| {
-            CurveError::NoMetric {
+        let samples = curve
+            .metrics
+            .get(&metric)
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| CurveError::NoMetric {
                 path: curve.path.clone(),
                 metric: metric.name(),
                 format: curve.format,
                 found: curve.metrics_found().join(", "),
-            }
-        })?;
+            })?;
         let mut values = BTreeMap::new();
         let mut duplicate_steps = Vec::new();
         let mut restarts = 0;
@@ -226,7 +228,11 @@ pub fn diff(
     let ts = Series::of(test, metric)?;
     let b2s = base2.map(|b| Series::of(b, metric)).transpose()?;
     let only = |a: &Series, b: &Series| -> Vec<u64> {
-        a.values.keys().filter(|s| !b.values.contains_key(s)).copied().collect()
+        a.values
+            .keys()
+            .filter(|s| !b.values.contains_key(s))
+            .copied()
+            .collect()
     };
     let pairs: Vec<(u64, f64, f64)> = bs
         .values
@@ -239,7 +245,11 @@ pub fn diff(
             reason: format!("no step in common with {}", base.path.display()),
         });
     }
-    let base_nonfinite: Vec<u64> = pairs.iter().filter(|p| !p.1.is_finite()).map(|p| p.0).collect();
+    let base_nonfinite: Vec<u64> = pairs
+        .iter()
+        .filter(|p| !p.1.is_finite())
+        .map(|p| p.0)
+        .collect();
     let test_nonfinite: Vec<u64> = pairs
         .iter()
         .filter(|p| p.1.is_finite() && !p.2.is_finite())
@@ -288,7 +298,9 @@ pub fn diff(
         metric: metric.name(),
         base: InputSummary::new(base, &bs),
         test: InputSummary::new(test, &ts),
-        baseline2: base2.zip(b2s.as_ref()).map(|(c, s)| InputSummary::new(c, s)),
+        baseline2: base2
+            .zip(b2s.as_ref())
+            .map(|(c, s)| InputSummary::new(c, s)),
         criterion: c.clone(),
         alignment,
         test_nonfinite_steps: test_nonfinite.clone(),
@@ -315,12 +327,21 @@ fn windowed(
     if eval.is_empty() {
         return (None, None);
     }
-    let w = c.window_steps.unwrap_or((eval.len() / TARGET_WINDOWS).max(1)).max(1);
+    let w = c
+        .window_steps
+        .unwrap_or((eval.len() / TARGET_WINDOWS).max(1))
+        .max(1);
     let m = eval.len() / w;
     // Windows aligned to the end, so the last window holds the last steps.
     let windows: Vec<&[(u64, f64, f64)]> = eval[eval.len() - m * w..].chunks(w).collect();
-    let g: Vec<f64> = windows.iter().map(|win| mean(&win.iter().map(|p| p.2 - p.1).collect::<Vec<_>>())).collect();
-    let x: Vec<f64> = windows.iter().map(|win| mean(&win.iter().map(|p| p.0 as f64).collect::<Vec<_>>())).collect();
+    let g: Vec<f64> = windows
+        .iter()
+        .map(|win| mean(&win.iter().map(|p| p.2 - p.1).collect::<Vec<_>>()))
+        .collect();
+    let x: Vec<f64> = windows
+        .iter()
+        .map(|win| mean(&win.iter().map(|p| p.0 as f64).collect::<Vec<_>>()))
+        .collect();
     let mean_base = mean(&eval.iter().map(|p| p.1).collect::<Vec<_>>());
     let sigma_seed = b2s.and_then(|b2| {
         let h: Vec<f64> = windows
@@ -328,7 +349,12 @@ fn windowed(
             .filter_map(|win| {
                 let d: Vec<f64> = win
                     .iter()
-                    .filter_map(|p| b2.values.get(&p.0).filter(|v| v.is_finite()).map(|v| v - p.1))
+                    .filter_map(|p| {
+                        b2.values
+                            .get(&p.0)
+                            .filter(|v| v.is_finite())
+                            .map(|v| v - p.1)
+                    })
                     .collect();
                 (!d.is_empty()).then(|| mean(&d))
             })
@@ -369,14 +395,32 @@ fn windowed(
         f64::INFINITY
     };
     let (b, se_b, s_res) = slope(&x, &g);
-    let t2 = if m >= 3 { t_two_sided(c.confidence, (m - 2) as f64) } else { f64::INFINITY };
-    let slope_t = if se_b > 0.0 { b / se_b } else if b == 0.0 { 0.0 } else { f64::INFINITY * b.signum() };
+    let t2 = if m >= 3 {
+        t_two_sided(c.confidence, (m - 2) as f64)
+    } else {
+        f64::INFINITY
+    };
+    let slope_t = if se_b > 0.0 {
+        b / se_b
+    } else if b == 0.0 {
+        0.0
+    } else {
+        f64::INFINITY * b.signum()
+    };
     let span = x.last().zip(x.first()).map_or(0.0, |(l, f)| l - f);
     let drift = b * span;
     let drifting = m >= 3 && slope_t.abs() > t2 && drift.abs() > c.drift_frac * delta;
     let tail_windows = ((c.tail_frac * m as f64).ceil() as usize).clamp(1.min(m), m);
-    let tail_mean = if m > 0 { mean(&g[m - tail_windows..]) } else { f64::NAN };
-    let tail_half_width = if m >= 3 { t2 * s_res / (tail_windows as f64).sqrt() } else { f64::INFINITY };
+    let tail_mean = if m > 0 {
+        mean(&g[m - tail_windows..])
+    } else {
+        f64::NAN
+    };
+    let tail_half_width = if m >= 3 {
+        t2 * s_res / (tail_windows as f64).sqrt()
+    } else {
+        f64::INFINITY
+    };
     let gap = GapStats {
         window_steps: w,
         windows: m,
@@ -415,7 +459,10 @@ fn throughput(base: &Curve, test: &Curve, c: &Criterion) -> Option<Throughput> {
     let keep = |sel: fn(&(u64, f64, f64)) -> f64| -> (Vec<f64>, Vec<u64>) {
         let v: Vec<f64> = used.iter().map(sel).collect();
         let out = mad_outliers(&v);
-        let kept = (0..v.len()).filter(|i| !out.contains(i)).map(|i| v[i]).collect();
+        let kept = (0..v.len())
+            .filter(|i| !out.contains(i))
+            .map(|i| v[i])
+            .collect();
         (kept, out.iter().map(|&i| used[i].0).collect())
     };
     let (bk, bo) = keep(|p| p.1);

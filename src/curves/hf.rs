@@ -9,7 +9,10 @@
 
 use std::path::Path;
 
-use super::{json_number, json_step, malformed, quote_python_nonfinite, Curve, CurveError, Format, Metric, Sample};
+use super::{
+    json_number, json_step, malformed, quote_python_nonfinite, Curve, CurveError, Format, Metric,
+    Sample,
+};
 
 /// `round(loss, 4)`: the quantum of every logged loss.
 pub const HF_LOSS_QUANTUM: f64 = 1e-4;
@@ -32,12 +35,20 @@ pub fn read(path: &Path, text: &str) -> Result<Curve, CurveError> {
         let Some(loss) = entry.get("loss") else {
             continue;
         };
-        let step = entry
-            .get("step")
-            .and_then(json_step)
-            .ok_or_else(|| malformed(path, line, format!("log_history[{j}] has no integer \"step\"")))?;
-        let value = json_number(loss)
-            .ok_or_else(|| malformed(path, line, format!("log_history[{j}] \"loss\" is not a number")))?;
+        let step = entry.get("step").and_then(json_step).ok_or_else(|| {
+            malformed(
+                path,
+                line,
+                format!("log_history[{j}] has no integer \"step\""),
+            )
+        })?;
+        let value = json_number(loss).ok_or_else(|| {
+            malformed(
+                path,
+                line,
+                format!("log_history[{j}] \"loss\" is not a number"),
+            )
+        })?;
         curve.push(
             Metric::Loss,
             Sample {

@@ -37,7 +37,13 @@ pub fn read_stdout(path: &Path, text: &str) -> Result<Curve, CurveError> {
         let line = &line[at..];
         let step = match value_after(line, "completed step:") {
             Some(Ok((v, _))) if v >= 0.0 && v.fract() == 0.0 => v as u64,
-            _ => return Err(malformed(path, n, "`completed step:` is not followed by a step number")),
+            _ => {
+                return Err(malformed(
+                    path,
+                    n,
+                    "`completed step:` is not followed by a step number",
+                ))
+            }
         };
         for (key, metric) in STDOUT_FIELDS {
             match value_after(line, key) {
@@ -51,7 +57,11 @@ pub fn read_stdout(path: &Path, text: &str) -> Result<Curve, CurveError> {
                     },
                 ),
                 Some(Err(tok)) => {
-                    return Err(malformed(path, n, format!("`{key}` value `{tok}` is not a number")))
+                    return Err(malformed(
+                        path,
+                        n,
+                        format!("`{key}` value `{tok}` is not a number"),
+                    ))
                 }
                 None if metric == Metric::Loss => {
                     return Err(malformed(path, n, "`completed step:` line has no `loss:`"))

@@ -80,10 +80,8 @@ const GOLDEN_FIELDS: [(&str, Metric); 2] = [
 
 pub fn read_golden(path: &Path, text: &str) -> Result<Curve, CurveError> {
     let mut curve = Curve::new(path, Format::MegatronGolden);
-    let v: serde_json::Value =
-        serde_json::from_str(&quote_python_nonfinite(text)).map_err(|e| {
-            malformed(path, e.line().max(1), format!("not valid JSON: {e}"))
-        })?;
+    let v: serde_json::Value = serde_json::from_str(&quote_python_nonfinite(text))
+        .map_err(|e| malformed(path, e.line().max(1), format!("not valid JSON: {e}")))?;
     let obj = v
         .as_object()
         .ok_or_else(|| malformed(path, 1, "golden values must be a JSON object of metrics"))?;
@@ -91,12 +89,10 @@ pub fn read_golden(path: &Path, text: &str) -> Result<Curve, CurveError> {
         let Some(entry) = obj.get(key) else { continue };
         let line = line_of(text, &format!("\"{key}\""));
         let bad = |reason: &str| malformed(path, line, format!("\"{key}\": {reason}"));
-        let values = entry
-            .get("values")
-            .ok_or_else(|| bad("no \"values\""))?;
+        let values = entry.get("values").ok_or_else(|| bad("no \"values\""))?;
         let mut push = |step: u64, raw: &serde_json::Value| -> Result<(), CurveError> {
-            let value =
-                json_number(raw).ok_or_else(|| bad(&format!("value at step {step} is not a number")))?;
+            let value = json_number(raw)
+                .ok_or_else(|| bad(&format!("value at step {step} is not a number")))?;
             curve.push(
                 metric,
                 Sample {
@@ -123,10 +119,7 @@ pub fn read_golden(path: &Path, text: &str) -> Result<Curve, CurveError> {
             }
             serde_json::Value::Array(list) => {
                 let start = entry.get("start_step").and_then(json_step).unwrap_or(1);
-                let interval = entry
-                    .get("step_interval")
-                    .and_then(json_step)
-                    .unwrap_or(1);
+                let interval = entry.get("step_interval").and_then(json_step).unwrap_or(1);
                 if interval == 0 {
                     return Err(bad("\"step_interval\" is 0"));
                 }

@@ -347,21 +347,14 @@ pub fn f32_quantum(v: f64) -> f64 {
 /// Finds `key` in `line` and parses the printed number that follows it (up to whitespace, `|`,
 /// or a `,` that is not a thousands separator). Returns `Some(Err(token))` when the key is
 /// present but its value is not a number.
-pub(crate) fn value_after<'a>(
-    line: &'a str,
-    key: &str,
-) -> Option<Result<(f64, f64), &'a str>> {
+pub(crate) fn value_after<'a>(line: &'a str, key: &str) -> Option<Result<(f64, f64), &'a str>> {
     // The key must start a word: `loss:` does not match inside `lm_loss:`.
-    let at = line
-        .match_indices(key)
-        .map(|(i, _)| i)
-        .find(|&i| {
-            !line[..i]
-                .chars()
-                .next_back()
-                .is_some_and(|c| c.is_alphanumeric() || c == '_')
-        })?
-        + key.len();
+    let at = line.match_indices(key).map(|(i, _)| i).find(|&i| {
+        !line[..i]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })? + key.len();
     let rest = line[at..].trim_start();
     let end = rest
         .char_indices()
@@ -369,11 +362,7 @@ pub(crate) fn value_after<'a>(
             c.is_whitespace()
                 || c == '|'
                 || c == '('
-                || (c == ','
-                    && !rest[i + 1..]
-                        .chars()
-                        .take(3)
-                        .all(|d| d.is_ascii_digit()))
+                || (c == ',' && !rest[i + 1..].chars().take(3).all(|d| d.is_ascii_digit()))
         })
         .map_or(rest.len(), |(i, _)| i);
     let token = &rest[..end];

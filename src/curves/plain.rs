@@ -74,7 +74,11 @@ pub fn read(path: &Path, text: &str) -> Result<Curve, CurveError> {
             if cols.iter().any(|c| parse_printed(c).is_none()) {
                 // A header.
                 step_col = cols.iter().position(|c| is_step_column(c)).ok_or_else(|| {
-                    malformed(path, n, "header has no `step` column (step, iteration, iter)")
+                    malformed(
+                        path,
+                        n,
+                        "header has no `step` column (step, iteration, iter)",
+                    )
                 })?;
                 columns = cols
                     .iter()

@@ -93,7 +93,8 @@ fn inc_beta(x: f64, a: f64, b: f64) -> f64 {
     if x > (a + 1.0) / (a + b + 2.0) {
         return 1.0 - inc_beta(1.0 - x, b, a);
     }
-    let front = (ln_gamma(a + b) - ln_gamma(a) - ln_gamma(b) + a * x.ln() + b * (1.0 - x).ln()).exp() / a;
+    let front =
+        (ln_gamma(a + b) - ln_gamma(a) - ln_gamma(b) + a * x.ln() + b * (1.0 - x).ln()).exp() / a;
     let tiny = 1e-300;
     let (mut c, mut d) = (1.0, 1.0 - (a + b) * x / (a + 1.0));
     d = 1.0 / if d.abs() < tiny { tiny } else { d };
@@ -160,7 +161,11 @@ pub fn slope(x: &[f64], y: &[f64]) -> (f64, f64, f64) {
     if n < 3 {
         return (b, 0.0, 0.0);
     }
-    let rss: f64 = x.iter().zip(y).map(|(xi, yi)| (yi - a - b * xi).powi(2)).sum();
+    let rss: f64 = x
+        .iter()
+        .zip(y)
+        .map(|(xi, yi)| (yi - a - b * xi).powi(2))
+        .sum();
     let s = (rss / (n - 2) as f64).sqrt();
     (b, s / sxx.sqrt(), s)
 }
@@ -168,10 +173,18 @@ pub fn slope(x: &[f64], y: &[f64]) -> (f64, f64, f64) {
 /// Percentile bootstrap interval (`confidence`, e.g. 0.95) of `median(base) / median(test)`,
 /// resampling each slice independently `resamples` times with a ChaCha8 generator seeded by
 /// `seed` (so the interval is reproducible).
-pub fn bootstrap_median_ratio(base: &[f64], test: &[f64], confidence: f64, resamples: usize, seed: u64) -> (f64, f64) {
+pub fn bootstrap_median_ratio(
+    base: &[f64],
+    test: &[f64],
+    confidence: f64,
+    resamples: usize,
+    seed: u64,
+) -> (f64, f64) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let draw = |x: &[f64], rng: &mut ChaCha8Rng| -> f64 {
-        let r: Vec<f64> = (0..x.len()).map(|_| x[rng.random_range(0..x.len())]).collect();
+        let r: Vec<f64> = (0..x.len())
+            .map(|_| x[rng.random_range(0..x.len())])
+            .collect();
         median(&r)
     };
     let mut ratios: Vec<f64> = (0..resamples)
@@ -190,7 +203,13 @@ mod tests {
     #[test]
     fn t_quantiles_match_tables() {
         // Two-sided 95% critical values from any t table.
-        for (df, want) in [(1.0, 12.706), (2.0, 4.303), (10.0, 2.228), (30.0, 2.042), (1e7, 1.960)] {
+        for (df, want) in [
+            (1.0, 12.706),
+            (2.0, 4.303),
+            (10.0, 2.228),
+            (30.0, 2.042),
+            (1e7, 1.960),
+        ] {
             let got = t_two_sided(0.95, df);
             assert!((got - want).abs() < 1e-3, "df {df}: {got} vs {want}");
         }
@@ -208,7 +227,10 @@ mod tests {
     #[test]
     fn mad_finds_the_spikes_of_the_seed_log() {
         // Step times of the seed's native run, steps 2..14: spikes at steps 4 and 7.
-        let t = [3.240, 3.268, 5.791, 3.231, 3.232, 10.892, 3.214, 3.228, 3.242, 3.226, 3.218, 3.235, 3.237];
+        let t = [
+            3.240, 3.268, 5.791, 3.231, 3.232, 10.892, 3.214, 3.228, 3.242, 3.226, 3.218, 3.235,
+            3.237,
+        ];
         assert_eq!(mad_outliers(&t), vec![2, 5]);
     }
 

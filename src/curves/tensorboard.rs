@@ -75,7 +75,8 @@ pub fn masked_crc32c(data: &[u8]) -> u32 {
 
 /// The file starts with a well-framed record header (length and its checksum agree).
 pub fn looks_like(bytes: &[u8]) -> bool {
-    bytes.len() >= 12 && masked_crc32c(&bytes[..8]) == u32::from_le_bytes(bytes[8..12].try_into().unwrap())
+    bytes.len() >= 12
+        && masked_crc32c(&bytes[..8]) == u32::from_le_bytes(bytes[8..12].try_into().unwrap())
 }
 
 pub fn read(path: &Path, bytes: &[u8]) -> Result<Curve, CurveError> {
@@ -84,7 +85,8 @@ pub fn read(path: &Path, bytes: &[u8]) -> Result<Curve, CurveError> {
     let mut record = 0usize;
     while at < bytes.len() {
         record += 1;
-        let bad = |reason: String| malformed(path, record, format!("record at byte {at}: {reason}"));
+        let bad =
+            |reason: String| malformed(path, record, format!("record at byte {at}: {reason}"));
         if bytes.len() - at < 12 {
             return Err(bad("truncated record header".into()));
         }
@@ -92,12 +94,16 @@ pub fn read(path: &Path, bytes: &[u8]) -> Result<Curve, CurveError> {
         let len = u64::from_le_bytes(len_bytes.try_into().unwrap());
         let want = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap());
         if masked_crc32c(len_bytes) != want {
-            return Err(bad("length checksum mismatch (not a TFRecord file, or corrupt)".into()));
+            return Err(bad(
+                "length checksum mismatch (not a TFRecord file, or corrupt)".into(),
+            ));
         }
         let start = at + 12;
         let remaining = (bytes.len() - start) as u64;
         if len.checked_add(4).is_none_or(|need| need > remaining) {
-            return Err(bad(format!("truncated: record says {len} bytes, file has {remaining} left")));
+            return Err(bad(format!(
+                "truncated: record says {len} bytes, file has {remaining} left"
+            )));
         }
         let end = start + len as usize;
         let data = &bytes[start..end];
@@ -105,7 +111,8 @@ pub fn read(path: &Path, bytes: &[u8]) -> Result<Curve, CurveError> {
         if masked_crc32c(data) != want {
             return Err(bad("data checksum mismatch (corrupt record)".into()));
         }
-        decode_event(data, record, &mut curve).map_err(|e| bad(format!("bad Event protobuf: {e}")))?;
+        decode_event(data, record, &mut curve)
+            .map_err(|e| bad(format!("bad Event protobuf: {e}")))?;
         at = end + 4;
     }
     Ok(curve)
@@ -201,10 +208,8 @@ fn decode_event(data: &[u8], record: usize, curve: &mut Curve) -> Result<(), Str
         }
     }
     for (metric, _) in TAGS {
-        if let Some(&(_, _, value, quantum)) = found
-            .iter()
-            .filter(|x| x.0 == metric)
-            .min_by_key(|x| x.1)
+        if let Some(&(_, _, value, quantum)) =
+            found.iter().filter(|x| x.0 == metric).min_by_key(|x| x.1)
         {
             curve.push(
                 metric,
@@ -255,32 +260,42 @@ fn decode_scalar_tensor(buf: &[u8]) -> Result<Option<(f64, f64)>, String> {
                 if packed.len() % 4 != 0 {
                     return Err("packed float_val length is not a multiple of 4".into());
                 }
-                floats.extend(packed.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64));
+                floats.extend(
+                    packed
+                        .chunks(4)
+                        .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64),
+                );
             }
             (6, Field::Fixed64(b)) => doubles.push(f64::from_le_bytes(b)),
             (6, Field::Bytes(packed)) => {
                 if packed.len() % 8 != 0 {
                     return Err("packed double_val length is not a multiple of 8".into());
                 }
-                doubles.extend(packed.chunks(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())));
+                doubles.extend(
+                    packed
+                        .chunks(8)
+                        .map(|c| f64::from_le_bytes(c.try_into().unwrap())),
+                );
             }
             _ => {}
         }
     }
     let f64_quantum = |v: f64| v.abs() * f64::EPSILON;
-    Ok(match (dtype, floats.as_slice(), doubles.as_slice(), content.len()) {
-        (_, [v], [], _) => Some((*v, f32_quantum(*v))),
-        (_, [], [v], _) => Some((*v, f64_quantum(*v))),
-        (1, [], [], 4) => {
-            let v = f32::from_le_bytes(content.try_into().unwrap()) as f64;
-            Some((v, f32_quantum(v)))
-        }
-        (2, [], [], 8) => {
-            let v = f64::from_le_bytes(content.try_into().unwrap());
-            Some((v, f64_quantum(v)))
-        }
-        _ => None,
-    })
+    Ok(
+        match (dtype, floats.as_slice(), doubles.as_slice(), content.len()) {
+            (_, [v], [], _) => Some((*v, f32_quantum(*v))),
+            (_, [], [v], _) => Some((*v, f64_quantum(*v))),
+            (1, [], [], 4) => {
+                let v = f32::from_le_bytes(content.try_into().unwrap()) as f64;
+                Some((v, f32_quantum(v)))
+            }
+            (2, [], [], 8) => {
+                let v = f64::from_le_bytes(content.try_into().unwrap());
+                Some((v, f64_quantum(v)))
+            }
+            _ => None,
+        },
+    )
 }
 
 #[cfg(test)]

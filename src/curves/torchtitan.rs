@@ -30,7 +30,13 @@ pub fn read(path: &Path, text: &str) -> Result<Curve, CurveError> {
         }
         let step = match value_after(&line, "step:") {
             Some(Ok((v, _))) if v >= 0.0 && v.fract() == 0.0 => v as u64,
-            _ => return Err(malformed(path, n, "`step:` is not followed by a step number")),
+            _ => {
+                return Err(malformed(
+                    path,
+                    n,
+                    "`step:` is not followed by a step number",
+                ))
+            }
         };
         for (key, metric) in [
             ("loss:", Metric::Loss),
@@ -49,7 +55,11 @@ pub fn read(path: &Path, text: &str) -> Result<Curve, CurveError> {
                     },
                 ),
                 Some(Err(tok)) => {
-                    return Err(malformed(path, n, format!("`{key}` value `{tok}` is not a number")))
+                    return Err(malformed(
+                        path,
+                        n,
+                        format!("`{key}` value `{tok}` is not a number"),
+                    ))
                 }
                 None => {}
             }

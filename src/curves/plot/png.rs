@@ -8,7 +8,11 @@ pub fn crc32(data: &[u8]) -> u32 {
     for &b in data {
         crc ^= b as u32;
         for _ in 0..8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
         }
     }
     !crc
@@ -67,13 +71,20 @@ fn fixed(bits: &mut Bits, sym: u32) {
 }
 
 const LEN_BASE: [u32; 29] = [
-    3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258,
+    3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99, 115, 131,
+    163, 195, 227, 258,
 ];
-const LEN_EXTRA: [u32; 29] = [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0];
+const LEN_EXTRA: [u32; 29] = [
+    0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0,
+];
 
 /// zlib stream of `data`: one final fixed-Huffman block of literals and distance-1 runs.
 pub fn zlib(data: &[u8]) -> Vec<u8> {
-    let mut bits = Bits { out: vec![0x78, 0x01], acc: 0, n: 0 };
+    let mut bits = Bits {
+        out: vec![0x78, 0x01],
+        acc: 0,
+        n: 0,
+    };
     bits.put(1, 1); // BFINAL
     bits.put(1, 2); // BTYPE = 01, fixed Huffman
     let mut i = 0;
@@ -166,6 +177,10 @@ mod tests {
         let out = child.wait_with_output().unwrap();
         assert!(out.status.success(), "python zlib refused the stream");
         assert_eq!(out.stdout, data);
-        assert!(z.len() < data.len() / 2, "runs must compress: {} bytes", z.len());
+        assert!(
+            z.len() < data.len() / 2,
+            "runs must compress: {} bytes",
+            z.len()
+        );
     }
 }

@@ -12,7 +12,11 @@ pub struct Canvas {
 
 impl Canvas {
     pub fn new(w: u32, h: u32) -> Canvas {
-        Canvas { w, h, px: vec![Colour::White as u8; (w * h) as usize] }
+        Canvas {
+            w,
+            h,
+            px: vec![Colour::White as u8; (w * h) as usize],
+        }
     }
 
     /// Row-major palette indices, `w · h` of them.
@@ -48,7 +52,9 @@ impl Canvas {
     }
 
     fn line(&mut self, a: (f64, f64), b: (f64, f64), width: f64, c: Colour) {
-        let n = ((b.0 - a.0).abs().max((b.1 - a.1).abs()) * 2.0).ceil().max(1.0) as usize;
+        let n = ((b.0 - a.0).abs().max((b.1 - a.1).abs()) * 2.0)
+            .ceil()
+            .max(1.0) as usize;
         for i in 0..=n {
             let t = i as f64 / n as f64;
             self.stamp(a.0 + t * (b.0 - a.0), a.1 + t * (b.1 - a.1), width, c);
@@ -66,14 +72,22 @@ impl Canvas {
         };
         let top = y.round() as i64 - 7 * s;
         for (i, ch) in text.chars().enumerate() {
-            let code = if (ch as u32) < 128 { ch as usize } else { '?' as usize };
+            let code = if (ch as u32) < 128 {
+                ch as usize
+            } else {
+                '?' as usize
+            };
             let glyph = font8x8::legacy::BASIC_LEGACY[code];
             for (row, bits) in glyph.iter().enumerate() {
                 for col in 0..8 {
                     if bits & (1 << col) != 0 {
                         for dy in 0..s {
                             for dx in 0..s {
-                                self.set(x0 + i as i64 * adv + col * s + dx, top + row as i64 * s + dy, c);
+                                self.set(
+                                    x0 + i as i64 * adv + col * s + dx,
+                                    top + row as i64 * s + dy,
+                                    c,
+                                );
                             }
                         }
                     }
@@ -85,8 +99,19 @@ impl Canvas {
     pub fn draw(&mut self, shape: &Shape) {
         match shape {
             Shape::Rect { x, y, w, h, fill } => self.fill(*x, *y, *w, *h, *fill),
-            Shape::Line { x1, y1, x2, y2, colour, width } => self.line((*x1, *y1), (*x2, *y2), *width, *colour),
-            Shape::Polyline { points, colour, width } => {
+            Shape::Line {
+                x1,
+                y1,
+                x2,
+                y2,
+                colour,
+                width,
+            } => self.line((*x1, *y1), (*x2, *y2), *width, *colour),
+            Shape::Polyline {
+                points,
+                colour,
+                width,
+            } => {
                 for pair in points.windows(2) {
                     self.line(pair[0], pair[1], *width, *colour);
                 }
@@ -101,7 +126,14 @@ impl Canvas {
                     }
                 }
             }
-            Shape::Text { x, y, text, colour, anchor, scale } => self.text(*x, *y, text, *colour, *anchor, *scale),
+            Shape::Text {
+                x,
+                y,
+                text,
+                colour,
+                anchor,
+                scale,
+            } => self.text(*x, *y, text, *colour, *anchor, *scale),
         }
     }
 }

@@ -5,7 +5,10 @@ use std::fmt::Write as _;
 use super::{Anchor, Shape};
 
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 pub fn render(scene: &[Shape], width: u32, height: u32) -> String {
@@ -21,13 +24,27 @@ pub fn render(scene: &[Shape], width: u32, height: u32) -> String {
                 r#"<rect x="{x:.1}" y="{y:.1}" width="{w:.1}" height="{h:.1}" fill="{}"/>"#,
                 fill.hex()
             ),
-            Shape::Line { x1, y1, x2, y2, colour, width } => writeln!(
+            Shape::Line {
+                x1,
+                y1,
+                x2,
+                y2,
+                colour,
+                width,
+            } => writeln!(
                 s,
                 r#"<line x1="{x1:.1}" y1="{y1:.1}" x2="{x2:.1}" y2="{y2:.1}" stroke="{}" stroke-width="{width}"/>"#,
                 colour.hex()
             ),
-            Shape::Polyline { points, colour, width } => {
-                let pts: Vec<String> = points.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
+            Shape::Polyline {
+                points,
+                colour,
+                width,
+            } => {
+                let pts: Vec<String> = points
+                    .iter()
+                    .map(|(x, y)| format!("{x:.1},{y:.1}"))
+                    .collect();
                 writeln!(
                     s,
                     r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="{width}" stroke-linejoin="round"/>"#,
@@ -36,9 +53,20 @@ pub fn render(scene: &[Shape], width: u32, height: u32) -> String {
                 )
             }
             Shape::Dot { x, y, r, colour } => {
-                writeln!(s, r#"<circle cx="{x:.1}" cy="{y:.1}" r="{r}" fill="{}"/>"#, colour.hex())
+                writeln!(
+                    s,
+                    r#"<circle cx="{x:.1}" cy="{y:.1}" r="{r}" fill="{}"/>"#,
+                    colour.hex()
+                )
             }
-            Shape::Text { x, y, text, colour, anchor, scale } => {
+            Shape::Text {
+                x,
+                y,
+                text,
+                colour,
+                anchor,
+                scale,
+            } => {
                 let a = match anchor {
                     Anchor::Start => "start",
                     Anchor::Middle => "middle",
