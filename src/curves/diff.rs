@@ -87,8 +87,8 @@ impl Series {
         let mut restarts = 0;
         let mut last: Option<u64> = None;
         for s in samples {
-            if last.is_some_and(|l| s.step <= l) {
-                restarts += usize::from(last.is_some_and(|l| s.step < l));
+            if last.is_some_and(|l| s.step < l) {
+                restarts += 1;
             }
             if values.insert(s.step, s.value).is_some() {
                 duplicate_steps.push(s.step);
