@@ -378,7 +378,7 @@ fn scene(d: &Diff) -> Vec<Shape> {
     bottom.frame(
         &mut out,
         &format!("gap TEST - BASE, band +/-delta = {delta:.4}"),
-        "y: TEST - BASE",
+        "y: TEST - BASE (bold: window means)",
     );
     let zero = bottom.py(0.0);
     out.push(Shape::Line {
@@ -400,7 +400,7 @@ fn scene(d: &Diff) -> Vec<Shape> {
         &top,
         d.pairs.iter().map(|p| (p.0 as f64, p.2)),
         Colour::Test,
-        2.0,
+        1.0,
         &mut out,
     );
     curve(
@@ -420,25 +420,67 @@ fn scene(d: &Diff) -> Vec<Shape> {
                 colour: Colour::Window,
             });
         }
-        if p.1.is_finite() && !p.2.is_finite() {
-            let x = top.px(p.0 as f64);
-            out.push(Shape::Line {
-                x1: x,
-                y1: top.top,
-                x2: x,
-                y2: top.top + top.h,
-                colour: Colour::Fail,
-                width: 2.0,
-            });
-            out.push(Shape::Text {
-                x: x + 4.0,
-                y: top.top + 14.0,
-                text: "NaN".into(),
-                colour: Colour::Fail,
-                anchor: Anchor::Start,
-                scale: 1,
+    }
+    // Window means of the gap, as the criterion sees them (only when windows hold > 1 step).
+    if let Some(g) = r
+        .gap
+        .as_ref()
+        .filter(|g| g.window_steps > 1 && g.windows > 0)
+    {
+        let finite: Vec<&(u64, f64, f64)> = d
+            .pairs
+            .iter()
+            .filter(|p| p.1.is_finite() && p.2.is_finite())
+            .skip(r.alignment.warmup_steps)
+            .collect();
+        let used = &finite[finite.len() - g.windows * g.window_steps..];
+        let means: Vec<(f64, f64)> = used
+            .chunks(g.window_steps)
+            .map(|w| {
+                let n = w.len() as f64;
+                (
+                    w.iter().map(|p| p.0 as f64).sum::<f64>() / n,
+                    w.iter().map(|p| p.2 - p.1).sum::<f64>() / n,
+                )
+            })
+            .collect();
+        curve(
+            &bottom,
+            means.iter().copied(),
+            Colour::Window,
+            3.0,
+            &mut out,
+        );
+        for (x, y) in means {
+            out.push(Shape::Dot {
+                x: bottom.px(x),
+                y: bottom.py(y.clamp(bottom.y.0, bottom.y.1)),
+                r: 4.0,
+                colour: Colour::Window,
             });
         }
+    }
+    // The first step where TEST is NaN/Inf and BASE is finite.
+    if let Some(&step) = r.test_nonfinite_steps.first() {
+        let x = top.px(step as f64);
+        out.push(Shape::Line {
+            x1: x,
+            y1: top.top,
+            x2: x,
+            y2: top.top + top.h,
+            colour: Colour::Fail,
+            width: 2.0,
+        });
+        let label = format!("TEST NaN/Inf from step {step}");
+        let right = x + 8.0 + 7.0 * label.len() as f64 <= top.left + top.w;
+        out.push(Shape::Text {
+            x: if right { x + 6.0 } else { x - 6.0 },
+            y: top.top + 16.0,
+            text: label,
+            colour: Colour::Fail,
+            anchor: if right { Anchor::Start } else { Anchor::End },
+            scale: 1,
+        });
     }
     // Legend and verdict.
     let legend_y = 24.0;
