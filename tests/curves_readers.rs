@@ -260,6 +260,33 @@ fn corrupt_tensorboard_files_name_the_record() {
 }
 
 #[test]
+fn windows_line_endings_and_a_byte_order_mark_are_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in [
+        "loss.csv",
+        "trainer_state.json",
+        "native.log",
+        "megatron.log",
+    ] {
+        let text = std::fs::read_to_string(fixture(name)).unwrap();
+        let mut bytes = b"\xEF\xBB\xBF".to_vec();
+        bytes.extend_from_slice(text.replace('\n', "\r\n").as_bytes());
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        let want = read(&fixture(name), None).unwrap();
+        let got = read(&p, None).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(got.format, want.format, "{name}");
+        let values = |c: &moecheck::curves::Curve| -> Vec<(u64, f64)> {
+            c.metrics[&Metric::Loss]
+                .iter()
+                .map(|s| (s.step, s.value))
+                .collect()
+        };
+        assert_eq!(values(&got), values(&want), "{name}");
+    }
+}
+
+#[test]
 fn unrecognised_text_asks_for_format() {
     let e = error_of("notes.txt", b"hello\nworld\n", None);
     assert!(matches!(e, CurveError::Unrecognised { .. }), "{e}");

@@ -215,7 +215,9 @@ pub fn read(path: &Path, format: Option<Format>) -> Result<Curve, CurveError> {
     if format == Format::Tensorboard {
         return tensorboard::read(path, &bytes);
     }
-    let text = std::str::from_utf8(&bytes).map_err(|e| {
+    // A UTF-8 byte-order mark (Windows editors write one) is not part of the log.
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
+    let text = std::str::from_utf8(bytes).map_err(|e| {
         let line = 1 + bytes[..e.valid_up_to()]
             .iter()
             .filter(|b| **b == b'\n')
@@ -241,7 +243,7 @@ pub fn detect(path: &Path, bytes: &[u8]) -> Result<Format, CurveError> {
     if name.contains("tfevents") || tensorboard::looks_like(bytes) {
         return Ok(Format::Tensorboard);
     }
-    let text = String::from_utf8_lossy(bytes);
+    let text = String::from_utf8_lossy(bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes));
     let trimmed = text.trim_start();
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
         // A whole JSON document, or JSON lines.
