@@ -229,3 +229,95 @@ fn seed_maxtext_logs_fail_with_the_documented_reasons() {
     assert!((t.speedup - 3.232 / 3.110).abs() < 1e-12);
     assert!(t.speedup_ci[0] > 1.0 && t.speedup_ci[0] <= t.speedup && t.speedup <= t.speedup_ci[1]);
 }
+
+mod properties {
+    //! Properties of the criterion on generated curves `1 + scale·exp(−step/tau)` (plus noise),
+    //! built in memory with a 4-decimal quantum.
+    use moecheck::curves::diff::{diff, Criterion};
+    use moecheck::curves::{Curve, Format, Metric, Sample};
+    use proptest::prelude::*;
+
+    /// Decaying-loss parameters: `steps` values of `1 + scale·exp(−step/tau) + noise·z`.
+    #[derive(Debug, Clone)]
+    struct CurveArgs {
+        steps: usize,
+        scale: f64,
+        tau: f64,
+        noise: f64,
+        seed: u64,
+    }
+
+    /// Steps, scale and decay wide enough to cover short smoke runs and long runs.
+    const MAX_STEPS: usize = 300;
+
+    fn curve_args(min_steps: usize) -> impl Strategy<Value = CurveArgs> {
+        (
+            min_steps..MAX_STEPS,
+            0.5f64..20.0,
+            5.0f64..500.0,
+            0.0f64..0.05,
+            any::<u64>(),
+        )
+            .prop_map(|(steps, scale, tau, noise, seed)| CurveArgs {
+                steps,
+                scale,
+                tau,
+                noise,
+                seed,
+            })
+    }
+
+    fn values(a: &CurveArgs) -> Vec<f64> {
+        let z = super::normals(a.seed, a.steps);
+        (0..a.steps)
+            .map(|s| 1.0 + a.scale * (-(s as f64) / a.tau).exp() + a.noise * z[s])
+            .collect()
+    }
+
+    fn curve(name: &str, v: &[f64]) -> Curve {
+        let mut c = Curve::new(std::path::Path::new(name), Format::Plain);
+        for (s, &x) in v.iter().enumerate() {
+            let value = (x * 1e4).round() / 1e4;
+            c.push(
+                Metric::Loss,
+                Sample {
+                    step: s as u64,
+                    value,
+                    line: s + 1,
+                    quantum: 1e-4,
+                },
+            );
+        }
+        c
+    }
+
+    proptest! {
+        /// A log compared with itself is never a FAIL, and is a PASS once there are enough
+        /// steps for three windows after the warm-up.
+        #[test]
+        fn a_curve_against_itself_never_fails(a in curve_args(1)) {
+            let v = values(&a);
+            let r = diff(&curve("b", &v), &curve("t", &v), None, Metric::Loss, &Criterion::default())
+                .unwrap()
+                .report;
+            prop_assert_ne!(r.verdict, "fail");
+            if a.steps >= 4 {
+                prop_assert_eq!(r.verdict, "pass", "{:?}", r.reasons);
+            }
+        }
+
+        /// A constant offset of at least twice δ (noise-free runs) is always a FAIL.
+        #[test]
+        fn a_constant_offset_beyond_twice_delta_fails(a in curve_args(40), factor in 2.0f64..10.0, up in any::<bool>()) {
+            let a = CurveArgs { noise: 0.0, ..a };
+            let v = values(&a);
+            let top = v.iter().copied().fold(0.0, f64::max);
+            let offset = if up { 1.0 } else { -1.0 } * factor * 0.005 * top;
+            let t: Vec<f64> = v.iter().map(|x| x + offset).collect();
+            let r = diff(&curve("b", &v), &curve("t", &t), None, Metric::Loss, &Criterion::default())
+                .unwrap()
+                .report;
+            prop_assert_eq!(r.verdict, "fail", "offset {} δ {:?}", offset, r.margin.map(|m| m.delta));
+        }
+    }
+}

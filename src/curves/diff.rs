@@ -208,8 +208,8 @@ pub struct CurvesReport {
     pub throughput: Option<Throughput>,
 }
 
-/// What the plot needs besides the report: every common step `(step, base, test)` and the
-/// first compared step.
+/// The report, and what the plot needs besides it: every common step `(step, base, test)`
+/// in step order, non-finite values included.
 #[derive(Debug, Clone)]
 pub struct Diff {
     pub report: CurvesReport,
