@@ -131,7 +131,9 @@ fn pass_and_inconclusive_exit_codes() {
         .assert()
         .code(3)
         .stdout(predicate::str::contains("verdict: INCONCLUSIVE"))
-        .stdout(predicate::str::contains("suggestion:"));
+        .stdout(predicate::str::contains(
+            "suggestion: log at least 4 common steps (now 3)",
+        ));
 }
 
 #[test]

@@ -50,9 +50,15 @@ pub fn decide(r: &mut CurvesReport, pairs: &[(u64, f64, f64)], c: &Criterion) {
             "only {} window(s) of {} step(s) after the warm-up; the criterion needs {MIN_WINDOWS}",
             g.windows, g.window_steps
         ));
+        // n common steps leave n − ceil(warmup·n) to compare; 3 windows need 3·W of them.
+        let need = (MIN_WINDOWS * g.window_steps) as f64;
+        let mut total = (need / (1.0 - c.warmup_frac)).ceil() as usize;
+        while total - ((c.warmup_frac * total as f64).ceil() as usize) < need as usize {
+            total += 1;
+        }
         r.suggestion = Some(format!(
-            "log at least {} more common step(s), or use a smaller --window",
-            (MIN_WINDOWS - g.windows) * g.window_steps
+            "log at least {total} common steps (now {}), or use a smaller --window",
+            r.alignment.common_steps
         ));
         return;
     }
