@@ -79,7 +79,7 @@ fn svg_plot_holds_both_curves_and_the_band() {
         text.matches("<polyline").count() >= 5,
         "frames, two curves and the gap"
     );
-    assert!(text.contains("band +/-delta = 0.0489"));
+    assert!(text.contains("band +/-delta = 0.0098"));
 }
 
 #[test]

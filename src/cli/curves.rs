@@ -64,12 +64,13 @@ pub struct DiffArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub window: Option<u64>,
     /// Relative part of δ: rel · |mean BASE value|.
-    #[arg(long, default_value_t = 0.005, value_parser = parse_nonneg)]
+    #[arg(long, default_value_t = 0.001, value_parser = parse_nonneg)]
     pub rel: f64,
     /// Seed part of δ: k · σ_seed (with --baseline2).
     #[arg(long, default_value_t = 3.0, value_parser = parse_nonneg)]
     pub k: f64,
-    /// Confidence of the intervals (mean gap, tail gap, slope, speed-up).
+    /// Joint confidence of the mean-gap and tail-gap intervals (each taken at 1 − (1 − c)/2);
+    /// also the level of the slope test and of the speed-up interval.
     #[arg(long, default_value_t = 0.95, value_parser = parse_confidence)]
     pub confidence: f64,
     /// Fraction of the windows that form the tail (at least one window).

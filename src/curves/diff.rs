@@ -10,8 +10,9 @@
 //!    autocorrelation).
 //! 4. `δ = max(rel · |mean base loss|, k · σ_seed, 2 · logging precision)` where `σ_seed` is the
 //!    RMS of the windowed gaps between BASE and a second baseline seed, when one is given.
-//! 5. `CI = mean(g) ± t_{conf, m−1} · sd(g)/√m`; tail = mean of the last `ceil(tail_frac · m)`
-//!    windows, ± `t_{conf, m−2} · s_res/√m_tail` with `s_res` the residual sd of a line fitted
+//! 5. `CI = mean(g) ± t_{L, m−1} · sd(g)/√m`; tail = mean of the last `ceil(tail_frac · m)`
+//!    windows, ± `t_{L, m−2} · s_res/√m_tail` (each at level `L = 1 − (1 − conf)/2`, so the
+//!    two together are a `conf` joint statement), with `s_res` the residual sd of a line fitted
 //!    to `g`; drifting = the fitted slope is significant (|b|/se > `t_{conf, m−2}`) and moves
 //!    the gap by more than `drift_frac · δ` over the compared steps.
 //! 6. FAIL when CI lies outside ±δ or the tail's interval lies beyond δ; PASS when CI lies
@@ -44,7 +45,7 @@ impl Default for Criterion {
         Criterion {
             warmup_frac: 0.1,
             window_steps: None,
-            rel: 0.005,
+            rel: 0.001,
             k_seed: 3.0,
             confidence: 0.95,
             tail_frac: 0.2,
@@ -316,6 +317,11 @@ pub fn diff(
     Ok(Diff { report, pairs })
 }
 
+/// Level of each of the two intervals (mean gap, tail gap) for a joint confidence `conf`.
+pub fn interval_level(conf: f64) -> f64 {
+    1.0 - (1.0 - conf) / 2.0
+}
+
 /// Margin and windowed gap statistics over the compared steps (None when there are none).
 fn windowed(
     eval: &[(u64, f64, f64)],
@@ -389,8 +395,11 @@ fn windowed(
         .map(|p| (p.0, (p.2 - p.1).abs()))
         .fold((eval[0].0, 0.0), |acc, v| if v.1 > acc.1 { v } else { acc });
     let gm = if m > 0 { mean(&g) } else { f64::NAN };
+    // Two intervals decide FAIL (mean and tail): each is taken at 1 − (1 − conf)/2 so that
+    // together they raise a false FAIL with probability at most 1 − conf (Bonferroni).
+    let level = interval_level(c.confidence);
     let half = if m >= 2 {
-        t_two_sided(c.confidence, (m - 1) as f64) * sd(&g) / (m as f64).sqrt()
+        t_two_sided(level, (m - 1) as f64) * sd(&g) / (m as f64).sqrt()
     } else {
         f64::INFINITY
     };
@@ -417,7 +426,7 @@ fn windowed(
         f64::NAN
     };
     let tail_half_width = if m >= 3 {
-        t2 * s_res / (tail_windows as f64).sqrt()
+        t_two_sided(level, (m - 2) as f64) * s_res / (tail_windows as f64).sqrt()
     } else {
         f64::INFINITY
     };

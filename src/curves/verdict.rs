@@ -63,7 +63,8 @@ pub fn decide(r: &mut CurvesReport, pairs: &[(u64, f64, f64)], c: &Criterion) {
         return;
     }
     let ci = format!("[{:+.4}, {:+.4}]", g.ci_low, g.ci_high);
-    let conf = (c.confidence * 100.0).round();
+    // Each interval's level (the pair is a joint `confidence` statement).
+    let conf = super::diff::interval_level(c.confidence) * 100.0;
     let tail = format!("{:+.4} ± {:.4}", g.tail_mean, g.tail_half_width);
     if g.ci_low > d || g.ci_high < -d {
         r.reasons.push(format!(
@@ -238,9 +239,9 @@ pub fn render(r: &CurvesReport) -> String {
             &mut s,
             "mean gap (TEST − BASE)",
             format!(
-                "{:+.4}  {:.0}% CI [{:+.4}, {:+.4}]",
+                "{:+.4}  {}% CI [{:+.4}, {:+.4}]",
                 g.mean,
-                r.criterion.confidence * 100.0,
+                super::diff::interval_level(r.criterion.confidence) * 100.0,
                 g.ci_low,
                 g.ci_high
             ),
