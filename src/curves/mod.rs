@@ -138,7 +138,7 @@ pub struct Sample {
 pub struct Curve {
     pub path: PathBuf,
     pub format: Format,
-    /// Per metric, the samples in file order (restarts and duplicates kept; see [`Series`]).
+    /// Per metric, the samples in file order (restarts and duplicates kept; see [`diff::Series`]).
     pub metrics: BTreeMap<Metric, Vec<Sample>>,
 }
 

@@ -1,7 +1,7 @@
 //! The parity plot: both curves (top), the gap TEST − BASE with its window means and the ±δ
-//! band (bottom), the warm-up shaded. One scene is drawn two ways: as SVG text ([`svg`]), or
+//! band (bottom), the warm-up shaded. One scene is drawn two ways: as SVG text (`svg.rs`), or
 //! rasterised with the embedded 8×8 bitmap font of the `font8x8` crate and written as an
-//! indexed-colour PNG by our own encoder ([`png`]) — no system font or image library.
+//! indexed-colour PNG by our own encoder (`png.rs`) — no system font or image library.
 
 mod png;
 mod raster;
