@@ -2,6 +2,7 @@
 
 mod bench;
 mod check;
+mod curves;
 mod gemm;
 mod selftest;
 
@@ -35,6 +36,9 @@ pub enum Command {
     Selftest(selftest::SelftestArgs),
     /// Benchmark the f64 reference grouped GEMM against a dense f64 GEMM of equal FLOPs.
     Bench(bench::BenchArgs),
+    /// Loss-curve parity: read training logs (MaxText, Megatron, torchtitan, HF, TensorBoard,
+    /// plain) and give a PASS/FAIL/INCONCLUSIVE verdict on two runs, with a plot.
+    Curves(curves::CurvesArgs),
 }
 
 pub fn run() -> anyhow::Result<ExitCode> {
@@ -52,6 +56,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Check(a) => check::run(a),
         Command::Selftest(a) => selftest::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Curves(a) => curves::run(a),
     }
 }
 

@@ -1,0 +1,250 @@
+//! `moecheck curves`: read training logs (`read`) and decide whether two loss curves agree
+//! (`diff`). The criterion and its defaults are documented in docs/curves.md.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+
+use moecheck::curves::diff::{diff, Criterion};
+use moecheck::curves::{self, Format, Metric};
+
+/// Exit status of an inconclusive comparison.
+pub const EXIT_INCONCLUSIVE: u8 = 3;
+
+#[derive(Debug, Args)]
+pub struct CurvesArgs {
+    #[command(subcommand)]
+    pub command: CurvesCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CurvesCommand {
+    /// Compare TEST's curve with BASE's: PASS (exit 0), FAIL (1), INCONCLUSIVE (3); bad input 2.
+    Diff(DiffArgs),
+    /// Read one log and print what was found: format, metrics, steps, logging precision.
+    Read(ReadArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Criterion (docs/curves.md): skip the warm-up; average the paired gap TEST − BASE \
+over non-overlapping windows; δ = max(rel·|mean BASE|, k·σ_seed, 2·logging precision). PASS when the \
+confidence interval of the mean windowed gap and the tail gap lie inside ±δ and the gap does not drift; \
+FAIL when the interval lies outside ±δ, the tail gap exceeds δ, or TEST is NaN/Inf where BASE is finite; \
+otherwise INCONCLUSIVE with a suggestion.\n\nExit status: 0 pass, 1 fail, 3 inconclusive, 2 bad input or flags."
+)]
+pub struct DiffArgs {
+    /// The baseline log.
+    pub base: PathBuf,
+    /// The log of the run under test.
+    pub test: PathBuf,
+    /// BASE rerun with another seed: σ_seed (RMS of the windowed BASE2 − BASE gap) enters δ.
+    #[arg(long)]
+    pub baseline2: Option<PathBuf>,
+    /// Metric to compare: loss, step_time_s, tokens_per_s, tflops.
+    #[arg(long, default_value = "loss", value_parser = parse_metric)]
+    pub metric: Metric,
+    /// Read every log as this format instead of detecting it.
+    #[arg(long, value_parser = parse_format)]
+    pub format: Option<Format>,
+    /// Machine-readable report with a top-level "verdict".
+    #[arg(long)]
+    pub json: bool,
+    /// Write a plot of both curves, the gap and the ±δ band (.svg or .png).
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Bitwise comparison of every common step instead of the statistical criterion.
+    #[arg(long)]
+    pub exact: bool,
+    /// Fraction of the common steps skipped at the start.
+    #[arg(long, default_value_t = 0.1, value_parser = parse_fraction)]
+    pub warmup: f64,
+    /// Steps per window [default: max(1, compared steps / 10)].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub window: Option<u64>,
+    /// Relative part of δ: rel · |mean BASE value|.
+    #[arg(long, default_value_t = 0.001, value_parser = parse_nonneg)]
+    pub rel: f64,
+    /// Seed part of δ: k · σ_seed (with --baseline2).
+    #[arg(long, default_value_t = 3.0, value_parser = parse_nonneg)]
+    pub k: f64,
+    /// Joint confidence of the mean-gap and tail-gap intervals (each taken at 1 − (1 − c)/2);
+    /// also the level of the slope test and of the speed-up interval.
+    #[arg(long, default_value_t = 0.95, value_parser = parse_confidence)]
+    pub confidence: f64,
+    /// Fraction of the windows that form the tail (at least one window).
+    #[arg(long, default_value_t = 0.2, value_parser = parse_fraction)]
+    pub tail: f64,
+    /// A significant slope counts as drift when it moves the gap by more than this · δ.
+    #[arg(long, default_value_t = 0.5, value_parser = parse_nonneg)]
+    pub drift: f64,
+}
+
+#[derive(Debug, Args)]
+pub struct ReadArgs {
+    /// The log to read.
+    pub log: PathBuf,
+    /// Read as this format instead of detecting it.
+    #[arg(long, value_parser = parse_format)]
+    pub format: Option<Format>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_metric(s: &str) -> Result<Metric, String> {
+    Metric::parse(s).ok_or_else(|| {
+        format!(
+            "unknown metric `{s}`; one of: {}",
+            Metric::ALL.map(|m| m.name()).join(", ")
+        )
+    })
+}
+
+fn parse_format(s: &str) -> Result<Format, String> {
+    Format::parse(s).ok_or_else(|| {
+        format!(
+            "unknown format `{s}`; one of: {}",
+            Format::ALL.map(|f| f.name()).join(", ")
+        )
+    })
+}
+
+fn parse_f64(s: &str) -> Result<f64, String> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite())
+        .ok_or_else(|| format!("`{s}` is not a finite number"))
+}
+
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    parse_f64(s).and_then(|v| {
+        if (0.0..1.0).contains(&v) {
+            Ok(v)
+        } else {
+            Err(format!("{v} is not a fraction in [0, 1)"))
+        }
+    })
+}
+
+fn parse_nonneg(s: &str) -> Result<f64, String> {
+    parse_f64(s).and_then(|v| {
+        if v >= 0.0 {
+            Ok(v)
+        } else {
+            Err(format!("{v} is negative"))
+        }
+    })
+}
+
+fn parse_confidence(s: &str) -> Result<f64, String> {
+    parse_f64(s).and_then(|v| {
+        if v > 0.0 && v < 1.0 {
+            Ok(v)
+        } else {
+            Err(format!("{v} is not in (0, 1)"))
+        }
+    })
+}
+
+pub fn run(a: CurvesArgs) -> anyhow::Result<ExitCode> {
+    match a.command {
+        CurvesCommand::Diff(d) => run_diff(d),
+        CurvesCommand::Read(r) => run_read(r),
+    }
+}
+
+fn run_diff(a: DiffArgs) -> anyhow::Result<ExitCode> {
+    if let Some(p) = &a.plot {
+        // Refuse a bad extension before reading anything.
+        curves::plot::Kind::of(p)?;
+    }
+    let base = curves::read(&a.base, a.format)?;
+    let test = curves::read(&a.test, a.format)?;
+    let base2 = a
+        .baseline2
+        .as_deref()
+        .map(|p| curves::read(p, a.format))
+        .transpose()?;
+    let criterion = Criterion {
+        warmup_frac: a.warmup,
+        window_steps: a.window.map(|w| w as usize),
+        rel: a.rel,
+        k_seed: a.k,
+        confidence: a.confidence,
+        tail_frac: a.tail,
+        drift_frac: a.drift,
+        exact: a.exact,
+    };
+    let d = diff(&base, &test, base2.as_ref(), a.metric, &criterion)?;
+    if let Some(p) = &a.plot {
+        let bytes = curves::plot::render(&d, curves::plot::Kind::of(p)?);
+        std::fs::write(p, bytes)
+            .map_err(|e| anyhow::anyhow!("{}: cannot write plot: {e}", p.display()))?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&d.report)?);
+    } else {
+        print!("{}", curves::verdict::render(&d.report));
+        if let Some(p) = &a.plot {
+            println!("plot: {}", p.display());
+        }
+    }
+    Ok(match d.report.verdict {
+        "pass" => ExitCode::SUCCESS,
+        "fail" => ExitCode::from(super::EXIT_FAIL),
+        _ => ExitCode::from(EXIT_INCONCLUSIVE),
+    })
+}
+
+fn run_read(a: ReadArgs) -> anyhow::Result<ExitCode> {
+    let c = curves::read(&a.log, a.format)?;
+    let metrics: Vec<serde_json::Value> = c
+        .metrics
+        .iter()
+        .map(|(m, s)| {
+            let first = s.first().map(|x| x.step);
+            let last = s.last().map(|x| x.step);
+            serde_json::json!({
+                "metric": m.name(),
+                "samples": s.len(),
+                "first_step": first,
+                "last_step": last,
+                "logging_precision": c.precision(*m),
+                "first_value": s.first().map(|x| x.value),
+                "last_value": s.last().map(|x| x.value),
+            })
+        })
+        .collect();
+    if a.json {
+        let doc = serde_json::json!({
+            "path": c.path.display().to_string(),
+            "format": c.format.name(),
+            "metrics": metrics,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        println!("{}: {}", c.path.display(), c.format);
+        for m in &metrics {
+            println!(
+                "  {:<13} {:>6} samples, steps {}..={}, logging precision {:.1e}, first {} last {}",
+                m["metric"].as_str().unwrap_or(""),
+                m["samples"],
+                m["first_step"],
+                m["last_step"],
+                m["logging_precision"].as_f64().unwrap_or(0.0),
+                m["first_value"],
+                m["last_value"]
+            );
+        }
+    }
+    if c.metrics.is_empty() {
+        anyhow::bail!(
+            "{}: no metric found (read as {})",
+            c.path.display(),
+            c.format
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

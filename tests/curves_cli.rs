@@ -1,0 +1,226 @@
+//! Drives the real `moecheck curves` binary: the seed's logs with a plot, JSON, exit codes
+//! 0/1/3, and exit 2 with `file:line` for malformed logs and bad flags.
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+fn moecheck() -> Command {
+    Command::cargo_bin("moecheck").expect("binary built")
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/curves")
+        .join(name)
+}
+
+/// Checks a PNG's signature, IHDR size and every chunk CRC, and returns (width, height).
+fn png_size(bytes: &[u8]) -> (u32, u32) {
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    let mut at = 8;
+    let mut size = (0, 0);
+    let mut kinds = Vec::new();
+    while at < bytes.len() {
+        let n = u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        let body = &bytes[at + 4..at + 8 + n];
+        let crc = u32::from_be_bytes(bytes[at + 8 + n..at + 12 + n].try_into().unwrap());
+        assert_eq!(moecheck::curves::plot::crc32(body), crc, "chunk CRC");
+        if &body[..4] == b"IHDR" {
+            size = (
+                u32::from_be_bytes(body[4..8].try_into().unwrap()),
+                u32::from_be_bytes(body[8..12].try_into().unwrap()),
+            );
+        }
+        kinds.push(String::from_utf8_lossy(&body[..4]).to_string());
+        at += 12 + n;
+    }
+    assert_eq!(kinds, ["IHDR", "PLTE", "IDAT", "IEND"]);
+    size
+}
+
+#[test]
+fn seed_logs_give_a_verdict_a_table_and_a_png() {
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("gap.png");
+    moecheck()
+        .args(["curves", "diff"])
+        .arg(fixture("native.log"))
+        .arg(fixture("te.log"))
+        .arg("--plot")
+        .arg(&png)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("verdict: FAIL"))
+        .stdout(predicate::str::contains("steps compared               13"))
+        .stdout(predicate::str::contains(
+            "speed-up (BASE/TEST)         1.039x",
+        ));
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(png_size(&bytes), (960, 680));
+}
+
+#[test]
+fn svg_plot_holds_both_curves_and_the_band() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("gap.svg");
+    moecheck()
+        .args(["curves", "diff"])
+        .arg(fixture("native.log"))
+        .arg(fixture("te.log"))
+        .arg("--plot")
+        .arg(&svg)
+        .assert()
+        .code(1);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<svg"));
+    assert!(
+        text.matches("<polyline").count() >= 5,
+        "frames, two curves and the gap"
+    );
+    assert!(text.contains("band +/-delta = 0.0098"));
+}
+
+#[test]
+fn json_report_has_the_verdict_and_numbers() {
+    let out = moecheck()
+        .args(["curves", "diff", "--json"])
+        .arg(fixture("native.log"))
+        .arg(fixture("te.log"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["verdict"], "fail");
+    assert_eq!(v["alignment"]["steps_compared"], 13);
+    assert_eq!(v["margin"]["set_by"], "rel");
+    assert_eq!(
+        v["throughput"]["base_outlier_steps"],
+        serde_json::json!([4, 7])
+    );
+    assert_eq!(v["base"]["format"], "maxtext-stdout");
+}
+
+#[test]
+fn pass_and_inconclusive_exit_codes() {
+    // A log against itself: every gap is 0.
+    moecheck()
+        .args(["curves", "diff"])
+        .arg(fixture("native.log"))
+        .arg(fixture("native.log"))
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("verdict: PASS"));
+    // Different formats of the same curve compare too (CSV with 5 decimals vs TSV with 4): the
+    // gaps are rounding only, far inside δ over 9 one-step windows: PASS.
+    moecheck()
+        .args(["curves", "diff"])
+        .arg(fixture("loss.csv"))
+        .arg(fixture("loss.tsv"))
+        .assert()
+        .code(0);
+    // Only 3 steps: fewer windows than the criterion needs.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("short.txt");
+    std::fs::write(&p, "0 5.0\n1 4.0\n2 3.0\n").unwrap();
+    moecheck()
+        .args(["curves", "diff"])
+        .arg(&p)
+        .arg(&p)
+        .assert()
+        .code(3)
+        .stdout(predicate::str::contains("verdict: INCONCLUSIVE"))
+        .stdout(predicate::str::contains(
+            "suggestion: log at least 4 common steps (now 3)",
+        ));
+}
+
+#[test]
+fn exact_flag_compares_bitwise() {
+    moecheck()
+        .args(["curves", "diff", "--exact"])
+        .arg(fixture("native.log"))
+        .arg(fixture("te.log"))
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("first at step 0"));
+}
+
+#[test]
+fn malformed_log_exits_2_naming_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("broken.log");
+    let good = std::fs::read_to_string(fixture("native.log")).unwrap();
+    let broken = good.replacen("loss: 11.585", "loss: 11.5.85", 1);
+    std::fs::write(&p, broken).unwrap();
+    moecheck()
+        .args(["curves", "diff"])
+        .arg(fixture("native.log"))
+        .arg(&p)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "broken.log:4: `loss:` value `11.5.85` is not a number",
+        ))
+        .stderr(predicate::function(|s: &str| s.lines().count() == 1));
+}
+
+#[test]
+fn bad_flags_and_missing_files_exit_2() {
+    for args in [
+        vec!["--warmup", "1.5"],
+        vec!["--confidence", "1"],
+        vec!["--rel", "-0.1"],
+        vec!["--window", "0"],
+        vec!["--metric", "accuracy"],
+        vec!["--format", "wandb"],
+        vec!["--plot", "gap.jpg"],
+    ] {
+        moecheck()
+            .args(["curves", "diff"])
+            .arg(fixture("native.log"))
+            .arg(fixture("te.log"))
+            .args(&args)
+            .assert()
+            .code(2);
+    }
+    moecheck()
+        .args(["curves", "diff", "/nonexistent/a.log"])
+        .arg(fixture("te.log"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("/nonexistent/a.log: cannot read"));
+    // A metric one log lacks.
+    moecheck()
+        .args(["curves", "diff", "--metric", "step_time_s"])
+        .arg(fixture("trainer_state.json"))
+        .arg(fixture("trainer_state.json"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no step_time_s values"));
+}
+
+#[test]
+fn read_reports_every_format() {
+    for (name, format) in [
+        ("native.log", "maxtext-stdout"),
+        ("maxtext_metrics.jsonl", "maxtext-jsonl"),
+        ("megatron.log", "megatron-stdout"),
+        ("megatron_golden.json", "megatron-golden"),
+        ("torchtitan.log", "torchtitan-stdout"),
+        ("trainer_state.json", "hf-trainer-state"),
+        ("loss.csv", "plain"),
+        ("tensorboard/tensor_float.tfevents", "tensorboard"),
+    ] {
+        let out = moecheck()
+            .args(["curves", "read", "--json"])
+            .arg(fixture(name))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{name}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["format"], format, "{name}");
+        assert_eq!(v["metrics"][0]["metric"], "loss", "{name}");
+    }
+}

@@ -1,0 +1,294 @@
+//! Every log reader on a realistic sample of its format (fixtures/curves/, written by hand in
+//! the documented line formats; the TensorBoard files by tensorboardX through
+//! fixtures/curves/gen_tensorboard.py) and on malformed input, which must name the line.
+
+use std::path::{Path, PathBuf};
+
+use moecheck::curves::{read, CurveError, Format, Metric};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/curves")
+        .join(name)
+}
+
+/// Reads a fixture (format detected) and returns `(format, loss steps, loss values, precision)`.
+fn loss_of(name: &str) -> (Format, Vec<u64>, Vec<f64>, f64) {
+    let c = read(&fixture(name), None).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let s = &c.metrics[&Metric::Loss];
+    (
+        c.format,
+        s.iter().map(|x| x.step).collect(),
+        s.iter().map(|x| x.value).collect(),
+        c.precision(Metric::Loss),
+    )
+}
+
+#[test]
+fn seed_maxtext_logs_parse_with_every_metric() {
+    for (name, first, last) in [("native.log", 12.269, 8.270), ("te.log", 12.271, 8.085)] {
+        let c = read(&fixture(name), None).unwrap();
+        assert_eq!(c.format, Format::MaxtextStdout);
+        assert_eq!(
+            c.metrics_found(),
+            ["loss", "step_time_s", "tokens_per_s", "tflops"]
+        );
+        let loss = &c.metrics[&Metric::Loss];
+        assert_eq!(loss.len(), 15);
+        assert_eq!((loss[0].value, loss[14].value), (first, last));
+        assert_eq!(c.precision(Metric::Loss), 1e-3);
+    }
+    let native = read(&fixture("native.log"), None).unwrap();
+    assert_eq!(native.metrics[&Metric::StepTimeS][7].value, 10.892);
+    assert_eq!(native.metrics[&Metric::Tflops][2].value, 180.994);
+}
+
+#[test]
+fn maxtext_stdout_with_a_logging_prefix_skips_other_lines() {
+    let (f, steps, loss, p) = loss_of("maxtext_prefixed.log");
+    assert_eq!(f, Format::MaxtextStdout);
+    assert_eq!(steps, (0..12).collect::<Vec<_>>());
+    assert_eq!(loss[0], 10.5);
+    assert_eq!(p, 1e-3);
+    // The eval line (`eval metrics after step: 5, loss=...`) is not a training loss.
+    assert!(!loss.contains(&4.321));
+}
+
+#[test]
+fn maxtext_metrics_jsonl() {
+    let c = read(&fixture("maxtext_metrics.jsonl"), None).unwrap();
+    assert_eq!(c.format, Format::MaxtextJsonl);
+    let loss = &c.metrics[&Metric::Loss];
+    assert_eq!(loss.len(), 10);
+    assert_eq!((loss[0].step, loss[0].value), (0, 10.5));
+    assert_eq!(c.metrics[&Metric::StepTimeS][3].value, 1.843);
+    // f32 on device: the quantum is the f32 spacing, not a decimal.
+    assert!(c.precision(Metric::Loss) > 0.0 && c.precision(Metric::Loss) < 1e-5);
+    // perf/per_device_tflops_per_sec wins over the older perf/per_device_tflops.
+    assert!((c.metrics[&Metric::Tflops][0].value - 120.0 / 1.84).abs() < 1e-9);
+}
+
+#[test]
+fn megatron_stdout_with_rank_prefix_skips_validation_lines() {
+    let c = read(&fixture("megatron.log"), None).unwrap();
+    assert_eq!(c.format, Format::MegatronStdout);
+    let loss = &c.metrics[&Metric::Loss];
+    assert_eq!(
+        loss.iter().map(|s| s.step).collect::<Vec<_>>(),
+        (1..=10).collect::<Vec<_>>()
+    );
+    assert_eq!(loss[0].value, 1.010841e1);
+    assert!((c.precision(Metric::Loss) - 1e-5).abs() < 1e-18);
+    // ms converted to s.
+    assert!((c.metrics[&Metric::StepTimeS][0].value - 13.4785).abs() < 1e-12);
+    assert_eq!(c.metrics[&Metric::Tflops][0].value, 201.5);
+}
+
+#[test]
+fn megatron_golden_values_in_both_layouts() {
+    let (f, steps, loss, _) = loss_of("megatron_golden.json");
+    assert_eq!(f, Format::MegatronGolden);
+    assert_eq!(steps, (1..=10).collect::<Vec<_>>());
+    assert_eq!(loss[0], 10.8);
+    let c = read(&fixture("megatron_golden.json"), None).unwrap();
+    assert!(
+        c.metrics[&Metric::StepTimeS][0].value.is_nan(),
+        "\"nan\" strings are NaN"
+    );
+    let (f, steps, loss, _) = loss_of("megatron_golden_list.json");
+    assert_eq!(f, Format::MegatronGolden);
+    assert_eq!(steps, (0..10).map(|i| 5 * i).collect::<Vec<_>>());
+    assert_eq!(loss[9], 9.7);
+}
+
+#[test]
+fn torchtitan_stdout_with_ansi_colours() {
+    let c = read(&fixture("torchtitan.log"), None).unwrap();
+    assert_eq!(c.format, Format::TorchtitanStdout);
+    let loss = &c.metrics[&Metric::Loss];
+    assert_eq!(loss.len(), 10, "the evaluation line is skipped");
+    assert_eq!((loss[0].step, loss[0].value), (1, 9.5498));
+    assert_eq!(c.precision(Metric::Loss), 1e-4);
+    assert_eq!(c.metrics[&Metric::TokensPerS][0].value, 12355.0);
+    assert_eq!(c.metrics[&Metric::Tflops][0].value, 231.5);
+}
+
+#[test]
+fn hf_trainer_state_reads_training_losses_only() {
+    let (f, steps, loss, p) = loss_of("trainer_state.json");
+    assert_eq!(f, Format::HfTrainerState);
+    assert_eq!(steps, (1..=10).map(|i| 10 * i).collect::<Vec<_>>());
+    assert_eq!(loss[0], 4.3364);
+    assert_eq!(p, 1e-4);
+    assert!(
+        !loss.contains(&2.3456),
+        "eval_loss is not the training loss"
+    );
+    assert!(
+        !loss.contains(&2.5),
+        "train_loss (the run's mean) is not a step's loss"
+    );
+}
+
+#[test]
+fn plain_space_csv_and_tsv() {
+    for (name, p) in [("loss.txt", 1e-6), ("loss.csv", 1e-5), ("loss.tsv", 1e-4)] {
+        let (f, steps, loss, prec) = loss_of(name);
+        assert_eq!(f, Format::Plain, "{name}");
+        assert_eq!(steps, (0..10).collect::<Vec<_>>(), "{name}");
+        assert_eq!(loss[0], 4.0, "{name}");
+        assert!((prec - p).abs() < p * 1e-9, "{name}: {prec}");
+    }
+    let c = read(&fixture("loss.csv"), None).unwrap();
+    assert_eq!(c.metrics[&Metric::StepTimeS][9].value, 0.259);
+}
+
+#[test]
+fn tensorboard_simple_value_and_tensor_scalars() {
+    for name in [
+        "simple.tfevents",
+        "tensor_float.tfevents",
+        "tensor_double.tfevents",
+    ] {
+        let c = read(&fixture(&format!("tensorboard/{name}")), None).unwrap();
+        assert_eq!(c.format, Format::Tensorboard, "{name}");
+        let loss = &c.metrics[&Metric::Loss];
+        assert_eq!(loss.len(), 20, "{name}");
+        let want = |s: f64| 2.0 + 10.0 * (-s / 10.0).exp() + s / 1000.0;
+        for x in loss {
+            let tol = if name.contains("double") { 1e-12 } else { 1e-6 };
+            assert!(
+                (x.value - want(x.step as f64)).abs() < tol,
+                "{name} step {}: {}",
+                x.step,
+                x.value
+            );
+        }
+        assert_eq!(c.metrics[&Metric::StepTimeS].len(), 20, "{name}");
+    }
+}
+
+#[test]
+fn tensorboard_is_detected_by_framing_without_the_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("run.bin");
+    std::fs::copy(fixture("tensorboard/simple.tfevents"), &p).unwrap();
+    assert_eq!(read(&p, None).unwrap().format, Format::Tensorboard);
+}
+
+/// Writes `text` to a temporary file and returns the reader's error.
+fn error_of(name: &str, text: &[u8], format: Option<Format>) -> CurveError {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join(name);
+    std::fs::write(&p, text).unwrap();
+    read(&p, format).expect_err("malformed input must be refused")
+}
+
+fn line_of(e: &CurveError) -> usize {
+    match e {
+        CurveError::Malformed { line, .. } => *line,
+        other => panic!("expected a malformed-line error, got {other}"),
+    }
+}
+
+#[test]
+fn malformed_text_logs_name_the_line() {
+    let ok = "completed step: 0, seconds: 1.000, TFLOP/s/device: 1.000, Tokens/s/device: 1.000, total_weights: 1, loss: 9.000\n";
+    let cases: Vec<(&str, String, Option<Format>, usize)> = vec![
+        ("mt.log", format!("{ok}{}", ok.replace("9.000", "9.0x0")), None, 2),
+        ("mt2.log", format!("{ok}completed step: 1, seconds: 1.000\n"), None, 2),
+        ("mt3.log", format!("{ok}completed step: one, loss: 1.0\n"), None, 2),
+        ("m.jsonl", "{\"step\": 0.0, \"learning/loss\": 9.1}\n\n{\"step\": 1.0, \"learning/loss\": 9.0\n".into(), Some(Format::MaxtextJsonl), 3),
+        ("m2.jsonl", "{\"step\": 0.5, \"learning/loss\": 9.1}\n".into(), Some(Format::MaxtextJsonl), 1),
+        ("meg.log", " iteration        1/     10 | lm loss: 1.000000E+01 |\n iteration        2/     10 | lm loss: 1.0000O0E+01 |\n".into(), None, 2),
+        ("tt.log", "step:  1  loss:  9.1234  tps: 1,000\nstep:  2  loss:  9.1x34  tps: 1,000\n".into(), None, 2),
+        ("p.txt", "0 1.5\n1 1.4\n2 1,4x\n".into(), Some(Format::Plain), 3),
+        ("p2.csv", "step,loss\n0,1.5\n1\n".into(), Some(Format::Plain), 3),
+        ("p3.txt", "0 1.5\n-1 1.4\n".into(), Some(Format::Plain), 2),
+    ];
+    for (name, text, fmt, line) in cases {
+        let e = error_of(name, text.as_bytes(), fmt);
+        assert_eq!(line_of(&e), line, "{name}: {e}");
+        assert!(e.to_string().contains(&format!("{name}:{line}: ")), "{e}");
+    }
+}
+
+#[test]
+fn malformed_json_documents_name_the_line() {
+    let golden = "{\n  \"lm loss\": {\n    \"start_step\": 1,\n    \"values\": {\"1\": 10.0, \"2\": \"ten\"}\n  }\n}\n";
+    assert_eq!(line_of(&error_of("g.json", golden.as_bytes(), None)), 2);
+    let broken = "{\n  \"lm loss\": {\n    \"values\": {\"1\": 10.0,,}\n  }\n}\n";
+    assert_eq!(
+        line_of(&error_of(
+            "g2.json",
+            broken.as_bytes(),
+            Some(Format::MegatronGolden)
+        )),
+        3
+    );
+    let hf = "{\n \"log_history\": [\n  {\"loss\": 2.5, \"step\": 10},\n  {\"loss\": \"x\", \"step\": 20}\n ]\n}\n";
+    assert_eq!(
+        line_of(&error_of("trainer_state.json", hf.as_bytes(), None)),
+        4
+    );
+}
+
+#[test]
+fn corrupt_tensorboard_files_name_the_record() {
+    let good = std::fs::read(fixture("tensorboard/simple.tfevents")).unwrap();
+    // Flip a byte inside the third record's payload: its data checksum no longer matches.
+    let mut flipped = good.clone();
+    let mut at = 0;
+    for _ in 0..2 {
+        let len = u64::from_le_bytes(flipped[at..at + 8].try_into().unwrap()) as usize;
+        at += 12 + len + 4;
+    }
+    flipped[at + 14] ^= 0x40;
+    let e = error_of("events.out.tfevents.1", &flipped, None);
+    assert_eq!(line_of(&e), 3, "{e}");
+    assert!(e.to_string().contains("checksum"), "{e}");
+    // Truncated in the middle of the last record.
+    let e = error_of("events.out.tfevents.2", &good[..good.len() - 3], None);
+    assert!(e.to_string().contains("truncated"), "{e}");
+    // Not TensorBoard at all, but named as if it were.
+    let e = error_of(
+        "events.out.tfevents.3",
+        b"hello world, this is text\n",
+        None,
+    );
+    assert_eq!(line_of(&e), 1, "{e}");
+}
+
+#[test]
+fn windows_line_endings_and_a_byte_order_mark_are_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in [
+        "loss.csv",
+        "trainer_state.json",
+        "native.log",
+        "megatron.log",
+    ] {
+        let text = std::fs::read_to_string(fixture(name)).unwrap();
+        let mut bytes = b"\xEF\xBB\xBF".to_vec();
+        bytes.extend_from_slice(text.replace('\n', "\r\n").as_bytes());
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        let want = read(&fixture(name), None).unwrap();
+        let got = read(&p, None).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(got.format, want.format, "{name}");
+        let values = |c: &moecheck::curves::Curve| -> Vec<(u64, f64)> {
+            c.metrics[&Metric::Loss]
+                .iter()
+                .map(|s| (s.step, s.value))
+                .collect()
+        };
+        assert_eq!(values(&got), values(&want), "{name}");
+    }
+}
+
+#[test]
+fn unrecognised_text_asks_for_format() {
+    let e = error_of("notes.txt", b"hello\nworld\n", None);
+    assert!(matches!(e, CurveError::Unrecognised { .. }), "{e}");
+    assert!(e.to_string().contains("--format"));
+}
