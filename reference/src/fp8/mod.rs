@@ -55,6 +55,7 @@ pub mod accum;
 pub mod gemm;
 pub mod recipe;
 pub mod scaling;
+pub mod verify;
 
 pub use accum::AccumModel;
 pub use gemm::{
@@ -68,4 +69,8 @@ pub use recipe::{
 pub use scaling::{
     quantize_experts, quantize_rows, quantize_rows_with_scales, AmaxAlgo, AmaxHistory, ColumnWise,
     Quantized, Scope,
+};
+pub use verify::{
+    compare_fp8, fp8_precision, verify_fp8, Fp8GroupedGemm, Fp8Reference, Fp8Report, Fp8Verdict,
+    HighPrecisionStats,
 };
