@@ -156,15 +156,3 @@ impl Fp8Section {
         s
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fp8_selftest_catches_every_bug() {
-        let r = run(&RunConfig::new(48, 1));
-        eprintln!("{}", r.render());
-        assert!(r.ok(), "{}", r.render());
-    }
-}

@@ -2,6 +2,7 @@
 
 mod bench;
 mod check;
+mod fp8;
 mod gemm;
 mod selftest;
 
@@ -33,6 +34,8 @@ pub enum Command {
     Check(check::CheckArgs),
     /// Run every property against the correct emulation and every planted bug.
     Selftest(selftest::SelftestArgs),
+    /// FP8 current scaling (Transformer Engine's recipe): `fp8 quantize`.
+    Fp8(fp8::Fp8Args),
     /// Benchmark the f64 reference grouped GEMM against a dense f64 GEMM of equal FLOPs.
     Bench(bench::BenchArgs),
 }
@@ -52,6 +55,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Check(a) => check::run(a),
         Command::Selftest(a) => selftest::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Fp8(a) => fp8::run(a),
     }
 }
 
