@@ -6,6 +6,7 @@
 //! properties in [`moecheck_properties`].
 
 pub mod cases;
+pub mod fp8_cases;
 pub mod impls;
 pub mod protocol;
 pub mod report;

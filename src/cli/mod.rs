@@ -4,6 +4,7 @@ mod bench;
 mod check;
 mod fp8;
 mod gemm;
+mod gemm_fp8;
 mod selftest;
 
 use std::process::ExitCode;

@@ -8,3 +8,4 @@
 pub mod emulate;
 pub mod emulate_fp8;
 pub mod exec;
+pub mod exec_fp8;
