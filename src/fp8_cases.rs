@@ -7,9 +7,9 @@
 //! the `lhs` rows of one non-empty group (the second) are set to zero (amax 0 -> scale 1), and
 //! one `lhs` element of the first non-empty group is a 2^12 outlier.
 //!
-//! For delayed scaling, the history of each scope holds `history_len` earlier steps whose
-//! amaxes are the current amax times powers of two in `2^-2 ..= 2^1`, so a stale scale
-//! saturates some values.
+//! For delayed scaling, the history of each scope holds `history_len` earlier steps of a
+//! growing tensor: the newest amax is half the current one and each older one `2^-1/4` smaller,
+//! so the stale scale is about twice the current one and the largest values saturate.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -63,13 +63,13 @@ pub fn generate_fp8(spec: &GemmSpec, recipe: Fp8Recipe) -> Fp8GemmCase {
     } = recipe.scaling
     {
         let current = quantize_operands(&case, Passes::ALL);
-        let mut scales = |q: &Quantized, f: Format| -> Vec<f32> {
+        let scales = |q: &Quantized, f: Format| -> Vec<f32> {
             q.amax
                 .iter()
                 .map(|a| {
                     let mut h = AmaxHistory::new(history_len, algo, margin);
-                    for _ in 0..history_len {
-                        h.push(a * 2f32.powi(rng.random_range(-2..=1)));
+                    for i in (0..history_len).rev() {
+                        h.push(a * 2f32.powf(-1.0 - i as f32 / 4.0));
                     }
                     h.scale(f)
                 })

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use clap::Args;
 use serde::Serialize;
 
@@ -16,10 +16,10 @@ use moecheck::impls::exec_fp8::ExecFp8;
 use moecheck::report::GemmReport;
 use moecheck_reference::format::Format;
 use moecheck_reference::fp8::{
-    fp8_precision, verify_fp8, AccumModel, AmaxAlgo, Fp8GroupedGemm, Fp8Recipe, Fp8Reference,
-    Fp8Verdict, HighPrecisionStats, ScalingKind, ScopeKind,
+    compare_fp8, fp8_precision, AccumModel, AmaxAlgo, Fp8GemmCase, Fp8GroupedGemm, Fp8Recipe,
+    Fp8Reference, Fp8Verdict, HighPrecisionStats, ScalingKind, ScopeKind,
 };
-use moecheck_reference::gemm::Accumulator;
+use moecheck_reference::gemm::{Accumulator, Passes};
 use moecheck_reference::implementation::Verdict;
 
 use super::gemm::{parse_format, GemmArgs};
@@ -259,22 +259,59 @@ pub fn run(a: GemmArgs) -> anyhow::Result<ExitCode> {
         },
     };
     let case = generate_fp8(&spec, recipe);
-    let verdict = verify_fp8(imp.as_ref(), &case, a.passes)?;
-    let (plain, hp) = match &verdict {
+    case.validate(a.passes)?;
+    let verdict = match imp.run(&case, a.passes) {
+        Ok(got) => {
+            if let Some(dir) = &a.dump {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("--dump {}", dir.display()))?;
+                moecheck::protocol::fp8::write_fp8_case(dir, &case, a.passes)
+                    .with_context(|| format!("--dump {}", dir.display()))?;
+                moecheck::protocol::write_outputs(dir, &got)
+                    .with_context(|| format!("--dump {}", dir.display()))?;
+            }
+            Fp8Verdict::Compared(Box::new(compare_fp8(&case, a.passes, &got)?))
+        }
+        Err(e) => Fp8Verdict::RunFailed(e),
+    };
+    finish(imp.name(), imp.is_model(), &case, &verdict, a.json)
+}
+
+/// `moecheck check DIR` on an FP8 case directory: the outputs against the recipe.
+pub fn check(
+    dir: &std::path::Path,
+    case: Fp8GemmCase,
+    passes: Passes,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let got = moecheck::protocol::read_outputs(dir, &case.gemm, passes)?;
+    let verdict = Fp8Verdict::Compared(Box::new(compare_fp8(&case, passes, &got)?));
+    finish(
+        format!("outputs in {}", dir.display()),
+        false,
+        &case,
+        &verdict,
+        json,
+    )
+}
+
+fn finish(
+    name: String,
+    is_model: bool,
+    case: &Fp8GemmCase,
+    verdict: &Fp8Verdict,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let recipe = case.recipe;
+    let (plain, hp) = match verdict {
         Fp8Verdict::Compared(r) => (
             Verdict::Compared(r.recipe_exact.clone()),
             r.high_precision.clone(),
         ),
         Fp8Verdict::RunFailed(e) => (Verdict::RunFailed(e.clone()), Vec::new()),
     };
-    let report = GemmReport::new(
-        imp.name(),
-        imp.is_model(),
-        &case.gemm,
-        fp8_precision(&case),
-        &plain,
-    );
-    if a.json {
+    let report = GemmReport::new(name, is_model, &case.gemm, fp8_precision(case), &plain);
+    if json {
         let j = Fp8Json {
             report: &report,
             fp8: Fp8Extra {

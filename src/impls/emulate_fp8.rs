@@ -432,3 +432,78 @@ impl Fp8GroupedGemm for EmulateFp8 {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use moecheck_reference::fp8::{verify_fp8, AccumModel, Fp8Recipe};
+    use moecheck_reference::gemm::{GroupedGemmCase, Pass, TailContract};
+    use rand::{Rng, SeedableRng};
+
+    /// A case whose reduction for `pass` is 4096 long: K for fwd, N for dgrad, one group of
+    /// 4096 rows for wgrad. Groups: an empty one first (the compacted-scale trap), magnitudes
+    /// per group and per expert spread over 2^±12, a dropped tail row.
+    fn long_case(pass: Pass, accumulation: AccumModel) -> Fp8GemmCase {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4096);
+        let (sizes, k, n) = match pass {
+            Pass::Fwd => (vec![0, 5, 3], 4096, 6),
+            Pass::Dgrad => (vec![0, 5, 3], 6, 4096),
+            Pass::Wgrad => (vec![0, 4096, 3], 5, 4),
+        };
+        let m = sizes.iter().sum::<usize>() + 1;
+        let mut value = |e: i32| (rng.random_range(-1.0f64..1.0) * 2f64.powi(e)) as f32;
+        let exps = [-12, 7, 3];
+        let off = moecheck_reference::gemm::case::offsets(&sizes);
+        let grp = |r: usize| (0..3).find(|&g| off[g] <= r && r < off[g + 1]).unwrap_or(0);
+        let lhs = Array2::from_shape_fn((m, k), |(r, _)| value(exps[grp(r)]));
+        let rhs = Array3::from_shape_fn((3, k, n), |(e, _, _)| value(-exps[e]));
+        let dout = Array2::from_shape_fn((m, n), |(r, _)| value(exps[2 - grp(r)]));
+        Fp8GemmCase {
+            gemm: GroupedGemmCase {
+                lhs,
+                rhs,
+                group_sizes: sizes,
+                dout: Some(dout),
+                dtype: Format::F32,
+                out_dtype: Format::F32,
+                tail: TailContract::Zero,
+            },
+            recipe: Fp8Recipe {
+                accumulation,
+                ..Fp8Recipe::default()
+            },
+            given_scales: None,
+        }
+    }
+
+    /// Done-when: recipe-exact at reduction length 4096 in every pass, under every
+    /// accumulation model; and a planted bug still fails at that length.
+    #[test]
+    fn recipe_exact_at_4096_in_every_pass() {
+        for pass in Pass::ALL {
+            for acc in AccumModel::ALL {
+                let case = long_case(pass, acc);
+                let v = verify_fp8(&EmulateFp8::default(), &case, Passes::only(pass)).unwrap();
+                assert!(v.passed(), "{pass} {acc}: {:?}", v.failure());
+            }
+            let case = long_case(pass, AccumModel::Exact);
+            let bug = EmulateFp8::with_bug(Some(Fp8Bug::ScaleInvNotAdvanced));
+            let v = verify_fp8(&bug, &case, Passes::only(pass)).unwrap();
+            assert!(
+                !v.passed(),
+                "{pass}: the compacted scale_inv was not caught"
+            );
+        }
+    }
+
+    #[test]
+    fn bug_names_round_trip() {
+        for b in Fp8Bug::ALL {
+            assert_eq!(b.name().parse::<Fp8Bug>(), Ok(b));
+        }
+        assert!("nope"
+            .parse::<Fp8Bug>()
+            .unwrap_err()
+            .contains("fp8-truncation"));
+    }
+}

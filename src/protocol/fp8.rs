@@ -38,6 +38,9 @@ pub fn write_fp8_case(dir: &Path, case: &Fp8GemmCase, passes: Passes) -> Result<
 /// Reads an FP8 case: `None` when `case.json` has no `fp8` object (a plain v1 case).
 pub fn read_fp8_case(dir: &Path) -> Result<Option<(Fp8GemmCase, Passes)>, ProtocolError> {
     let path = dir.join("case.json");
+    if !path.is_file() {
+        return Ok(None); // read_case reports the missing directory or file
+    }
     let text = std::fs::read_to_string(&path).map_err(|e| file_err(&path, e))?;
     let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| file_err(&path, e))?;
     let Some(fp8) = json.get("fp8") else {
