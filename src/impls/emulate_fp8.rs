@@ -158,13 +158,10 @@ impl EmulateFp8 {
     fn scale_of(&self, a: Option<f32>, format: Format) -> f32 {
         match a {
             None => 1.0,
-            Some(a) if self.has(Fp8Bug::InvertedScale) => {
-                if a > 0.0 && a.is_finite() {
-                    a / fp8_max(format)
-                } else {
-                    1.0
-                }
+            Some(a) if self.has(Fp8Bug::InvertedScale) && a > 0.0 && a.is_finite() => {
+                a / fp8_max(format)
             }
+            Some(_) if self.has(Fp8Bug::InvertedScale) => 1.0,
             Some(a) if self.has(Fp8Bug::ZeroAmaxInfScale) && a == 0.0 => fp8_max(format) / a,
             Some(a) => compute_scale(a, format, 0),
         }

@@ -55,7 +55,8 @@ pub fn amax(values: impl IntoIterator<Item = f32>) -> Option<f32> {
 /// assert_eq!(compute_scale(2.0, Format::E4m3, 1), 112.0);
 /// ```
 pub fn compute_scale(amax: f32, format: Format, margin: i32) -> f32 {
-    if !(amax > 0.0) || !amax.is_finite() {
+    // `amax > 0` is false for NaN too.
+    if amax.is_nan() || amax <= 0.0 || amax.is_infinite() {
         return 1.0;
     }
     let s = fp8_max(format) / amax;

@@ -200,7 +200,7 @@ pub fn compare_fp8(
             } else {
                 f64::INFINITY
             };
-            if !(e.abs() <= envelope) {
+            if e.is_nan() || e.abs() > envelope {
                 outside += 1;
             }
             ratio = if q.is_nan() { f64::NAN } else { ratio.max(q) };
