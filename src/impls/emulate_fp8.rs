@@ -113,6 +113,8 @@ pub struct EmulateFp8 {
 /// per-(scope, column) `scale_inv` for a column-wise copy quantised on its own.
 struct KernelOperand {
     q: Array2<u8>,
+    /// `q` decoded (exact in f32), so the inner loops do not decode.
+    vals: Array2<f32>,
     format: Format,
     offsets: Vec<usize>,
     /// `scale_inv` read for scope `i` (after any layout bug).
@@ -127,7 +129,7 @@ impl KernelOperand {
         (0..self.read_sinv.len()).find(|&i| self.offsets[i] <= r && r < self.offsets[i + 1])
     }
     fn value(&self, r: usize, c: usize) -> f32 {
-        decode_fp8(self.q[(r, c)], self.format) as f32
+        self.vals[(r, c)]
     }
     fn sinv(&self, r: usize, c: usize) -> f32 {
         let i = self.scope_of(r).unwrap_or(0);
@@ -224,6 +226,7 @@ impl EmulateFp8 {
             scale_inv: read_sinv.clone(),
         };
         KernelOperand {
+            vals: q.mapv(|b| decode_fp8(b, format) as f32),
             q,
             format,
             offsets: off,
@@ -261,6 +264,7 @@ impl EmulateFp8 {
             .map(|c| c.first().copied().unwrap_or(1.0))
             .collect();
         KernelOperand {
+            vals: q.mapv(|b| decode_fp8(b, row.format) as f32),
             q,
             col_sinv: Some(col_sinv),
             quantized,
@@ -324,6 +328,7 @@ impl EmulateFp8 {
     fn requant_row(&self, op: &KernelOperand) -> KernelOperand {
         KernelOperand {
             q: op.q.clone(),
+            vals: op.vals.clone(),
             format: op.format,
             offsets: op.offsets.clone(),
             read_sinv: op.read_sinv.clone(),

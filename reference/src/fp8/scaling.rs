@@ -404,4 +404,38 @@ mod tests {
             assert_eq!(low_scale_steps, stale_steps, "{algo:?}");
         }
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// A multi-step sequence: at every step the delayed scale is the recipe's scale of the
+        /// reduction of the previous `len` amaxes (read before the step, updated after), and
+        /// after `len` steps of a constant amax it equals the current-scaling scale.
+        #[test]
+        fn delayed_scale_follows_the_history(
+            len in 1usize..6,
+            most_recent in proptest::bool::ANY,
+            margin in 0i32..3,
+            exps in proptest::collection::vec(-20i32..20, 1..24),
+        ) {
+            let algo = if most_recent { AmaxAlgo::MostRecent } else { AmaxAlgo::Max };
+            let mut h = AmaxHistory::new(len, algo, margin);
+            let amaxes: Vec<f32> = exps.iter().map(|e| 1.5 * 2f32.powi(*e)).collect();
+            for (t, &a) in amaxes.iter().enumerate() {
+                let past = &amaxes[t.saturating_sub(len)..t];
+                let reduced = match algo {
+                    AmaxAlgo::MostRecent => past.last().copied().unwrap_or(0.0),
+                    AmaxAlgo::Max => past.iter().copied().fold(0.0, f32::max),
+                };
+                proptest::prop_assert_eq!(h.scale(Format::E4m3), compute_scale(reduced, Format::E4m3, margin));
+                h.push(a);
+                proptest::prop_assert!(h.history.len() <= len);
+            }
+            let last = *amaxes.last().unwrap();
+            for _ in 0..len {
+                h.push(last);
+            }
+            proptest::prop_assert_eq!(h.scale(Format::E5m2), compute_scale(last, Format::E5m2, margin));
+        }
+    }
 }
