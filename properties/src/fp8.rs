@@ -204,8 +204,8 @@ pub fn fp8_case_args(expert_scope: bool) -> BoxedStrategy<Fp8CaseArgs> {
                 prop_oneof![3 => Just(Format::F32), 1 => Just(Format::Bf16)],
                 (exps(), exps(), exps()),
                 (
-                    proptest::option::weighted(0.3, 0..g),
-                    proptest::option::weighted(0.3, 0..g),
+                    proptest::option::weighted(0.5, 0..g),
+                    proptest::option::weighted(0.5, 0..g),
                     proptest::option::weighted(0.3, (any::<usize>(), 4i32..=12)),
                     prop_oneof![Just(0usize), Just(3), Just(7)],
                 ),

@@ -258,9 +258,14 @@ pub fn run(a: GemmArgs) -> anyhow::Result<ExitCode> {
             _ => bail!("--impl {name}: expected reference, emulate or exec:CMD"),
         },
     };
+    let spinner = spinner((spec.rows() * a.hidden * a.ffn) as u64, &imp.name());
     let case = generate_fp8(&spec, recipe);
     case.validate(a.passes)?;
-    let verdict = match imp.run(&case, a.passes) {
+    let ran = imp.run(&case, a.passes);
+    if let Some(pb) = &spinner {
+        pb.set_message("comparing with the recipe-exact and the unquantised f64 references");
+    }
+    let verdict = match ran {
         Ok(got) => {
             if let Some(dir) = &a.dump {
                 std::fs::create_dir_all(dir)
@@ -274,7 +279,26 @@ pub fn run(a: GemmArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => Fp8Verdict::RunFailed(e),
     };
+    if let Some(pb) = spinner {
+        pb.finish_and_clear();
+    }
     finish(imp.name(), imp.is_model(), &case, &verdict, a.json)
+}
+
+/// A spinner on stderr for large shapes when stderr is a terminal.
+fn spinner(work: u64, name: &str) -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal;
+    if work < 50_000_000 || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let pb = indicatif::ProgressBar::new_spinner();
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
+            .expect("valid template"),
+    );
+    pb.enable_steady_tick(Duration::from_millis(120));
+    pb.set_message(format!("generating, quantising and running {name}"));
+    Some(pb)
 }
 
 /// `moecheck check DIR` on an FP8 case directory: the outputs against the recipe.
