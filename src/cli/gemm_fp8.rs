@@ -29,7 +29,7 @@ pub fn parse_gemm_dtype(s: &str) -> Result<Format, String> {
     if s.eq_ignore_ascii_case("fp8") {
         return Ok(Format::E4m3);
     }
-    parse_format(s)
+    parse_format(s).map_err(|e| format!("{e}; or fp8 for the FP8 recipe"))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
