@@ -82,7 +82,7 @@ impl GemmSpec {
         for (flag, f) in [("--dtype", self.dtype), ("--out-dtype", self.out_dtype)] {
             if matches!(f, Format::E4m3 | Format::E5m2) {
                 return Err(format!(
-                    "{flag} {f}: FP8 grouped GEMMs need scaling (a later moecheck command); use f32, bf16 or f16"
+                    "{flag} {f}: FP8 inputs need scaling (use --dtype fp8); outputs are f32, bf16 or f16"
                 ));
             }
         }

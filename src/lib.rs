@@ -7,10 +7,12 @@
 
 pub mod cases;
 pub mod curves;
+pub mod fp8_cases;
 pub mod impls;
 pub mod protocol;
 pub mod report;
 pub mod selftest;
+pub mod selftest_fp8;
 
 pub use moecheck_properties as properties;
 pub use moecheck_reference as reference;

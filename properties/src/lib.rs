@@ -12,6 +12,7 @@
 //! }
 //! ```
 
+pub mod fp8;
 pub mod props;
 pub mod strategies;
 

@@ -257,7 +257,7 @@ impl Outcome {
 }
 
 /// The 32-byte ChaCha seed for `seed`.
-fn seed_bytes(seed: u64) -> [u8; 32] {
+pub(crate) fn seed_bytes(seed: u64) -> [u8; 32] {
     let mut b = [0u8; 32];
     for (i, chunk) in b.chunks_mut(8).enumerate() {
         let v = seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);

@@ -41,4 +41,7 @@ pub enum Error {
     /// An unknown format name.
     #[error("unknown dtype '{0}' (expected one of f32, bf16, f16, e4m3, e5m2, f64)")]
     UnknownFormat(String),
+    /// An FP8 recipe that cannot be applied (a non-FP8 format, a scope that does not fit).
+    #[error("invalid FP8 recipe: {reason}")]
+    InvalidRecipe { reason: String },
 }

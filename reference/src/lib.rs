@@ -6,12 +6,15 @@
 //!   constants and correctly rounded casts (saturating and non-saturating).
 //! * [`gemm`]: the grouped GEMM (forward, dgrad, wgrad) accumulated in f64, the dropped-token
 //!   contract, the a-priori error bound and the per-group comparison report.
+//! * [`fp8`]: FP8 current (and delayed) scaling as Transformer Engine does it, the FP8
+//!   grouped GEMM's recipe-exact reference and the accumulation models of its bound.
 //! * [`implementation`]: the one trait behind which every implementation under test sits.
 //!
 //! This crate is pure: no I/O, no CUDA, no randomness.
 
 pub mod error;
 pub mod format;
+pub mod fp8;
 pub mod gemm;
 pub mod implementation;
 

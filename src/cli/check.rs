@@ -13,6 +13,7 @@ use moecheck_reference::implementation::Verdict;
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// The case directory (case.json, inputs, and the outputs out.npy / dlhs.npy / drhs.npy).
+    /// An FP8 case (case.json with an `fp8` object) is checked recipe-exact.
     pub dir: PathBuf,
     /// Declared accumulator format of the implementation that wrote the outputs.
     #[arg(long, default_value = "f32", value_parser = super::gemm::parse_format)]
@@ -26,6 +27,9 @@ pub struct CheckArgs {
 }
 
 pub fn run(a: CheckArgs) -> anyhow::Result<ExitCode> {
+    if let Some((case, passes)) = moecheck::protocol::fp8::read_fp8_case(&a.dir)? {
+        return super::gemm_fp8::check(&a.dir, case, passes, a.json);
+    }
     let (case, passes) = moecheck::protocol::read_case(&a.dir)?;
     let got = moecheck::protocol::read_outputs(&a.dir, &case, passes)?;
     let want = reference(&case, passes)?;

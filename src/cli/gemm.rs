@@ -33,7 +33,9 @@ pub struct GemmArgs {
     #[arg(long, default_value_t = 128)]
     pub ffn: usize,
     /// Input dtype: f32, bf16, f16. Every input value is exactly representable in it.
-    #[arg(long, default_value = "bf16", value_parser = parse_format)]
+    /// `fp8` (or e4m3, e5m2): float32 inputs quantised by the implementation per the FP8
+    /// recipe (E4M3 forward, E5M2 dout), checked recipe-exact; see the FP8 flags.
+    #[arg(long, default_value = "bf16", value_parser = super::gemm_fp8::parse_gemm_dtype)]
     pub dtype: Format,
     /// Output dtype the implementation writes: f32, bf16, f16, f64.
     #[arg(long, default_value = "f32", value_parser = parse_format)]
@@ -79,6 +81,8 @@ pub struct GemmArgs {
     /// Machine-readable report on stdout, with a top-level "verdict".
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub fp8: super::gemm_fp8::Fp8Flags,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -140,6 +144,12 @@ pub fn build_impl(
 }
 
 pub fn run(a: GemmArgs) -> anyhow::Result<ExitCode> {
+    if matches!(a.dtype, Format::E4m3 | Format::E5m2) {
+        return super::gemm_fp8::run(a);
+    }
+    if let Some(flag) = a.fp8.first_given() {
+        bail!("{flag} needs --dtype fp8");
+    }
     let spec = GemmSpec {
         experts: a.experts,
         tokens: a.tokens,

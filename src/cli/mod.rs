@@ -3,7 +3,9 @@
 mod bench;
 mod check;
 mod curves;
+mod fp8;
 mod gemm;
+mod gemm_fp8;
 mod selftest;
 
 use std::process::ExitCode;
@@ -34,6 +36,8 @@ pub enum Command {
     Check(check::CheckArgs),
     /// Run every property against the correct emulation and every planted bug.
     Selftest(selftest::SelftestArgs),
+    /// FP8 current scaling (Transformer Engine's recipe): `fp8 quantize`.
+    Fp8(fp8::Fp8Args),
     /// Benchmark the f64 reference grouped GEMM against a dense f64 GEMM of equal FLOPs.
     Bench(bench::BenchArgs),
     /// Loss-curve parity: read training logs (MaxText, Megatron, torchtitan, HF, TensorBoard,
@@ -57,6 +61,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Selftest(a) => selftest::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Curves(a) => curves::run(a),
+        Command::Fp8(a) => fp8::run(a),
     }
 }
 

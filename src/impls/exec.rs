@@ -61,11 +61,20 @@ impl GroupedGemm for Exec {
             }
         };
         protocol::write_case(&dir, case, passes).map_err(|e| RunError(e.to_string()))?;
+        self.run_in_dir(&dir)?;
+        protocol::read_outputs(&dir, case, passes).map_err(|e| RunError(e.to_string()))
+    }
+}
+
+impl Exec {
+    /// Runs the command on the case directory `dir` (already written), with the timeout;
+    /// `Err` with a one-line reason on a non-zero exit, a signal or a timeout.
+    pub fn run_in_dir(&self, dir: &std::path::Path) -> Result<(), RunError> {
         let mut child = Command::new("sh")
             .arg("-c")
             .arg(format!("{} \"$1\"", self.command))
             .arg("sh")
-            .arg(&dir)
+            .arg(dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -112,6 +121,6 @@ impl GroupedGemm for Exec {
                 self.command
             )));
         }
-        protocol::read_outputs(&dir, case, passes).map_err(|e| RunError(e.to_string()))
+        Ok(())
     }
 }

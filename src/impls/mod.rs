@@ -6,4 +6,6 @@
 //! * [`exec`]: any external program, through the case-directory protocol (docs/protocol.md).
 
 pub mod emulate;
+pub mod emulate_fp8;
 pub mod exec;
+pub mod exec_fp8;

@@ -249,6 +249,23 @@ pub fn compare_outputs(
     reference: &ReferenceResult,
     got: &GemmOutputs,
 ) -> CaseReport {
+    compare_outputs_with_bound(case, passes, precision, reference, got, &|n| {
+        ErrorBound::new(precision, n)
+    })
+}
+
+/// [`compare_outputs`] with the per-element bound of reduction length `n` given by `bound(n)`
+/// instead of [`ErrorBound::new`] (used by the FP8 grouped GEMM, whose bound depends on the
+/// scaling and the accumulation model, see `crate::fp8::gemm`). `precision.output` is the
+/// format ULP distances are measured in.
+pub fn compare_outputs_with_bound(
+    case: &GroupedGemmCase,
+    passes: Passes,
+    precision: &Precision,
+    reference: &ReferenceResult,
+    got: &GemmOutputs,
+    bound: &dyn Fn(usize) -> ErrorBound,
+) -> CaseReport {
     let off = case.offsets();
     let mut reports = Vec::new();
     for pass in passes.iter() {
@@ -268,7 +285,7 @@ pub fn compare_outputs(
                 };
                 let want = pick(&reference.value).expect("reference computed the asked pass");
                 let mag = pick(&reference.magnitude).expect("reference computed the asked pass");
-                let bound = ErrorBound::new(precision, n);
+                let bound = bound(n);
                 match pick(got) {
                     None => missing(pass, want.shape(), "the implementation returned no output"),
                     Some(g) if g.shape() != want.shape() => missing(
@@ -322,6 +339,7 @@ pub fn compare_outputs(
                         mag.view(),
                         precision,
                         &case.group_sizes,
+                        bound,
                     ),
                 }
             }
@@ -401,13 +419,14 @@ fn compare_experts(
     mag: ArrayView3<f64>,
     precision: &Precision,
     sizes: &[usize],
+    bound_of: &dyn Fn(usize) -> ErrorBound,
 ) -> PassReport {
     let (groups, k, n) = want.dim();
     let mut stats = Vec::with_capacity(groups);
     let mut vacuous = false;
     let mut depth = 0;
     for (g, &size) in sizes.iter().enumerate().take(groups) {
-        let bound = ErrorBound::new(precision, size);
+        let bound = bound_of(size);
         vacuous |= bound.is_vacuous();
         depth = depth.max(bound.depth);
         let mut acc = Acc::new(GroupId::Expert(g));

@@ -32,7 +32,9 @@ pub mod kernel;
 
 pub use bound::{Accumulator, ErrorBound, Precision};
 pub use case::{GemmOutputs, GroupedGemmCase, Pass, Passes, TailContract};
-pub use compare::{compare_outputs, CaseReport, GroupId, GroupStats, PassReport, Worst};
+pub use compare::{
+    compare_outputs, compare_outputs_with_bound, CaseReport, GroupId, GroupStats, PassReport, Worst,
+};
 pub use grouped::{
     grouped_dgrad, grouped_fwd, grouped_fwd_into, grouped_wgrad, reference, ReferenceResult, CHUNK,
 };

@@ -1,0 +1,194 @@
+//! Accumulation models of an FP8 GEMM: exact f32, and Hopper's limited-precision "fast
+//! accumulation" with and without promotion to f32.
+//!
+//! The products `qa·qb` of two FP8 values are exact in f32 (at most 4 × 4 significant bits,
+//! magnitudes `>= 2^-32`), so all error comes from the sums.
+//!
+//! * [`AccumModel::Exact`]: every partial sum is an f32 (round to nearest even). Any order,
+//!   depth `n`: `|ŝ - s| <= γ(n, 2^-24)·Σ|qa·qb|` ([Higham 2002, §3.1]).
+//! * [`AccumModel::Fast`]: the DeepSeek-V3 technical report (§3.3.2) measured that Hopper's
+//!   FP8 tensor-core accumulation retains about 14 bits. Model: after every addition (done in
+//!   f32) the partial sum is truncated toward zero to [`FAST_BITS`] significant bits. One step
+//!   has relative error `<= u_fast = 2^(1-14) + 2^-24 + 2^(-13-24)`, so
+//!   `|ŝ - s| <= γ(n, u_fast)·Σ|qa·qb|`, vacuous for `n >= 8192`.
+//! * [`AccumModel::FastPromote`]: the same inside chunks of [`PROMOTE_INTERVAL`] = `N_C` = 128
+//!   products (DeepSeek-V3: promotion to CUDA-core f32 registers every 4 WGMMAs), each chunk's
+//!   partial added to an f32 accumulator: `(1 + γ(min(n, N_C), u_fast))·(1 + γ(⌈n/N_C⌉, 2^-24)) - 1`.
+//!
+//! [`AccumModel::dot`] is the emulation; [`AccumModel::coefficient`] the bound's coefficient of
+//! `Σ|qa·qb|`; the test `error_grows_with_k` shows both against K.
+
+use serde::{Deserialize, Serialize};
+
+use crate::gemm::bound::gamma;
+
+/// Significant bits the fast accumulator keeps (DeepSeek-V3: "around 14 bits").
+pub const FAST_BITS: u32 = 14;
+/// `N_C`: products per chunk before promotion to f32 (DeepSeek-V3: 128).
+pub const PROMOTE_INTERVAL: usize = 128;
+
+/// How the sum of FP8 products is accumulated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AccumModel {
+    /// f32 partial sums, round to nearest even.
+    #[default]
+    Exact,
+    /// Partial sums truncated to [`FAST_BITS`] significant bits after every addition.
+    Fast,
+    /// [`AccumModel::Fast`] within chunks of [`PROMOTE_INTERVAL`], chunks summed in f32.
+    FastPromote,
+}
+
+impl AccumModel {
+    pub const ALL: [AccumModel; 3] = [AccumModel::Exact, AccumModel::Fast, AccumModel::FastPromote];
+
+    /// `exact`, `fast`, `fast-promote`.
+    pub fn name(self) -> &'static str {
+        match self {
+            AccumModel::Exact => "exact",
+            AccumModel::Fast => "fast",
+            AccumModel::FastPromote => "fast-promote",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<AccumModel> {
+        AccumModel::ALL.into_iter().find(|m| m.name() == s.trim())
+    }
+
+    /// The relative error of one fast-accumulation step (f32 addition, then truncation).
+    pub fn fast_step_roundoff() -> f64 {
+        let t = 2f64.powi(1 - FAST_BITS as i32);
+        let u32_ = 2f64.powi(-24);
+        t + u32_ + t * u32_
+    }
+
+    /// The coefficient `c` with `|ŝ - s| <= c·Σ|qa·qb|` for `n` products (module docs).
+    pub fn coefficient(self, n: usize) -> f64 {
+        let u32_ = 2f64.powi(-24);
+        match self {
+            AccumModel::Exact => gamma(n, u32_),
+            AccumModel::Fast => gamma(n, Self::fast_step_roundoff()),
+            AccumModel::FastPromote => {
+                let inner = gamma(n.min(PROMOTE_INTERVAL), Self::fast_step_roundoff());
+                let outer = gamma(n.div_ceil(PROMOTE_INTERVAL), u32_);
+                (1.0 + inner) * (1.0 + outer) - 1.0
+            }
+        }
+    }
+
+    /// The emulated sum of `n` products `p(i)`, `i = 0..n` in order.
+    ///
+    /// ```
+    /// use moecheck_reference::fp8::AccumModel;
+    /// // 1 + 2^-14 is not representable with 14 bits: the fast accumulator drops it.
+    /// let p = |i: usize| if i == 0 { 1.0 } else { 2f32.powi(-14) };
+    /// assert_eq!(AccumModel::Fast.dot(2, p), 1.0);
+    /// assert_eq!(AccumModel::Exact.dot(2, p), 1.0 + 2f32.powi(-14));
+    /// ```
+    pub fn dot(self, n: usize, p: impl Fn(usize) -> f32) -> f32 {
+        match self {
+            AccumModel::Exact => (0..n).fold(0.0f32, |acc, i| acc + p(i)),
+            AccumModel::Fast => (0..n).fold(0.0f32, |acc, i| truncate_bits(acc + p(i), FAST_BITS)),
+            AccumModel::FastPromote => {
+                let mut acc = 0.0f32;
+                let mut start = 0;
+                while start < n {
+                    let end = (start + PROMOTE_INTERVAL).min(n);
+                    let part = (start..end).fold(0.0f32, |a, i| truncate_bits(a + p(i), FAST_BITS));
+                    acc += part;
+                    start = end;
+                }
+                acc
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for AccumModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `x` truncated toward zero to `bits` significant bits (normal f32; subnormals keep the
+/// same absolute quantum as the smallest normal binade; NaN and ±inf unchanged).
+pub fn truncate_bits(x: f32, bits: u32) -> f32 {
+    if !x.is_finite() || bits >= 24 {
+        return x;
+    }
+    let drop = 24 - bits;
+    f32::from_bits(x.to_bits() & !((1u32 << drop) - 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn truncation_keeps_bits() {
+        assert_eq!(
+            truncate_bits(1.0 + 2f32.powi(-13), 14),
+            1.0 + 2f32.powi(-13)
+        );
+        assert_eq!(truncate_bits(1.0 + 2f32.powi(-14), 14), 1.0);
+        assert_eq!(truncate_bits(-1.999_999_9, 14), -(2.0 - 2f32.powi(-13)));
+    }
+
+    /// How the error grows with K under each model: FP8-like products of one sign (so the
+    /// errors do not cancel). Every model stays inside its bound; the fast accumulator's
+    /// relative error grows with K while promotion every 128 keeps it near the error of one
+    /// chunk, and exact f32 stays orders of magnitude below both.
+    #[test]
+    fn error_grows_with_k() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(42);
+        let ks = [128usize, 512, 2048, 8192];
+        let mut rel = vec![[0.0f64; 3]; ks.len()];
+        for (row, &k) in ks.iter().enumerate() {
+            // Products of two E4M3 values in [1, 448): exact in f32.
+            let e4 = |rng: &mut rand_chacha::ChaCha8Rng| {
+                crate::format::round_to(
+                    rng.random_range(1.0..448.0),
+                    crate::format::Format::E4m3,
+                    crate::format::Overflow::Saturate,
+                )
+            };
+            let prods: Vec<f32> = (0..k)
+                .map(|_| (e4(&mut rng) * e4(&mut rng)) as f32)
+                .collect();
+            let exact: f64 = prods.iter().map(|p| *p as f64).sum();
+            for (j, m) in AccumModel::ALL.into_iter().enumerate() {
+                let got = m.dot(k, |i| prods[i]) as f64;
+                let err = (got - exact).abs();
+                assert!(err <= m.coefficient(k) * exact, "{m} K={k}: {err} > bound");
+                rel[row][j] = err / exact;
+            }
+        }
+        eprintln!("K       exact       fast        fast-promote   (relative error of Σ)");
+        for (row, k) in ks.iter().enumerate() {
+            eprintln!(
+                "{k:<7} {:.3e}   {:.3e}   {:.3e}",
+                rel[row][0], rel[row][1], rel[row][2]
+            );
+        }
+        let (first, last) = (&rel[0], &rel[ks.len() - 1]);
+        // Fast: grows by at least 16x from K=128 to K=8192 (truncation drift is ~linear).
+        assert!(last[1] > 16.0 * first[1], "{rel:?}");
+        // Promotion: at K=8192 at least 8x better than fast.
+        assert!(last[2] * 8.0 < last[1], "{rel:?}");
+        // Exact f32: far below both.
+        assert!(last[0] * 100.0 < last[2], "{rel:?}");
+    }
+
+    #[test]
+    fn coefficients() {
+        assert!(AccumModel::Fast.coefficient(8192).is_infinite());
+        assert!(AccumModel::FastPromote.coefficient(8192) < 0.02);
+        assert!(AccumModel::Exact.coefficient(4096) < 3e-4);
+        assert_eq!(
+            AccumModel::parse("fast-promote"),
+            Some(AccumModel::FastPromote)
+        );
+    }
+}

@@ -1,0 +1,175 @@
+//! `moecheck gemm --dtype fp8` and `moecheck check` on FP8 case directories, driven through
+//! the real binary.
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+/// `moecheck gemm --dtype fp8` on a small routed case (two empty experts, a dropped tail),
+/// where a flag in `extra` replaces the default of the same name.
+fn fp8_gemm(extra: &[&str]) -> Command {
+    const SMALL: [&str; 10] = [
+        "--experts",
+        "6",
+        "--tokens",
+        "40",
+        "--hidden",
+        "24",
+        "--ffn",
+        "16",
+        "--empty",
+        "2",
+    ];
+    let mut c = Command::cargo_bin("moecheck").expect("binary built");
+    c.args(["gemm", "--dtype", "fp8"]);
+    for pair in SMALL.chunks(2) {
+        if !extra.contains(&pair[0]) {
+            c.args(pair);
+        }
+    }
+    c.args(extra);
+    c
+}
+
+#[test]
+fn fp8_emulate_passes_recipe_exact_and_reports_both_comparisons() {
+    fp8_gemm(&[])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("not a GPU result"))
+        .stdout(predicate::str::contains("recipe-exact"))
+        .stdout(predicate::str::contains("against the unquantised f64 GEMM"))
+        .stdout(predicate::str::contains("verdict: PASS"));
+    let out = fp8_gemm(&["--json", "--scaling", "delayed", "--accum", "fast-promote"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["verdict"], "pass");
+    assert_eq!(v["fp8"]["recipe"]["dout"]["format"], "e5m2");
+    assert_eq!(v["fp8"]["recipe"]["scaling"]["kind"], "delayed");
+    assert_eq!(v["fp8"]["recipe"]["accumulation"], "fast-promote");
+    assert_eq!(v["fp8"]["high_precision"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn fp8_long_reduction_passes_every_accumulation_model() {
+    for acc in ["exact", "fast", "fast-promote"] {
+        fp8_gemm(&[
+            "--hidden", "4096", "--tokens", "8", "--ffn", "8", "--accum", acc,
+        ])
+        .assert()
+        .code(0);
+    }
+}
+
+#[test]
+fn fp8_injected_bugs_fail_with_exit_1() {
+    for bug in [
+        "fp8-scale-inv-not-advanced",
+        "fp8-amax-from-neighbour",
+        "fp8-inverted-scale",
+        "fp8-truncation",
+        "fp8-e4m3-gradients",
+        "fp8-colwise-own-scale",
+    ] {
+        fp8_gemm(&["--inject", bug])
+            .assert()
+            .code(1)
+            .stdout(predicate::str::contains("verdict: FAIL"));
+    }
+    // The generated case has an all-zero lhs group: scale = inf gives NaN there.
+    fp8_gemm(&["--inject", "fp8-zero-amax-inf-scale"])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("NaN"));
+}
+
+#[test]
+fn fp8_bad_flags_exit_2_naming_the_flag() {
+    for (args, needle) in [
+        (vec!["--rhs-scope", "group"], "--rhs-scope"),
+        (vec!["--dout-format", "bf16"], "--dout-format"),
+        (vec!["--accum", "kahan"], "kahan"),
+        (vec!["--margin", "1"], "--scaling delayed"),
+        (vec!["--inject", "nope"], "fp8-truncation"),
+        (vec!["--out-dtype", "e4m3"], "--out-dtype"),
+    ] {
+        let out = fp8_gemm(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    // FP8 flags without an FP8 dtype.
+    let out = Command::cargo_bin("moecheck")
+        .unwrap()
+        .args([
+            "gemm",
+            "--experts",
+            "4",
+            "--tokens",
+            "8",
+            "--scaling",
+            "current",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--scaling needs --dtype fp8"));
+}
+
+#[test]
+fn fp8_dump_then_check_round_trips_and_catches_tampering() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("case");
+    fp8_gemm(&["--dump", dir.to_str().unwrap()])
+        .assert()
+        .code(0);
+    let json = std::fs::read_to_string(dir.join("case.json")).unwrap();
+    assert!(json.contains("\"fp8\""), "{json}");
+    let check = || {
+        let mut c = Command::cargo_bin("moecheck").unwrap();
+        c.arg("check").arg(&dir);
+        c
+    };
+    check()
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("recipe-exact"));
+    // Change the largest output by one part in 10^4: far beyond the f32 accumulation bound,
+    // far inside FP8's quantisation error.
+    let p = dir.join("out.npy");
+    let mut out: ndarray::Array2<f64> = ndarray_npy::read_npy(&p).unwrap();
+    let (i, _) = out
+        .indexed_iter()
+        .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))
+        .unwrap();
+    out[i] *= 1.0001;
+    ndarray_npy::write_npy(&p, &out).unwrap();
+    check().assert().code(1);
+}
+
+#[test]
+fn numpy_fp8_adapter_passes_through_exec() {
+    for extra in [
+        &[][..],
+        &["--scaling", "delayed"],
+        &["--lhs-scope", "tensor", "--rhs-scope", "tensor"],
+    ] {
+        let mut args = vec![
+            "--impl",
+            "exec:python3 examples/adapters/numpy_fp8_grouped_gemm.py",
+        ];
+        args.extend_from_slice(extra);
+        fp8_gemm(&args)
+            .assert()
+            .code(0)
+            .stdout(predicate::str::contains("verdict: PASS"));
+    }
+    // The plain f32 adapter ignores the recipe: the recipe-exact check fails it.
+    fp8_gemm(&[
+        "--impl",
+        "exec:python3 examples/adapters/numpy_grouped_gemm.py",
+    ])
+    .assert()
+    .code(1);
+}
