@@ -16,9 +16,8 @@ use moecheck_reference::fp8::{
 use moecheck_reference::gemm::{GroupedGemmCase, Pass, Passes, TailContract};
 use ndarray::{Array2, Array3};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
 
-use crate::props::{seed_bytes, Outcome, RunConfig};
+use crate::props::{Outcome, RunConfig};
 use crate::strategies::group_sizes;
 
 /// Largest K of a generated FP8 case.
@@ -429,29 +428,5 @@ fn scale_invariance(imp: &dyn Fp8GroupedGemm, args: &Fp8CaseArgs) -> Result<(), 
 
 /// Checks an FP8 property like [`crate::check`] does a grouped-GEMM one.
 pub fn check_fp8(prop: &Fp8Property, imp: &dyn Fp8GroupedGemm, config: &RunConfig) -> Outcome {
-    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes(config.seed));
-    let cfg = Config {
-        cases: config.cases,
-        max_shrink_iters: config.max_shrink_iters,
-        failure_persistence: None,
-        ..Config::default()
-    };
-    let mut runner = TestRunner::new_with_rng(cfg, rng);
-    let test = prop.test;
-    let result = runner.run(&(prop.strategy)(), |args: Fp8CaseArgs| {
-        test(imp, &args).map_err(TestCaseError::fail)
-    });
-    match result {
-        Ok(()) => Outcome::Passed {
-            cases: config.cases,
-        },
-        Err(TestError::Fail(reason, args)) => Outcome::Failed {
-            reason: reason.message().to_string(),
-            minimal_case: format!("{args:?}"),
-        },
-        Err(TestError::Abort(reason)) => Outcome::Failed {
-            reason: format!("aborted: {}", reason.message()),
-            minimal_case: String::new(),
-        },
-    }
+    crate::props::run_property(&(prop.strategy)(), |args| (prop.test)(imp, args), config)
 }

@@ -16,5 +16,7 @@ pub mod fp8;
 pub mod props;
 pub mod strategies;
 
-pub use props::{all, by_name, check, Outcome, Property, RunConfig, DEFAULT_CASES, DEFAULT_SEED};
+pub use props::{
+    all, by_name, check, run_property, Outcome, Property, RunConfig, DEFAULT_CASES, DEFAULT_SEED,
+};
 pub use strategies::{any_case, case_args, CaseArgs, Require};

@@ -275,6 +275,17 @@ pub(crate) fn seed_bytes(seed: u64) -> [u8; 32] {
 /// case says so, instead of proptest printing "Aborting shrinking" to stderr. A panic inside
 /// the implementation counts as a failure of the case.
 pub fn check(prop: &Property, imp: &dyn GroupedGemm, config: &RunConfig) -> Outcome {
+    run_property(&(prop.strategy)(), |args| (prop.test)(imp, args), config)
+}
+
+/// Runs `test` on `config.cases` values drawn deterministically from `config.seed` and shrinks
+/// the first failure within [`RunConfig::max_shrink_iters`] steps, silently (see [`check`]).
+/// Every property family (grouped GEMM, FP8, routing, MoE layer) runs through this one loop.
+pub fn run_property<A: std::fmt::Debug>(
+    strategy: &BoxedStrategy<A>,
+    test: impl Fn(&A) -> Result<(), String>,
+    config: &RunConfig,
+) -> Outcome {
     let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes(config.seed));
     let cfg = Config {
         cases: config.cases,
@@ -282,17 +293,17 @@ pub fn check(prop: &Property, imp: &dyn GroupedGemm, config: &RunConfig) -> Outc
         ..Config::default()
     };
     let mut runner = TestRunner::new_with_rng(cfg, rng);
-    let strategy = (prop.strategy)();
-    let test = |args: &CaseArgs| {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (prop.test)(imp, args)))
-            .unwrap_or_else(|panic| {
+    let test = |args: &A| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| test(args))).unwrap_or_else(
+            |panic| {
                 let msg = panic
                     .downcast_ref::<&str>()
                     .map(|s| s.to_string())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "non-string panic payload".into());
                 Err(format!("panicked: {msg}"))
-            })
+            },
+        )
     };
     for _ in 0..config.cases {
         let mut tree = match strategy.new_tree(&mut runner) {
