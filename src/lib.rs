@@ -6,6 +6,7 @@
 //! properties in [`moecheck_properties`].
 
 pub mod cases;
+pub mod cuda;
 pub mod impls;
 pub mod protocol;
 pub mod report;

@@ -1,0 +1,57 @@
+//! Every kernel module compiles with NVRTC for sm_80, sm_89 and sm_90, and exports every
+//! entry point the host side names. Needs no GPU: NVRTC comes from the PyPI wheel
+//! `nvidia-cuda-nvrtc` (requirements.txt, installed by .ci/run), found by
+//! `moecheck::cuda::libs` without any environment variable.
+//!
+//! Set `MOECHECK_SKIP_NVRTC=1` to skip on a machine without the wheel (it then prints one
+//! SKIPPED line); by default a missing NVRTC is a failure, so CI cannot pass vacuously.
+#![cfg(feature = "cuda")]
+
+use moecheck::cuda::kernels::{compile_ptx, KernelModule};
+use moecheck::cuda::libs::{ensure, Found, Lib};
+
+const ARCHS: [&str; 3] = ["sm_80", "sm_89", "sm_90"];
+
+#[test]
+fn every_kernel_compiles_for_every_arch() {
+    if std::env::var("MOECHECK_SKIP_NVRTC").is_ok_and(|v| v == "1") {
+        println!("NVRTC compile test: SKIPPED — MOECHECK_SKIP_NVRTC=1");
+        return;
+    }
+    match ensure(Lib::Nvrtc) {
+        Found::Missing(why) => panic!(
+            "NVRTC not found ({why}); install it with `pip install -r requirements.txt` \
+             (nvidia-cuda-nvrtc) or set MOECHECK_SKIP_NVRTC=1"
+        ),
+        found => println!("NVRTC: {}", found.describe()),
+    }
+    let mut failures = Vec::new();
+    for module in KernelModule::ALL {
+        for arch in ARCHS {
+            match compile_ptx(module, arch) {
+                Ok(ptx) => {
+                    for entry in module.entry_points() {
+                        if !ptx.contains(&format!(".entry {entry}(")) {
+                            failures.push(format!("{} {arch}: no entry point {entry}", module.file()));
+                        }
+                    }
+                    println!("compiled {} for {arch}: {} bytes of PTX", module.file(), ptx.len());
+                }
+                Err(log) => failures.push(format!("{} {arch}: {log}", module.file())),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "NVRTC failures:\n{}", failures.join("\n"));
+}
+
+/// The mma path really uses tensor cores where it is compiled for sm_80+.
+#[test]
+fn the_mma_kernels_emit_mma_sync() {
+    if std::env::var("MOECHECK_SKIP_NVRTC").is_ok_and(|v| v == "1") || !ensure(Lib::Nvrtc).is_present() {
+        println!("NVRTC mma test: SKIPPED — no NVRTC");
+        return;
+    }
+    let ptx = compile_ptx(KernelModule::GroupedGemm, "sm_90").expect("compiles");
+    assert!(ptx.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
+    assert!(ptx.contains("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"));
+}
