@@ -2,6 +2,7 @@
 
 mod bench;
 mod check;
+mod devices;
 mod gemm;
 mod selftest;
 
@@ -35,6 +36,9 @@ pub enum Command {
     Selftest(selftest::SelftestArgs),
     /// Benchmark the f64 reference grouped GEMM against a dense f64 GEMM of equal FLOPs.
     Bench(bench::BenchArgs),
+    /// Show the CUDA devices and libraries (libcuda, libnvrtc, libcublas) moecheck can use,
+    /// or one line on why there are none (exit 0 either way).
+    Devices(devices::DevicesArgs),
 }
 
 pub fn run() -> anyhow::Result<ExitCode> {
@@ -52,6 +56,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Check(a) => check::run(a),
         Command::Selftest(a) => selftest::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Devices(a) => devices::run(a),
     }
 }
 

@@ -1,0 +1,243 @@
+//! `cuda`: moecheck's own grouped GEMM kernels (kernels/grouped_gemm.cu) as an implementation.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
+use moecheck_reference::format::{round_to, Format, Overflow};
+use moecheck_reference::gemm::{Accumulator, GemmOutputs, GroupedGemmCase, Pass, Passes, Precision};
+use moecheck_reference::implementation::{GroupedGemm, RunError};
+use ndarray::{Array2, Array3};
+
+use super::device::{device, CudaError, Device};
+use super::kernels::{kernel_name, KernelModule};
+use super::plan::{grid_1d, plan_tiles, MMA_THREADS, TILED_THREADS};
+
+/// Which kernel family runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    /// mma.sync tensor cores for bf16/f16 on sm_80+, the tiled kernel otherwise.
+    Auto,
+    /// Always the shared-memory SIMT kernel.
+    Tiled,
+}
+
+/// Our kernels on device 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CudaGemm {
+    pub variant: Variant,
+}
+
+impl CudaGemm {
+    pub fn name_for(variant: Variant) -> &'static str {
+        match variant {
+            Variant::Auto => "cuda",
+            Variant::Tiled => "cuda-tiled",
+        }
+    }
+}
+
+pub(crate) fn run_err(e: CudaError) -> RunError {
+    RunError(e.to_string())
+}
+
+/// The case's values in the storage of `dtype` (bf16/f16 as raw bits), uploaded.
+pub(crate) enum DevInput {
+    F32(CudaSlice<f32>),
+    Half(CudaSlice<u16>),
+}
+
+impl DevInput {
+    pub fn ptr(&self, dev: &Device) -> u64 {
+        use cudarc::driver::DevicePtr;
+        match self {
+            DevInput::F32(s) => s.device_ptr(&dev.stream).0,
+            DevInput::Half(s) => s.device_ptr(&dev.stream).0,
+        }
+    }
+}
+
+/// Uploads `data`; an empty array becomes one zero element so that every kernel argument is
+/// a valid device pointer (it is never read: its extent is zero).
+pub(crate) fn upload<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
+    dev: &Device,
+    data: &[T],
+) -> Result<CudaSlice<T>, CudaError> {
+    if data.is_empty() {
+        return Ok(dev.stream.clone_htod(&[T::default()])?);
+    }
+    Ok(dev.stream.clone_htod(data)?)
+}
+
+pub(crate) fn upload_values<'a>(
+    dev: &Device,
+    values: impl Iterator<Item = &'a f32>,
+    dtype: Format,
+) -> Result<DevInput, CudaError> {
+    Ok(match dtype {
+        Format::F32 => DevInput::F32(upload(dev, &values.copied().collect::<Vec<f32>>())?),
+        // Values are representable in dtype (the case is validated), so these are exact.
+        Format::Bf16 => DevInput::Half(upload(
+            dev,
+            &values.map(|&v| half::bf16::from_f32(v).to_bits()).collect::<Vec<u16>>(),
+        )?),
+        Format::F16 => DevInput::Half(upload(
+            dev,
+            &values.map(|&v| half::f16::from_f32(v).to_bits()).collect::<Vec<u16>>(),
+        )?),
+        other => {
+            return Err(CudaError::Driver(format!(
+                "input dtype {} is not supported by this backend (f32, bf16, f16)",
+                other.name()
+            )))
+        }
+    })
+}
+
+/// A NaN-poisoned f32 output of `len` elements (at least one).
+pub(crate) fn poisoned_output(dev: &Device, len: usize) -> Result<CudaSlice<f32>, CudaError> {
+    // SAFETY: the buffer is fully written by fill_f32 below before anything reads it.
+    let mut out = unsafe { dev.stream.alloc::<f32>(len.max(1)) }?;
+    let f = dev.function(KernelModule::GroupedGemm, "fill_f32")?;
+    if let Some((blocks, threads)) = grid_1d(len.max(1), 256, 1 << 20) {
+        let n = len.max(1) as i64;
+        let nan = f32::NAN;
+        let mut b = dev.stream.launch_builder(&f);
+        // fill_f32(float* p [device, n floats], idx_t n, float value)
+        b.arg(&mut out).arg(&n).arg(&nan);
+        // SAFETY: `out` holds n floats; the kernel writes p[i] for i < n only.
+        unsafe {
+            b.launch(LaunchConfig {
+                grid_dim: (blocks, 1, 1),
+                block_dim: (threads, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }?;
+    }
+    Ok(out)
+}
+
+/// Copies `len` floats back and widens them to f64 after rounding to `out_dtype` (the
+/// kernels write f32; rounding an f32 to bf16/f16 here is the same RNE a kernel epilogue does).
+pub(crate) fn download(
+    dev: &Device,
+    buf: &CudaSlice<f32>,
+    len: usize,
+    out_dtype: Format,
+) -> Result<Vec<f64>, CudaError> {
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let v = dev.stream.clone_dtoh(buf)?;
+    Ok(v[..len]
+        .iter()
+        .map(|&x| round_to(x as f64, out_dtype, Overflow::Ieee))
+        .collect())
+}
+
+impl GroupedGemm for CudaGemm {
+    fn name(&self) -> String {
+        Self::name_for(self.variant).into()
+    }
+    fn is_model(&self) -> bool {
+        false
+    }
+    fn precision(&self, case: &GroupedGemmCase) -> Precision {
+        Precision {
+            input: case.dtype,
+            accumulator: Accumulator::any_order(Format::F32),
+            output: case.out_dtype,
+        }
+    }
+    fn run(&self, case: &GroupedGemmCase, passes: Passes) -> Result<GemmOutputs, RunError> {
+        let dev = device().map_err(run_err)?;
+        self.run_on(&dev, case, passes).map_err(run_err)
+    }
+}
+
+impl CudaGemm {
+    fn run_on(
+        &self,
+        dev: &Arc<Device>,
+        case: &GroupedGemmCase,
+        passes: Passes,
+    ) -> Result<GemmOutputs, CudaError> {
+        let (m, k, n, g) = (case.m(), case.k(), case.n(), case.groups());
+        let dtype = case.dtype;
+        let mma = self.variant == Variant::Auto
+            && dev.has_mma()
+            && matches!(dtype, Format::Bf16 | Format::F16);
+        let lhs = upload_values(dev, case.lhs.iter(), dtype)?;
+        let rhs = upload_values(dev, case.rhs.iter(), dtype)?;
+        let dout = match (&case.dout, passes.needs_dout()) {
+            (Some(d), true) => Some(upload_values(dev, d.iter(), dtype)?),
+            (None, true) => return Err(CudaError::Driver("dout is missing".into())),
+            _ => None,
+        };
+        let offs: Vec<i32> = case.offsets().iter().map(|&o| o as i32).collect();
+        let offs = upload(dev, &offs)?;
+        let mut result = GemmOutputs::default();
+        for pass in passes.iter() {
+            let plan = plan_tiles(pass, &case.group_sizes, m, k, n)
+                .map_err(|e| CudaError::Driver(e.to_string()))?;
+            let len = match pass {
+                Pass::Fwd => m * n,
+                Pass::Dgrad => m * k,
+                Pass::Wgrad => g * k * n,
+            };
+            let mut out = poisoned_output(dev, len)?;
+            if let Some((gx, gy)) = plan.grid() {
+                let kind = if mma { "mma" } else { "tiled" };
+                let name = kernel_name(&format!("grouped_gemm_{}_{kind}", pass.name()), dtype);
+                let f = dev.function(KernelModule::GroupedGemm, &name)?;
+                let tiles = upload(dev, &plan.flat())?;
+                let (a, b) = match pass {
+                    Pass::Fwd => (&lhs, &rhs),
+                    Pass::Dgrad => (dout.as_ref().expect("checked above"), &rhs),
+                    Pass::Wgrad => (&lhs, dout.as_ref().expect("checked above")),
+                };
+                let (a_ptr, b_ptr) = (a.ptr(dev), b.ptr(dev));
+                let num_tiles = plan.tiles.len() as i32;
+                let (mi, ki, ni, gi) = (m as i64, k as i64, n as i64, g as i32);
+                let mut lb = dev.stream.launch_builder(&f);
+                // Arguments: a, b (device, dtype storage: fwd lhs (M,K) & rhs (G,K,N); dgrad
+                // dout (M,N) & rhs; wgrad lhs & dout), out (device f32, `len`), offsets
+                // (device int32, G+1), tiles (device int32, num_tiles*3), num_tiles, M, K, N
+                // (host i64), G (host i32).
+                lb.arg(&a_ptr)
+                    .arg(&b_ptr)
+                    .arg(&mut out)
+                    .arg(&offs)
+                    .arg(&tiles)
+                    .arg(&num_tiles)
+                    .arg(&mi)
+                    .arg(&ki)
+                    .arg(&ni)
+                    .arg(&gi);
+                let threads = if mma { MMA_THREADS } else { TILED_THREADS };
+                // SAFETY: the pointers are live device buffers of the shapes documented above
+                // (kept alive until the synchronising download below); the schedule covers
+                // only in-range elements (plan_tiles, tested) and the kernels bounds-check
+                // every access against M, K, N, G.
+                unsafe {
+                    lb.launch(LaunchConfig {
+                        grid_dim: (gx, gy, 1),
+                        block_dim: (threads, 1, 1),
+                        shared_mem_bytes: 0,
+                    })
+                }?;
+            }
+            let v = download(dev, &out, len, case.out_dtype)?;
+            let shape_err = |e: ndarray::ShapeError| CudaError::Driver(e.to_string());
+            match pass {
+                Pass::Fwd => result.out = Some(Array2::from_shape_vec((m, n), v).map_err(shape_err)?),
+                Pass::Dgrad => {
+                    result.dlhs = Some(Array2::from_shape_vec((m, k), v).map_err(shape_err)?)
+                }
+                Pass::Wgrad => {
+                    result.drhs = Some(Array3::from_shape_vec((g, k, n), v).map_err(shape_err)?)
+                }
+            }
+        }
+        Ok(result)
+    }
+}
