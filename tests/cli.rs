@@ -301,7 +301,9 @@ fn gpu_impls_without_a_device_fail_the_case_naming_the_reason() {
     }
     for imp in ["cuda", "cublas", "cublas-grouped"] {
         let out = moecheck()
-            .args(["gemm", "--impl", imp, "--tokens", "8", "--hidden", "8", "--ffn", "8"])
+            .args([
+                "gemm", "--impl", imp, "--tokens", "8", "--hidden", "8", "--ffn", "8",
+            ])
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(1), "{imp}");

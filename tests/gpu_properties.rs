@@ -23,11 +23,19 @@ fn every_property_holds_on_every_gpu_implementation() {
         let imp = build(name).expect("every IMPL_NAMES entry builds");
         for p in all() {
             let o = check(&p, imp.as_ref(), &config);
-            println!("{name:16} {:28} {}", p.name, if o.passed() { "pass" } else { "FAIL" });
+            println!(
+                "{name:16} {:28} {}",
+                p.name,
+                if o.passed() { "pass" } else { "FAIL" }
+            );
             if !o.passed() {
                 failures.push(format!("{name}: {}: {o:?}", p.name));
             }
         }
     }
-    assert!(failures.is_empty(), "GPU property failures:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "GPU property failures:\n{}",
+        failures.join("\n")
+    );
 }

@@ -32,22 +32,33 @@ fn every_kernel_compiles_for_every_arch() {
                 Ok(ptx) => {
                     for entry in module.entry_points() {
                         if !ptx.contains(&format!(".entry {entry}(")) {
-                            failures.push(format!("{} {arch}: no entry point {entry}", module.file()));
+                            failures
+                                .push(format!("{} {arch}: no entry point {entry}", module.file()));
                         }
                     }
-                    println!("compiled {} for {arch}: {} bytes of PTX", module.file(), ptx.len());
+                    println!(
+                        "compiled {} for {arch}: {} bytes of PTX",
+                        module.file(),
+                        ptx.len()
+                    );
                 }
                 Err(log) => failures.push(format!("{} {arch}: {log}", module.file())),
             }
         }
     }
-    assert!(failures.is_empty(), "NVRTC failures:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "NVRTC failures:\n{}",
+        failures.join("\n")
+    );
 }
 
 /// The mma path really uses tensor cores where it is compiled for sm_80+.
 #[test]
 fn the_mma_kernels_emit_mma_sync() {
-    if std::env::var("MOECHECK_SKIP_NVRTC").is_ok_and(|v| v == "1") || !ensure(Lib::Nvrtc).is_present() {
+    if std::env::var("MOECHECK_SKIP_NVRTC").is_ok_and(|v| v == "1")
+        || !ensure(Lib::Nvrtc).is_present()
+    {
         println!("NVRTC mma test: SKIPPED — no NVRTC");
         return;
     }

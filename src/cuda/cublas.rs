@@ -20,7 +20,9 @@ use cudarc::cublas::sys as cb;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaSlice, DevicePtr};
 use moecheck_reference::format::Format;
-use moecheck_reference::gemm::{Accumulator, GemmOutputs, GroupedGemmCase, Pass, Passes, Precision};
+use moecheck_reference::gemm::{
+    Accumulator, GemmOutputs, GroupedGemmCase, Pass, Passes, Precision,
+};
 use moecheck_reference::implementation::{GroupedGemm, RunError};
 use ndarray::{Array2, Array3};
 
@@ -109,7 +111,9 @@ impl GroupedGemm for Cublas {
         }
         // SAFETY: only checks that the library loads (ensured above, so no panic).
         if !unsafe { cb::is_culib_present() } {
-            return Err(RunError("libcublas found but not loadable by cudarc".into()));
+            return Err(RunError(
+                "libcublas found but not loadable by cudarc".into(),
+            ));
         }
         self.run_on(&dev, case, passes).map_err(run_err)
     }
@@ -170,7 +174,9 @@ impl Cublas {
             let v = download(dev, &out, len, case.out_dtype)?;
             let shape_err = |e: ndarray::ShapeError| CudaError::Driver(e.to_string());
             match pass {
-                Pass::Fwd => result.out = Some(Array2::from_shape_vec((m, n), v).map_err(shape_err)?),
+                Pass::Fwd => {
+                    result.out = Some(Array2::from_shape_vec((m, n), v).map_err(shape_err)?)
+                }
                 Pass::Dgrad => {
                     result.dlhs = Some(Array2::from_shape_vec((m, k), v).map_err(shape_err)?)
                 }

@@ -104,7 +104,10 @@ pub fn probe() -> DeviceReport {
 
 fn driver_devices() -> Result<(String, Vec<DeviceEntry>), String> {
     if let Found::Missing(_) = ensure(Lib::Cuda) {
-        return Err("no CUDA driver (libcuda.so.1 not found): no NVIDIA GPU or driver on this machine".into());
+        return Err(
+            "no CUDA driver (libcuda.so.1 not found): no NVIDIA GPU or driver on this machine"
+                .into(),
+        );
     }
     // SAFETY: only checks that the library loads (ensured above, so cudarc cannot panic).
     if !unsafe { cudarc::driver::sys::is_culib_present() } {

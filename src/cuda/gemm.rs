@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
 use moecheck_reference::format::{round_to, Format, Overflow};
-use moecheck_reference::gemm::{Accumulator, GemmOutputs, GroupedGemmCase, Pass, Passes, Precision};
+use moecheck_reference::gemm::{
+    Accumulator, GemmOutputs, GroupedGemmCase, Pass, Passes, Precision,
+};
 use moecheck_reference::implementation::{GroupedGemm, RunError};
 use ndarray::{Array2, Array3};
 
@@ -78,11 +80,15 @@ pub(crate) fn upload_values<'a>(
         // Values are representable in dtype (the case is validated), so these are exact.
         Format::Bf16 => DevInput::Half(upload(
             dev,
-            &values.map(|&v| half::bf16::from_f32(v).to_bits()).collect::<Vec<u16>>(),
+            &values
+                .map(|&v| half::bf16::from_f32(v).to_bits())
+                .collect::<Vec<u16>>(),
         )?),
         Format::F16 => DevInput::Half(upload(
             dev,
-            &values.map(|&v| half::f16::from_f32(v).to_bits()).collect::<Vec<u16>>(),
+            &values
+                .map(|&v| half::f16::from_f32(v).to_bits())
+                .collect::<Vec<u16>>(),
         )?),
         other => {
             return Err(CudaError::Driver(format!(
@@ -229,7 +235,9 @@ impl CudaGemm {
             let v = download(dev, &out, len, case.out_dtype)?;
             let shape_err = |e: ndarray::ShapeError| CudaError::Driver(e.to_string());
             match pass {
-                Pass::Fwd => result.out = Some(Array2::from_shape_vec((m, n), v).map_err(shape_err)?),
+                Pass::Fwd => {
+                    result.out = Some(Array2::from_shape_vec((m, n), v).map_err(shape_err)?)
+                }
                 Pass::Dgrad => {
                     result.dlhs = Some(Array2::from_shape_vec((m, k), v).map_err(shape_err)?)
                 }

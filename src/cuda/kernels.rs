@@ -87,7 +87,11 @@ impl KernelModule {
                 }
             }
             KernelModule::Routing => {
-                for s in ["routing_scores", "routing_topk", "routing_capacity_position"] {
+                for s in [
+                    "routing_scores",
+                    "routing_topk",
+                    "routing_capacity_position",
+                ] {
                     v.push(s.into());
                 }
                 for s in [
@@ -192,8 +196,16 @@ mod tests {
     fn sources_inline_the_header_and_name_every_entry_point() {
         for m in KernelModule::ALL {
             let src = m.source();
-            assert!(!src.contains("#include"), "{} still includes a file", m.file());
-            assert!(src.contains("fp8_encode_sat"), "{} lacks common.cuh", m.file());
+            assert!(
+                !src.contains("#include"),
+                "{} still includes a file",
+                m.file()
+            );
+            assert!(
+                src.contains("fp8_encode_sat"),
+                "{} lacks common.cuh",
+                m.file()
+            );
             assert_eq!(
                 src.matches("#define MC_DEVICE").count(),
                 1,

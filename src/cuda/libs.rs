@@ -120,7 +120,12 @@ pub fn search_dirs() -> Vec<PathBuf> {
     dirs.push(PathBuf::from("/usr/lib/x86_64-linux-gnu"));
     dirs.push(PathBuf::from("/usr/lib64"));
     for p in python_nvidia_dirs() {
-        for sub in ["cu13/lib", "cuda_nvrtc/lib", "cublas/lib", "cuda_runtime/lib"] {
+        for sub in [
+            "cu13/lib",
+            "cuda_nvrtc/lib",
+            "cublas/lib",
+            "cuda_runtime/lib",
+        ] {
             dirs.push(p.join(sub));
         }
     }

@@ -30,9 +30,16 @@ pub const IMPL_NAMES: [&str; 4] = ["cuda", "cuda-tiled", "cublas", "cublas-group
 pub fn build(name: &str) -> Option<Box<dyn moecheck_reference::implementation::GroupedGemm>> {
     use gemm::{CudaGemm, Variant};
     Some(match name {
-        "cuda" => Box::new(CudaGemm { variant: Variant::Auto }),
-        "cuda-tiled" => Box::new(CudaGemm { variant: Variant::Tiled }),
-        "cublas" => Box::new(cublas::Cublas { grouped: false, ptr_arrays: cublas::PtrArrays::Device }),
+        "cuda" => Box::new(CudaGemm {
+            variant: Variant::Auto,
+        }),
+        "cuda-tiled" => Box::new(CudaGemm {
+            variant: Variant::Tiled,
+        }),
+        "cublas" => Box::new(cublas::Cublas {
+            grouped: false,
+            ptr_arrays: cublas::PtrArrays::Device,
+        }),
         "cublas-grouped" => Box::new(cublas::Cublas {
             grouped: true,
             ptr_arrays: cublas::PtrArrays::from_env(),

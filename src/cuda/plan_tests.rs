@@ -3,8 +3,8 @@
 //! on small-integer cases (where the reference is exact, so equality is demanded).
 
 use super::*;
-use moecheck_reference::gemm::{reference, GroupedGemmCase, Passes, TailContract};
 use moecheck_reference::format::Format;
+use moecheck_reference::gemm::{reference, GroupedGemmCase, Passes, TailContract};
 use ndarray::{Array2, Array3};
 use proptest::prelude::*;
 
@@ -29,7 +29,10 @@ fn check_coverage(pass: Pass, sizes: &[usize], m: usize, k: usize, n: usize) {
     let off = offsets(sizes);
     let used = off[sizes.len()];
     for t in &plan.tiles {
-        assert!(t[2] >= 1 && t[2] as usize <= TILE_M, "{pass}: tile {t:?} has bad rows");
+        assert!(
+            t[2] >= 1 && t[2] as usize <= TILE_M,
+            "{pass}: tile {t:?} has bad rows"
+        );
     }
     match pass {
         Pass::Fwd | Pass::Dgrad => {
@@ -41,12 +44,18 @@ fn check_coverage(pass: Pass, sizes: &[usize], m: usize, k: usize, n: usize) {
                     (off[g as usize], off[g as usize + 1])
                 };
                 let (r0, rows) = (r0 as usize, rows as usize);
-                assert!(r0 >= lo && r0 + rows <= hi, "{pass}: tile straddles its group");
+                assert!(
+                    r0 >= lo && r0 + rows <= hi,
+                    "{pass}: tile straddles its group"
+                );
                 for h in &mut hits[r0..r0 + rows] {
                     *h += 1;
                 }
             }
-            assert!(hits.iter().all(|&h| h == 1), "{pass} {sizes:?}: rows {hits:?}");
+            assert!(
+                hits.iter().all(|&h| h == 1),
+                "{pass} {sizes:?}: rows {hits:?}"
+            );
         }
         Pass::Wgrad => {
             let mut hits = vec![vec![0u32; k]; sizes.len()];
@@ -64,7 +73,11 @@ fn check_coverage(pass: Pass, sizes: &[usize], m: usize, k: usize, n: usize) {
         Pass::Dgrad => m * k,
         Pass::Wgrad => sizes.len() * k * n,
     };
-    assert_eq!(plan.grid().is_none(), elements == 0, "{pass} {sizes:?} m{m} k{k} n{n}");
+    assert_eq!(
+        plan.grid().is_none(),
+        elements == 0,
+        "{pass} {sizes:?} m{m} k{k} n{n}"
+    );
     if let Some((x, y)) = plan.grid() {
         assert_eq!(x as usize, plan.tiles.len());
         assert_eq!(y as usize, plan.cols.div_ceil(TILE_N));
@@ -103,12 +116,15 @@ fn grid_1d_never_launches_nothing() {
 fn int_case(sizes: &[usize], tail: usize, k: usize, n: usize, seed: u64) -> GroupedGemmCase {
     let m = sizes.iter().sum::<usize>() + tail;
     let g = sizes.len();
-    let v = |i: usize| (((i as u64).wrapping_mul(2654435761).wrapping_add(seed) >> 7) % 9) as f32 - 4.0;
+    let v =
+        |i: usize| (((i as u64).wrapping_mul(2654435761).wrapping_add(seed) >> 7) % 9) as f32 - 4.0;
     GroupedGemmCase {
         lhs: Array2::from_shape_fn((m, k), |(r, c)| v(r * 31 + c)),
         rhs: Array3::from_shape_fn((g, k, n), |(a, b, c)| v(a * 977 + b * 13 + c + 5)),
         group_sizes: sizes.to_vec(),
-        dout: Some(Array2::from_shape_fn((m, n), |(r, c)| v(r * 7 + c * 3 + 11))),
+        dout: Some(Array2::from_shape_fn((m, n), |(r, c)| {
+            v(r * 7 + c * 3 + 11)
+        })),
         dtype: Format::Bf16,
         out_dtype: Format::F32,
         tail: TailContract::Zero,
@@ -121,7 +137,13 @@ fn exec_blas(case: &GroupedGemmCase, pass: Pass) -> Vec<f64> {
     let plan = plan_blas(pass, &case.group_sizes, m, k, n).unwrap();
     let lhs: Vec<f64> = case.lhs.iter().map(|&x| x as f64).collect();
     let rhs: Vec<f64> = case.rhs.iter().map(|&x| x as f64).collect();
-    let dout: Vec<f64> = case.dout.as_ref().unwrap().iter().map(|&x| x as f64).collect();
+    let dout: Vec<f64> = case
+        .dout
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|&x| x as f64)
+        .collect();
     let len = match pass {
         Pass::Fwd => m * n,
         Pass::Dgrad => m * k,
@@ -173,13 +195,20 @@ fn exec_blas(case: &GroupedGemmCase, pass: Pass) -> Vec<f64> {
 
 /// The tile schedule executed with the kernels' indexing formulas (gemm_tile.cuh's
 /// fwd_problem / dgrad_problem / wgrad_problem), transcribed.
+#[allow(clippy::type_complexity)]
 fn exec_tiles(case: &GroupedGemmCase, pass: Pass) -> Vec<f64> {
     let (m, k, n) = (case.m(), case.k(), case.n());
     let plan = plan_tiles(pass, &case.group_sizes, m, k, n).unwrap();
     let off = case.offsets();
     let lhs: Vec<f64> = case.lhs.iter().map(|&x| x as f64).collect();
     let rhs: Vec<f64> = case.rhs.iter().map(|&x| x as f64).collect();
-    let dout: Vec<f64> = case.dout.as_ref().unwrap().iter().map(|&x| x as f64).collect();
+    let dout: Vec<f64> = case
+        .dout
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|&x| x as f64)
+        .collect();
     let len = match pass {
         Pass::Fwd => m * n,
         Pass::Dgrad => m * k,
@@ -196,13 +225,59 @@ fn exec_tiles(case: &GroupedGemmCase, pass: Pass) -> Vec<f64> {
         let gu = g.max(0) as usize;
         // (a, a_rs, a_is, b, b_is, b_cs, c, c_rs, cols, red, zero)
         let (a, ars, ais, bb, bis, bcs, c, crs, cols, red, zero): (
-            (&Vec<f64>, usize), usize, usize, (&Vec<f64>, usize), usize, usize, usize, usize, usize, usize, bool,
+            (&Vec<f64>, usize),
+            usize,
+            usize,
+            (&Vec<f64>, usize),
+            usize,
+            usize,
+            usize,
+            usize,
+            usize,
+            usize,
+            bool,
         ) = match pass {
-            Pass::Fwd => ((&lhs, row0 * k), k, 1, (&rhs, gu * k * n), n, 1, row0 * n, n, n, k, g < 0),
-            Pass::Dgrad => ((&dout, row0 * n), n, 1, (&rhs, gu * k * n), 1, n, row0 * k, k, k, n, g < 0),
+            Pass::Fwd => (
+                (&lhs, row0 * k),
+                k,
+                1,
+                (&rhs, gu * k * n),
+                n,
+                1,
+                row0 * n,
+                n,
+                n,
+                k,
+                g < 0,
+            ),
+            Pass::Dgrad => (
+                (&dout, row0 * n),
+                n,
+                1,
+                (&rhs, gu * k * n),
+                1,
+                n,
+                row0 * k,
+                k,
+                k,
+                n,
+                g < 0,
+            ),
             Pass::Wgrad => {
                 let (lo, hi) = (off[gu], off[gu + 1]);
-                ((&lhs, lo * k + row0), 1, k, (&dout, lo * n), n, 1, gu * k * n + row0 * n, n, n, hi - lo, false)
+                (
+                    (&lhs, lo * k + row0),
+                    1,
+                    k,
+                    (&dout, lo * n),
+                    n,
+                    1,
+                    gu * k * n + row0 * n,
+                    n,
+                    n,
+                    hi - lo,
+                    false,
+                )
             }
         };
         for by in 0..gy as usize {
@@ -240,7 +315,10 @@ fn want(case: &GroupedGemmCase, pass: Pass) -> Vec<f64> {
 fn assert_same(what: &str, pass: Pass, got: &[f64], want: &[f64]) {
     assert_eq!(got.len(), want.len());
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(g.to_bits() == w.to_bits() || g == w, "{what} {pass}: element {i}: {g} vs {w}");
+        assert!(
+            g.to_bits() == w.to_bits() || g == w,
+            "{what} {pass}: element {i}: {g} vs {w}"
+        );
     }
 }
 
@@ -260,8 +338,19 @@ fn both_plans_reproduce_the_reference_on_the_edge_table() {
 #[test]
 fn pointer_arrays_point_at_each_problem() {
     let plan = plan_blas(Pass::Wgrad, &[2, 0, 3], 7, 4, 5).unwrap();
-    assert_eq!(plan.calls.len(), 2, "the empty expert gets a zero fill, not a call");
-    assert_eq!(plan.zeros, vec![ZeroFill { output: Output::Drhs, offset: 20, len: 20 }]);
+    assert_eq!(
+        plan.calls.len(),
+        2,
+        "the empty expert gets a zero fill, not a call"
+    );
+    assert_eq!(
+        plan.zeros,
+        vec![ZeroFill {
+            output: Output::Drhs,
+            offset: 20,
+            len: 20
+        }]
+    );
     let base = |i: Input| match i {
         Input::Lhs => 0x1000,
         Input::Rhs => 0x2000,
@@ -292,7 +381,10 @@ fn nothing_to_do_means_no_call_and_no_launch() {
     let p = plan_blas(Pass::Fwd, &[2, 1], 4, 0, 3).unwrap();
     assert!(p.calls.is_empty());
     assert_eq!(p.zeros.iter().map(|z| z.len).sum::<usize>(), 12);
-    assert!(plan_tiles(Pass::Wgrad, &[2, 1], 4, 0, 3).unwrap().grid().is_none());
+    assert!(plan_tiles(Pass::Wgrad, &[2, 1], 4, 0, 3)
+        .unwrap()
+        .grid()
+        .is_none());
 }
 
 proptest! {
