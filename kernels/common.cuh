@@ -10,6 +10,9 @@
 //   DeepSeek-V3 sizes (256 * 7168 * 2048).
 // * Every global read and write is bounds-checked against the sizes passed in; the host never
 //   issues a launch with a zero-sized grid.
+// * The same sources compile as host C++ with `-DMC_HOST` and tests/host_kernels/shim.hpp
+//   (threads for a block, a barrier for __syncthreads): the CPU tests run the real kernel code.
+//   Only the inline-PTX parts (mma.sync, cvt.f16) are replaced or left out there.
 // * `extern "C"` entry points are named `op_dtype` (e.g. `grouped_gemm_fwd_tiled_bf16`) by the
 //   macros at the end of each .cu file; the Rust side builds the same name with
 //   `kernel_name(op, dtype)`.
@@ -20,7 +23,6 @@ typedef unsigned short uint16_t;
 typedef unsigned int uint32_t;
 typedef int int32_t;
 typedef long long idx_t;
-typedef unsigned long long uint64_t;
 
 #define MC_DEVICE __device__ __forceinline__
 
@@ -29,11 +31,23 @@ typedef unsigned long long uint64_t;
 // bf16 bits -> f32: exact (bf16 is the top half of an f32).
 MC_DEVICE float bf16_to_f32(uint16_t b) { return __uint_as_float(((uint32_t)b) << 16); }
 
-// f16 bits -> f32: exact, via the hardware conversion.
+// f16 bits -> f32: exact, via the hardware conversion on the GPU; in software when the
+// kernels are compiled as host C++ for the CPU tests (MC_HOST, tests/host_kernels.rs).
 MC_DEVICE float f16_to_f32(uint16_t h) {
+#ifndef MC_HOST
     float f;
     asm("{ cvt.f32.f16 %0, %1; }" : "=f"(f) : "h"(h));
     return f;
+#else
+    const uint32_t sign = (uint32_t)(h >> 15) << 31;
+    const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1f) return __uint_as_float(sign | 0x7f800000u | (m << 13));
+    if (e == 0) {
+        const float v = (float)m * __uint_as_float(103u << 23);  // m * 2^-24, exact
+        return sign ? -v : v;
+    }
+    return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+#endif
 }
 
 // Input element loaders, one per storage type. `T` is the storage type of the operand.

@@ -5,8 +5,9 @@
 // (`bounds`: int64, scopes + 1 entries, device). Whole tensor: {0, numel}; per group of rows:
 // offsets[g] * cols; per expert of (G, K, N) weights: g * K * N.
 //
-//   amax[s]      = max |x| over scope s (fmaxf: a NaN element is ignored, as TE's amax
-//                  reduction does with fmaxf; an empty scope gives 0)
+//   amax[s]      = max |x| over scope s, NaN-propagating (one NaN makes amax NaN, hence
+//                  scale 1: the reference's decision, reference/src/fp8; TE's C++ amax uses
+//                  fmaxf, which drops NaN); an empty scope gives 0
 //   scale[s]     = fp8_max / amax[s] in f32 (round to nearest); 1 if amax <= 0 or not finite;
 //                  FLT_MAX if the quotient overflows (TE's C++ clamp)
 //   scale_inv[s] = 1 / scale[s], correctly rounded (__frcp_rn)
@@ -35,6 +36,13 @@ MC_DEVICE bool f32_is_finite(float x) {
     return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u;
 }
 
+// max(a, b) that propagates NaN (fmaxf would drop it).
+MC_DEVICE float nan_max(float a, float b) {
+    if (a != a) return a;
+    if (b != b) return b;
+    return fmaxf(a, b);
+}
+
 // amax: one block per scope (blockIdx.x = s), FP8_THREADS threads.
 extern "C" __global__ void __launch_bounds__(FP8_THREADS)
     fp8_amax_f32(const float* x, const idx_t* bounds, int scopes, float* amax) {
@@ -43,11 +51,11 @@ extern "C" __global__ void __launch_bounds__(FP8_THREADS)
     if (s >= scopes) return;
     const idx_t lo = bounds[s], hi = bounds[s + 1];
     float m = 0.0f;
-    for (idx_t i = lo + threadIdx.x; i < hi; i += FP8_THREADS) m = fmaxf(m, fabsf(x[i]));
+    for (idx_t i = lo + threadIdx.x; i < hi; i += FP8_THREADS) m = nan_max(m, fabsf(x[i]));
     red[threadIdx.x] = m;
     __syncthreads();
     for (int w = FP8_THREADS / 2; w > 0; w /= 2) {
-        if (threadIdx.x < w) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + w]);
+        if ((int)threadIdx.x < w) red[threadIdx.x] = nan_max(red[threadIdx.x], red[threadIdx.x + w]);
         __syncthreads();
     }
     if (threadIdx.x == 0) amax[s] = red[0];

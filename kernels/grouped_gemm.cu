@@ -23,6 +23,7 @@
 // Outputs are f32; the host rounds to the declared output dtype.
 #include "gemm_tile.cuh"
 
+#ifndef MC_HOST  // inline PTX: GPU only
 // ---- tensor-core tile (bf16 / f16) --------------------------------------------------------
 
 MC_DEVICE uint32_t pack2(uint16_t lo, uint16_t hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
@@ -120,6 +121,8 @@ MC_DEVICE void mma_tile(const Problem<LoadBf16, LoadBf16>& p, idx_t col0) {
     }
 }
 
+#endif  // MC_HOST
+
 // ---- entry points -------------------------------------------------------------------------
 // Common arguments (all device pointers unless noted):
 //   offsets  int32 (G + 1)        prefix sums of group_sizes
@@ -163,6 +166,7 @@ GG_TILED(f32, LoadF32)
 GG_TILED(bf16, LoadBf16)
 GG_TILED(f16, LoadF16)
 
+#ifndef MC_HOST
 // The mma kernels read the raw 16-bit operands, so the loader type only fixes T = uint16_t.
 #define GG_MMA(NAME, IS_BF16)                                                                  \
     extern "C" __global__ void __launch_bounds__(GG_MMA_THREADS)                               \
@@ -201,6 +205,8 @@ GG_TILED(f16, LoadF16)
 
 GG_MMA(bf16, true)
 GG_MMA(f16, false)
+
+#endif  // MC_HOST
 
 // Poison / fill: p[i] = value for i < n (device pointer p, n floats). Grid-stride.
 extern "C" __global__ void fill_f32(float* p, idx_t n, float value) {

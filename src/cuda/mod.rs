@@ -19,6 +19,8 @@ pub mod cublas;
 #[cfg(feature = "cuda")]
 pub mod device;
 #[cfg(feature = "cuda")]
+pub mod fp8;
+#[cfg(feature = "cuda")]
 pub mod gemm;
 
 /// The implementations this backend adds to `--impl`, when compiled with the `cuda` feature.
