@@ -26,46 +26,70 @@ fn skip() -> bool {
     std::env::var("MOECHECK_SKIP_HOST_CXX").is_ok_and(|v| v == "1")
 }
 
-/// Compiles tests/host_kernels/driver.cpp (with the kernels) once per test process.
+/// Compiles tests/host_kernels/driver.cpp (with the kernels) with `defines`.
+fn build(tag: &str, defines: &[&str]) -> libloading::Library {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let src = root.join("tests/host_kernels/driver.cpp");
+    let out = std::env::temp_dir().join(format!(
+        "moecheck-host-kernels-{tag}-{}.so",
+        std::process::id()
+    ));
+    let compilers: Vec<String> = std::env::var("CXX")
+        .ok()
+        .into_iter()
+        .chain(["g++".to_string(), "c++".to_string()])
+        .collect();
+    let mut errors = Vec::new();
+    for cxx in &compilers {
+        let r = std::process::Command::new(cxx)
+            .args([
+                "-std=c++20",
+                "-O2",
+                "-ffp-contract=off",
+                "-fPIC",
+                "-shared",
+                "-pthread",
+            ])
+            .args(["-Wall", "-Wno-unknown-pragmas", "-Werror"])
+            .args(defines.iter().map(|d| format!("-D{d}")))
+            .arg("-o")
+            .arg(&out)
+            .arg(&src)
+            .output();
+        match r {
+            Ok(o) if o.status.success() => {
+                // SAFETY: our own freshly built library; its initialisers are trivial.
+                return unsafe { libloading::Library::new(&out) }.expect("load the host kernels");
+            }
+            Ok(o) => errors.push(format!("{cxx}: {}", String::from_utf8_lossy(&o.stderr))),
+            Err(e) => errors.push(format!("{cxx}: {e}")),
+        }
+    }
+    panic!(
+        "cannot build the host kernels (need a C++20 compiler, or MOECHECK_SKIP_HOST_CXX=1):\n{}",
+        errors.join("\n")
+    );
+}
+
+/// The kernels as written.
 fn library() -> &'static libloading::Library {
     static LIB: OnceLock<libloading::Library> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let src = root.join("tests/host_kernels/driver.cpp");
-        let out = std::env::temp_dir().join(format!("moecheck-host-kernels-{}.so", std::process::id()));
-        let compilers: Vec<String> = std::env::var("CXX")
-            .ok()
-            .into_iter()
-            .chain(["g++".to_string(), "c++".to_string()])
-            .collect();
-        let mut errors = Vec::new();
-        for cxx in &compilers {
-            let r = std::process::Command::new(cxx)
-                .args(["-std=c++20", "-O2", "-ffp-contract=off", "-fPIC", "-shared", "-pthread"])
-                .args(["-Wall", "-Wno-unknown-pragmas", "-Werror", "-o"])
-                .arg(&out)
-                .arg(&src)
-                .output();
-            match r {
-                Ok(o) if o.status.success() => {
-                    // SAFETY: our own freshly built library; its initialisers are trivial.
-                    return unsafe { libloading::Library::new(&out) }.expect("load the host kernels");
-                }
-                Ok(o) => errors.push(format!("{cxx}: {}", String::from_utf8_lossy(&o.stderr))),
-                Err(e) => errors.push(format!("{cxx}: {e}")),
-            }
-        }
-        panic!(
-            "cannot build the host kernels (need a C++20 compiler, or MOECHECK_SKIP_HOST_CXX=1):\n{}",
-            errors.join("\n")
-        );
-    })
+    LIB.get_or_init(|| build("plain", &[]))
+}
+
+/// The kernels with a planted bug: the last partial K block is skipped.
+fn planted_library() -> &'static libloading::Library {
+    static LIB: OnceLock<libloading::Library> = OnceLock::new();
+    LIB.get_or_init(|| build("planted", &["MC_PLANT_SKIP_PARTIAL_K"]))
 }
 
 macro_rules! sym {
-    ($name:literal, $ty:ty) => {{
+    ($name:literal, $ty:ty) => {
+        sym!(library(), $name, $ty)
+    };
+    ($lib:expr, $name:literal, $ty:ty) => {{
         // SAFETY: the symbol is defined in driver.cpp with exactly this C signature.
-        let s: libloading::Symbol<$ty> = unsafe { library().get($name.as_bytes()) }.expect($name);
+        let s: libloading::Symbol<$ty> = unsafe { $lib.get($name.as_bytes()) }.expect($name);
         *s
     }};
 }
@@ -146,7 +170,9 @@ fn storage<T: Copy + Default>(v: Vec<T>) -> Vec<T> {
 }
 
 /// The kernel source on the CPU, as an implementation (a model).
-struct HostKernels;
+struct HostKernels {
+    lib: &'static libloading::Library,
+}
 
 impl GroupedGemm for HostKernels {
     fn name(&self) -> String {
@@ -163,8 +189,8 @@ impl GroupedGemm for HostKernels {
         }
     }
     fn run(&self, case: &GroupedGemmCase, passes: Passes) -> Result<GemmOutputs, RunError> {
-        let gemm = sym!("mc_grouped_gemm_tiled", GemmFn);
-        let fill = sym!("mc_fill_f32", FillFn);
+        let gemm = sym!(self.lib, "mc_grouped_gemm_tiled", GemmFn);
+        let fill = sym!(self.lib, "mc_fill_f32", FillFn);
         let (m, k, n, g) = (case.m(), case.k(), case.n(), case.groups());
         let dt = match case.dtype {
             Format::F32 => 0,
@@ -270,11 +296,48 @@ fn every_property_holds_on_the_tiled_kernel_source() {
         return;
     }
     // A launch is 256 OS threads here: keep the case count modest.
-    let cases = RunConfig::default().cases.min(24);
+    let cases = RunConfig::default().cases.min(10);
     for p in all() {
-        let o = check(&p, &HostKernels, &RunConfig::new(cases, 0x5eed));
+        let o = check(
+            &p,
+            &HostKernels { lib: library() },
+            &RunConfig::new(cases, 0x5eed),
+        );
         assert!(o.passed(), "{} fails on the kernel source: {o:?}", p.name);
     }
+}
+
+/// The harness can fail: a kernel that skips the partial K block is caught on a case with
+/// K = 20 (one full 16-wide block and a partial one), and the same case passes unplanted.
+#[test]
+fn a_planted_kernel_bug_is_caught() {
+    if skip() {
+        return;
+    }
+    use moecheck_reference::gemm::TailContract;
+    use moecheck_reference::implementation::verify;
+    let (m, k, n) = (9usize, 20usize, 5usize);
+    let v = |i: usize| ((i * 7 % 9) as f32) - 4.0;
+    let case = GroupedGemmCase {
+        lhs: Array2::from_shape_fn((m, k), |(r, c)| v(r * k + c)),
+        rhs: Array3::from_shape_fn((2, k, n), |(g, r, c)| v(g * 31 + r * n + c + 1)),
+        group_sizes: vec![4, 3],
+        dout: None,
+        dtype: Format::Bf16,
+        out_dtype: Format::F32,
+        tail: TailContract::Zero,
+    };
+    let good = verify(&HostKernels { lib: library() }, &case, Passes::FWD).unwrap();
+    assert!(good.passed(), "{:?}", good.failure());
+    let bad = verify(
+        &HostKernels {
+            lib: planted_library(),
+        },
+        &case,
+        Passes::FWD,
+    )
+    .unwrap();
+    assert!(!bad.passed(), "the planted partial-K bug went unnoticed");
 }
 
 fn fmt_id(f: Format) -> i32 {
