@@ -23,14 +23,45 @@
 // Outputs are f32; the host rounds to the declared output dtype.
 #include "gemm_tile.cuh"
 
-#ifndef MC_HOST  // inline PTX: GPU only
 // ---- tensor-core tile (bf16 / f16) --------------------------------------------------------
 
 MC_DEVICE uint32_t pack2(uint16_t lo, uint16_t hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
 
+MC_DEVICE float half_to_f32(bool bf16, uint16_t h) { return bf16 ? bf16_to_f32(h) : f16_to_f32(h); }
+
+// d += A (16 x 16) * B (16 x 8) for one warp, fragments as documented at mma_tile.
 template <bool BF16>
 MC_DEVICE void mma_16816(float* d, const uint32_t* a, const uint32_t* b) {
-#if __CUDA_ARCH__ >= 800
+#if defined(MC_HOST)
+    // CPU tests only: the warp-collective instruction emulated through the block barrier
+    // (every warp of the block reaches each mma at the same point, as in mma_tile). Each
+    // lane publishes its registers; each lane then rebuilds its four outputs from the
+    // documented fragment layout.
+    static uint32_t ra[GG_MMA_THREADS / 32][32][4];
+    static uint32_t rb[GG_MMA_THREADS / 32][32][2];
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    for (int i = 0; i < 4; ++i) ra[w][l][i] = a[i];
+    for (int i = 0; i < 2; ++i) rb[w][l][i] = b[i];
+    __syncthreads();
+    const int gid = l / 4, t = l % 4;
+    float out[4];
+    for (int v = 0; v < 4; ++v) {
+        const int row = gid + (v >= 2 ? 8 : 0), col = 2 * t + (v & 1);
+        float sum = d[v];
+        for (int kk = 0; kk < 16; ++kk) {
+            const int la = (row % 8) * 4 + (kk % 8) / 2;  // lane holding A(row, kk)
+            const uint32_t wa = ra[w][la][(row >= 8 ? 1 : 0) + (kk >= 8 ? 2 : 0)];
+            const int lb = col * 4 + (kk % 8) / 2;  // lane holding B(kk, col)
+            const uint32_t wb = rb[w][lb][kk >= 8 ? 1 : 0];
+            const uint16_t ha = (uint16_t)((kk & 1) ? (wa >> 16) : (wa & 0xffffu));
+            const uint16_t hb = (uint16_t)((kk & 1) ? (wb >> 16) : (wb & 0xffffu));
+            sum += half_to_f32(BF16, ha) * half_to_f32(BF16, hb);
+        }
+        out[v] = sum;
+    }
+    __syncthreads();
+    for (int v = 0; v < 4; ++v) d[v] = out[v];
+#elif __CUDA_ARCH__ >= 800
     if (BF16) {
         asm volatile(
             "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
@@ -121,8 +152,6 @@ MC_DEVICE void mma_tile(const Problem<LoadBf16, LoadBf16>& p, idx_t col0) {
     }
 }
 
-#endif  // MC_HOST
-
 // ---- entry points -------------------------------------------------------------------------
 // Common arguments (all device pointers unless noted):
 //   offsets  int32 (G + 1)        prefix sums of group_sizes
@@ -166,7 +195,6 @@ GG_TILED(f32, LoadF32)
 GG_TILED(bf16, LoadBf16)
 GG_TILED(f16, LoadF16)
 
-#ifndef MC_HOST
 // The mma kernels read the raw 16-bit operands, so the loader type only fixes T = uint16_t.
 #define GG_MMA(NAME, IS_BF16)                                                                  \
     extern "C" __global__ void __launch_bounds__(GG_MMA_THREADS)                               \
@@ -205,8 +233,6 @@ GG_TILED(f16, LoadF16)
 
 GG_MMA(bf16, true)
 GG_MMA(f16, false)
-
-#endif  // MC_HOST
 
 // Poison / fill: p[i] = value for i < n (device pointer p, n floats). Grid-stride.
 extern "C" __global__ void fill_f32(float* p, idx_t n, float value) {

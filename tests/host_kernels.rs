@@ -172,6 +172,8 @@ fn storage<T: Copy + Default>(v: Vec<T>) -> Vec<T> {
 /// The kernel source on the CPU, as an implementation (a model).
 struct HostKernels {
     lib: &'static libloading::Library,
+    /// The tensor-core kernels (mma emulated) for bf16/f16, as `--impl cuda` picks on sm_80+.
+    mma: bool,
 }
 
 impl GroupedGemm for HostKernels {
@@ -189,7 +191,11 @@ impl GroupedGemm for HostKernels {
         }
     }
     fn run(&self, case: &GroupedGemmCase, passes: Passes) -> Result<GemmOutputs, RunError> {
-        let gemm = sym!(self.lib, "mc_grouped_gemm_tiled", GemmFn);
+        let gemm = if self.mma && case.dtype != Format::F32 {
+            sym!(self.lib, "mc_grouped_gemm_mma", GemmFn)
+        } else {
+            sym!(self.lib, "mc_grouped_gemm_tiled", GemmFn)
+        };
         let fill = sym!(self.lib, "mc_fill_f32", FillFn);
         let (m, k, n, g) = (case.m(), case.k(), case.n(), case.groups());
         let dt = match case.dtype {
@@ -300,10 +306,39 @@ fn every_property_holds_on_the_tiled_kernel_source() {
     for p in all() {
         let o = check(
             &p,
-            &HostKernels { lib: library() },
+            &HostKernels {
+                lib: library(),
+                mma: false,
+            },
             &RunConfig::new(cases, 0x5eed),
         );
         assert!(o.passed(), "{} fails on the kernel source: {o:?}", p.name);
+    }
+}
+
+#[test]
+fn every_property_holds_on_the_mma_kernel_source() {
+    if skip() {
+        println!("host kernels: SKIPPED — MOECHECK_SKIP_HOST_CXX=1");
+        return;
+    }
+    // The mma instruction itself is emulated from the PTX fragment layout; everything around
+    // it (staging, fragment loads, bounds, stores, tails) is the kernel's own code.
+    let cases = RunConfig::default().cases.min(8);
+    for p in all() {
+        let o = check(
+            &p,
+            &HostKernels {
+                lib: library(),
+                mma: true,
+            },
+            &RunConfig::new(cases, 0x3a3a),
+        );
+        assert!(
+            o.passed(),
+            "{} fails on the mma kernel source: {o:?}",
+            p.name
+        );
     }
 }
 
@@ -327,11 +362,20 @@ fn a_planted_kernel_bug_is_caught() {
         out_dtype: Format::F32,
         tail: TailContract::Zero,
     };
-    let good = verify(&HostKernels { lib: library() }, &case, Passes::FWD).unwrap();
+    let good = verify(
+        &HostKernels {
+            lib: library(),
+            mma: false,
+        },
+        &case,
+        Passes::FWD,
+    )
+    .unwrap();
     assert!(good.passed(), "{:?}", good.failure());
     let bad = verify(
         &HostKernels {
             lib: planted_library(),
+            mma: false,
         },
         &case,
         Passes::FWD,

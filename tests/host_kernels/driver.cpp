@@ -33,6 +33,28 @@ int mc_grouped_gemm_tiled(int pass, int dtype, const void* a, const void* b, flo
     return -1;
 }
 
+// The tensor-core kernels with the emulated mma (dtype 1 bf16 / 2 f16), 128 threads.
+int mc_grouped_gemm_mma(int pass, int dtype, const void* a, const void* b, float* out,
+                        const int* offsets, const int* tiles, int num_tiles, long long M,
+                        long long K, long long N, int G, unsigned gx, unsigned gy) {
+#define MC_CASE(PASS_ID, DT_ID, FN)                                                           \
+    if (pass == PASS_ID && dtype == DT_ID) {                                                 \
+        mc_launch(mc_dim3{gx, gy, 1}, mc_dim3{GG_MMA_THREADS, 1, 1}, [&] {                   \
+            FN((const uint16_t*)a, (const uint16_t*)b, out, offsets, tiles, num_tiles, M, K, \
+               N, G);                                                                        \
+        });                                                                                  \
+        return 0;                                                                            \
+    }
+    MC_CASE(0, 1, grouped_gemm_fwd_mma_bf16)
+    MC_CASE(0, 2, grouped_gemm_fwd_mma_f16)
+    MC_CASE(1, 1, grouped_gemm_dgrad_mma_bf16)
+    MC_CASE(1, 2, grouped_gemm_dgrad_mma_f16)
+    MC_CASE(2, 1, grouped_gemm_wgrad_mma_bf16)
+    MC_CASE(2, 2, grouped_gemm_wgrad_mma_f16)
+#undef MC_CASE
+    return -1;
+}
+
 void mc_fill_f32(float* p, long long n, float value, unsigned blocks) {
     mc_launch(mc_dim3{blocks, 1, 1}, mc_dim3{256, 1, 1}, [&] { fill_f32(p, n, value); });
 }
