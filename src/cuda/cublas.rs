@@ -26,7 +26,7 @@ use moecheck_reference::gemm::{
 use moecheck_reference::implementation::{GroupedGemm, RunError};
 use ndarray::{Array2, Array3};
 
-use super::device::{device, CudaError, Device};
+use super::device::{device, timed, CudaError, Device};
 use super::gemm::{download, poisoned_output, run_err, upload, upload_values};
 use super::libs::{ensure, Found, Lib};
 use super::plan::{grouped_arrays, plan_blas, BlasCall, Input, Output};
@@ -156,21 +156,24 @@ impl Cublas {
                 Pass::Wgrad => g * k * n,
             };
             let mut out = poisoned_output(dev, len)?;
-            for z in &plan.zeros {
-                let mut view = out.slice_mut(z.offset..z.offset + z.len);
-                dev.stream.memset_zeros(&mut view)?;
-            }
-            let out_ptr = out.device_ptr(&dev.stream).0;
-            let out_base = |_: Output| out_ptr;
-            if !plan.calls.is_empty() {
-                if self.grouped {
-                    self.grouped_call(dev, &blas, &plan.calls, ty, in_bytes, &base, &out_base)?;
-                } else {
-                    for c in &plan.calls {
-                        gemm_ex(&blas, c, ty, &base, in_bytes, out_ptr)?;
+            timed(dev, || {
+                for z in &plan.zeros {
+                    let mut view = out.slice_mut(z.offset..z.offset + z.len);
+                    dev.stream.memset_zeros(&mut view)?;
+                }
+                let out_ptr = out.device_ptr(&dev.stream).0;
+                let out_base = |_: Output| out_ptr;
+                if !plan.calls.is_empty() {
+                    if self.grouped {
+                        self.grouped_call(dev, &blas, &plan.calls, ty, in_bytes, &base, &out_base)?;
+                    } else {
+                        for c in &plan.calls {
+                            gemm_ex(&blas, c, ty, &base, in_bytes, out_ptr)?;
+                        }
                     }
                 }
-            }
+                Ok(())
+            })?;
             let v = download(dev, &out, len, case.out_dtype)?;
             let shape_err = |e: ndarray::ShapeError| CudaError::Driver(e.to_string());
             match pass {

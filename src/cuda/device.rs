@@ -211,3 +211,26 @@ impl Device {
         self.cc.0 >= 8
     }
 }
+
+/// Device time of the last timed region (the compute of the last pass run by `cuda`, `cublas`
+/// or `cublas-grouped`, without uploads, poisoning and downloads), in milliseconds.
+static LAST_COMPUTE_MS: Mutex<Option<f64>> = Mutex::new(None);
+
+/// The device time of the compute of the last pass any GPU implementation ran, if timed.
+pub fn last_compute_ms() -> Option<f64> {
+    LAST_COMPUTE_MS.lock().ok().and_then(|g| *g)
+}
+
+/// Times the work `f` enqueues on the device's stream with CUDA events.
+pub fn timed<T>(dev: &Device, f: impl FnOnce() -> Result<T, CudaError>) -> Result<T, CudaError> {
+    let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let start = dev.stream.record_event(flags)?;
+    let r = f()?;
+    let end = dev.stream.record_event(flags)?;
+    end.synchronize()?;
+    let ms = start.elapsed_ms(&end)? as f64;
+    if let Ok(mut g) = LAST_COMPUTE_MS.lock() {
+        *g = Some(ms);
+    }
+    Ok(r)
+}

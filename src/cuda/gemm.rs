@@ -10,7 +10,7 @@ use moecheck_reference::gemm::{
 use moecheck_reference::implementation::{GroupedGemm, RunError};
 use ndarray::{Array2, Array3};
 
-use super::device::{device, CudaError, Device};
+use super::device::{device, timed, CudaError, Device};
 use super::kernels::{kernel_name, KernelModule};
 use super::plan::{grid_1d, plan_tiles, MMA_THREADS, TILED_THREADS};
 
@@ -220,17 +220,20 @@ impl CudaGemm {
                     .arg(&ni)
                     .arg(&gi);
                 let threads = if mma { MMA_THREADS } else { TILED_THREADS };
-                // SAFETY: the pointers are live device buffers of the shapes documented above
-                // (kept alive until the synchronising download below); the schedule covers
-                // only in-range elements (plan_tiles, tested) and the kernels bounds-check
-                // every access against M, K, N, G.
-                unsafe {
-                    lb.launch(LaunchConfig {
-                        grid_dim: (gx, gy, 1),
-                        block_dim: (threads, 1, 1),
-                        shared_mem_bytes: 0,
-                    })
-                }?;
+                timed(dev, || {
+                    // SAFETY: the pointers are live device buffers of the shapes documented
+                    // above (kept alive until the synchronising download below); the schedule
+                    // covers only in-range elements (plan_tiles, tested) and the kernels
+                    // bounds-check every access against M, K, N, G.
+                    unsafe {
+                        lb.launch(LaunchConfig {
+                            grid_dim: (gx, gy, 1),
+                            block_dim: (threads, 1, 1),
+                            shared_mem_bytes: 0,
+                        })
+                    }?;
+                    Ok(())
+                })?;
             }
             let v = download(dev, &out, len, case.out_dtype)?;
             let shape_err = |e: ndarray::ShapeError| CudaError::Driver(e.to_string());
