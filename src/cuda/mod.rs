@@ -22,6 +22,8 @@ pub mod device;
 pub mod fp8;
 #[cfg(feature = "cuda")]
 pub mod gemm;
+#[cfg(feature = "cuda")]
+pub mod routing;
 
 /// The implementations this backend adds to `--impl`, when compiled with the `cuda` feature.
 pub const IMPL_NAMES: [&str; 4] = ["cuda", "cuda-tiled", "cublas", "cublas-grouped"];
