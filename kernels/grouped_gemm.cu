@@ -240,3 +240,10 @@ extern "C" __global__ void fill_f32(float* p, idx_t n, float value) {
          i += (idx_t)gridDim.x * blockDim.x)
         p[i] = value;
 }
+
+// Poison for 16-bit outputs: p[i] = bits for i < n (0xffff is NaN in bf16 and f16).
+extern "C" __global__ void fill_u16(uint16_t* p, idx_t n, uint16_t bits) {
+    for (idx_t i = (idx_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (idx_t)gridDim.x * blockDim.x)
+        p[i] = bits;
+}

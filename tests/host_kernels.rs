@@ -439,7 +439,7 @@ fn recipe(x: &[f32], f: Format) -> (f32, f32, f32, Vec<u8>) {
         }
     });
     let fmax = if f == Format::E4m3 { 448.0f32 } else { 57344.0 };
-    let mut scale = if !(amax > 0.0) || !amax.is_finite() {
+    let mut scale = if amax.is_nan() || amax <= 0.0 || !amax.is_finite() {
         1.0
     } else {
         fmax / amax
@@ -695,7 +695,7 @@ fn routing_kernels_follow_the_rules() {
         (37usize, 16usize, 3usize, 4usize, 2usize, 10usize, 2usize);
     // Scores on a coarse grid so that ties are frequent.
     let scores: Vec<f32> = (0..t * e)
-        .map(|i| ((i * 2654435761usize >> 5) % 7) as f32 * 0.125)
+        .map(|i| (((i * 2654435761usize) >> 5) % 7) as f32 * 0.125)
         .collect();
     let bias: Vec<f32> = (0..e)
         .map(|i| if i % 5 == 0 { 0.25 } else { 0.0 })
@@ -758,11 +758,11 @@ fn routing_kernels_follow_the_rules() {
         *c += 1;
     }
     // Sizes, then a stable sort by expert with the dropped ones at the tail in order.
-    for x in 0..e {
+    for (x, &size) in sizes.iter().enumerate() {
         let want = (0..t * k)
             .filter(|&a| kept[a] == 1 && idx[a] == x as i32)
             .count();
-        assert_eq!(sizes[x] as usize, want);
+        assert_eq!(size as usize, want, "expert {x}");
     }
     let mut order: Vec<usize> = (0..t * k).collect();
     order.sort_by_key(|&a| {

@@ -12,6 +12,11 @@
 //!   the host; cudarc 0.19's safe `grouped_gemm` passes host pointer arrays. We pass device
 //!   arrays by default; `MOECHECK_CUBLAS_GROUPED_PTRS=host` switches to host arrays so the GPU
 //!   script can find out which one cuBLAS accepts (scripts/gpu-check reports both).
+//!   Whether cuBLAS accepts an f32 output (`Ctype = CUDA_R_32F`) with bf16/f16 inputs in the
+//!   grouped call is probed once per dtype on a 16×16×16 problem
+//!   ([`grouped_f32_output_supported`]); where it does not, the grouped call writes the input
+//!   type (`Ctype = Atype`, as cudarc's wrapper does) and [`Cublas::precision`] declares that
+//!   output format, so the bound stays honest.
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -98,7 +103,11 @@ impl GroupedGemm for Cublas {
         Precision {
             input: case.dtype,
             accumulator: Accumulator::any_order(Format::F32),
-            output: case.out_dtype,
+            output: if self.half_output(case.dtype) {
+                case.dtype
+            } else {
+                case.out_dtype
+            },
         }
     }
     fn run(&self, case: &GroupedGemmCase, passes: Passes) -> Result<GemmOutputs, RunError> {
@@ -120,6 +129,13 @@ impl GroupedGemm for Cublas {
 }
 
 impl Cublas {
+    /// Whether this run writes a bf16/f16 output (the grouped call without f32 output).
+    fn half_output(&self, dtype: Format) -> bool {
+        self.grouped
+            && matches!(dtype, Format::Bf16 | Format::F16)
+            && !grouped_f32_output_supported(dtype)
+    }
+
     fn run_on(
         &self,
         dev: &Arc<Device>,
@@ -155,26 +171,63 @@ impl Cublas {
                 Pass::Dgrad => m * k,
                 Pass::Wgrad => g * k * n,
             };
-            let mut out = poisoned_output(dev, len)?;
-            timed(dev, || {
-                for z in &plan.zeros {
-                    let mut view = out.slice_mut(z.offset..z.offset + z.len);
-                    dev.stream.memset_zeros(&mut view)?;
-                }
-                let out_ptr = out.device_ptr(&dev.stream).0;
-                let out_base = |_: Output| out_ptr;
-                if !plan.calls.is_empty() {
-                    if self.grouped {
-                        self.grouped_call(dev, &blas, &plan.calls, ty, in_bytes, &base, &out_base)?;
-                    } else {
-                        for c in &plan.calls {
-                            gemm_ex(&blas, c, ty, &base, in_bytes, out_ptr)?;
+            let v = if self.half_output(case.dtype) {
+                // Grouped call writing the input type (see the module docs).
+                let mut out = poisoned_u16(dev, len)?;
+                timed(dev, || {
+                    for z in &plan.zeros {
+                        let mut view = out.slice_mut(z.offset..z.offset + z.len);
+                        dev.stream.memset_zeros(&mut view)?;
+                    }
+                    let out_ptr = out.device_ptr(&dev.stream).0;
+                    if !plan.calls.is_empty() {
+                        grouped_call(
+                            dev,
+                            &blas,
+                            &plan.calls,
+                            ty,
+                            in_bytes,
+                            &base,
+                            out_ptr,
+                            ty,
+                            self.ptr_arrays,
+                        )?;
+                    }
+                    Ok(())
+                })?;
+                download_u16(dev, &out, len, case.dtype, case.out_dtype)?
+            } else {
+                let mut out = poisoned_output(dev, len)?;
+                timed(dev, || {
+                    for z in &plan.zeros {
+                        let mut view = out.slice_mut(z.offset..z.offset + z.len);
+                        dev.stream.memset_zeros(&mut view)?;
+                    }
+                    let out_ptr = out.device_ptr(&dev.stream).0;
+                    if !plan.calls.is_empty() {
+                        if self.grouped {
+                            let f32_out = cb::cudaDataType_t::CUDA_R_32F;
+                            grouped_call(
+                                dev,
+                                &blas,
+                                &plan.calls,
+                                ty,
+                                in_bytes,
+                                &base,
+                                out_ptr,
+                                f32_out,
+                                self.ptr_arrays,
+                            )?;
+                        } else {
+                            for c in &plan.calls {
+                                gemm_ex(&blas, c, ty, &base, in_bytes, out_ptr)?;
+                            }
                         }
                     }
-                }
-                Ok(())
-            })?;
-            let v = download(dev, &out, len, case.out_dtype)?;
+                    Ok(())
+                })?;
+                download(dev, &out, len, case.out_dtype)?
+            };
             let shape_err = |e: ndarray::ShapeError| CudaError::Driver(e.to_string());
             match pass {
                 Pass::Fwd => {
@@ -191,79 +244,176 @@ impl Cublas {
         drop((lhs, rhs, dout));
         Ok(result)
     }
+}
 
-    #[allow(clippy::too_many_arguments)]
-    fn grouped_call(
-        &self,
-        dev: &Device,
-        blas: &CudaBlas,
-        calls: &[BlasCall],
-        ty: cb::cudaDataType_t,
-        in_bytes: u64,
-        base: &dyn Fn(Input) -> u64,
-        out_base: &dyn Fn(Output) -> u64,
-    ) -> Result<(), CudaError> {
-        let arr = grouped_arrays(calls, base, in_bytes, out_base, 4);
-        let count = arr.m.len();
-        let ta: Vec<cb::cublasOperation_t> = arr.trans_a.iter().map(|&t| op(t)).collect();
-        let tb: Vec<cb::cublasOperation_t> = arr.trans_b.iter().map(|&t| op(t)).collect();
-        let alpha = vec![1.0f32; count];
-        let beta = vec![0.0f32; count];
-        // Pointer arrays: device copies (cuBLAS's documented contract) or the host vectors.
-        let dev_arrays: Option<[CudaSlice<u64>; 3]> = match self.ptr_arrays {
-            PtrArrays::Device => Some([
-                upload(dev, &arr.a_ptrs)?,
-                upload(dev, &arr.b_ptrs)?,
-                upload(dev, &arr.c_ptrs)?,
-            ]),
-            PtrArrays::Host => None,
-        };
-        let (pa, pb, pc) = match &dev_arrays {
-            Some([a, b, c]) => (
-                a.device_ptr(&dev.stream).0 as usize as *const *const c_void,
-                b.device_ptr(&dev.stream).0 as usize as *const *const c_void,
-                c.device_ptr(&dev.stream).0 as usize as *const *mut c_void,
-            ),
-            None => (
-                arr.a_ptrs.as_ptr() as *const *const c_void,
-                arr.b_ptrs.as_ptr() as *const *const c_void,
-                arr.c_ptrs.as_ptr() as *const *mut c_void,
-            ),
-        };
-        // SAFETY: every host array (trans, m, n, k, ld*, alpha, beta, group_size) has
-        // `count` entries and lives until the call returns; pa/pb/pc point at `count`
-        // device addresses (in device memory or on the host, see PtrArrays), each the start
-        // of an operand block whose extent plan_blas derived from the case's shapes
-        // (tested on the CPU); the output is f32 (CUDA_R_32F) as allocated.
-        let s = unsafe {
-            cb::cublasGemmGroupedBatchedEx(
-                *blas.handle(),
-                ta.as_ptr(),
-                tb.as_ptr(),
-                arr.m.as_ptr(),
-                arr.n.as_ptr(),
-                arr.k.as_ptr(),
-                alpha.as_ptr() as *const c_void,
-                pa,
-                ty,
-                arr.lda.as_ptr(),
-                pb,
-                ty,
-                arr.ldb.as_ptr(),
-                beta.as_ptr() as *const c_void,
-                pc,
-                cb::cudaDataType_t::CUDA_R_32F,
-                arr.ldc.as_ptr(),
-                count as i32,
-                arr.group_size.as_ptr(),
-                cb::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-            )
-        };
-        check("cublasGemmGroupedBatchedEx", s)?;
-        dev.stream.synchronize()?;
-        drop(dev_arrays);
-        Ok(())
+/// One `cublasGemmGroupedBatchedEx` over `calls`, output type `ctype` at `out_ptr`.
+#[allow(clippy::too_many_arguments)]
+fn grouped_call(
+    dev: &Device,
+    blas: &CudaBlas,
+    calls: &[BlasCall],
+    ty: cb::cudaDataType_t,
+    in_bytes: u64,
+    base: &dyn Fn(Input) -> u64,
+    out_ptr: u64,
+    ctype: cb::cudaDataType_t,
+    ptr_arrays: PtrArrays,
+) -> Result<(), CudaError> {
+    let out_bytes = if ctype == cb::cudaDataType_t::CUDA_R_32F {
+        4
+    } else {
+        2
+    };
+    let arr = grouped_arrays(calls, base, in_bytes, |_: Output| out_ptr, out_bytes);
+    let count = arr.m.len();
+    let ta: Vec<cb::cublasOperation_t> = arr.trans_a.iter().map(|&t| op(t)).collect();
+    let tb: Vec<cb::cublasOperation_t> = arr.trans_b.iter().map(|&t| op(t)).collect();
+    let alpha = vec![1.0f32; count];
+    let beta = vec![0.0f32; count];
+    // Pointer arrays: device copies (cuBLAS's documented contract) or the host vectors.
+    let dev_arrays: Option<[CudaSlice<u64>; 3]> = match ptr_arrays {
+        PtrArrays::Device => Some([
+            upload(dev, &arr.a_ptrs)?,
+            upload(dev, &arr.b_ptrs)?,
+            upload(dev, &arr.c_ptrs)?,
+        ]),
+        PtrArrays::Host => None,
+    };
+    let (pa, pb, pc) = match &dev_arrays {
+        Some([a, b, c]) => (
+            a.device_ptr(&dev.stream).0 as usize as *const *const c_void,
+            b.device_ptr(&dev.stream).0 as usize as *const *const c_void,
+            c.device_ptr(&dev.stream).0 as usize as *const *mut c_void,
+        ),
+        None => (
+            arr.a_ptrs.as_ptr() as *const *const c_void,
+            arr.b_ptrs.as_ptr() as *const *const c_void,
+            arr.c_ptrs.as_ptr() as *const *mut c_void,
+        ),
+    };
+    // SAFETY: every host array (trans, m, n, k, ld*, alpha, beta, group_size) has `count`
+    // entries and lives until the call returns; pa/pb/pc point at `count` device addresses
+    // (in device memory or on the host, see PtrArrays), each the start of an operand block
+    // whose extent plan_blas derived from the case's shapes (tested on the CPU); the output
+    // buffer holds elements of `ctype`.
+    let s = unsafe {
+        cb::cublasGemmGroupedBatchedEx(
+            *blas.handle(),
+            ta.as_ptr(),
+            tb.as_ptr(),
+            arr.m.as_ptr(),
+            arr.n.as_ptr(),
+            arr.k.as_ptr(),
+            alpha.as_ptr() as *const c_void,
+            pa,
+            ty,
+            arr.lda.as_ptr(),
+            pb,
+            ty,
+            arr.ldb.as_ptr(),
+            beta.as_ptr() as *const c_void,
+            pc,
+            ctype,
+            arr.ldc.as_ptr(),
+            count as i32,
+            arr.group_size.as_ptr(),
+            cb::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        )
+    };
+    check("cublasGemmGroupedBatchedEx", s)?;
+    dev.stream.synchronize()?;
+    drop(dev_arrays);
+    Ok(())
+}
+
+/// Whether cuBLAS's grouped call accepts `dtype` inputs with an f32 output, probed once per
+/// dtype on a 16×16×16 problem (true for f32 inputs, and when no device is there to ask).
+pub fn grouped_f32_output_supported(dtype: Format) -> bool {
+    use std::sync::OnceLock;
+    static BF16: OnceLock<bool> = OnceLock::new();
+    static F16: OnceLock<bool> = OnceLock::new();
+    let cell = match dtype {
+        Format::Bf16 => &BF16,
+        Format::F16 => &F16,
+        _ => return true,
+    };
+    *cell.get_or_init(|| probe_f32_output(dtype).unwrap_or(true))
+}
+
+/// `Some(accepted)` from a real grouped call, `None` when there is no device or cuBLAS.
+fn probe_f32_output(dtype: Format) -> Option<bool> {
+    let dev = device().ok()?;
+    if !ensure(Lib::Cublas).is_present() {
+        return None;
     }
+    let blas = CudaBlas::new(dev.stream.clone()).ok()?;
+    let ty = data_type(dtype).ok()?;
+    let a = upload(&dev, &[0u16; 256]).ok()?;
+    let out = upload(&dev, &[0f32; 256]).ok()?;
+    let calls = plan_blas(Pass::Fwd, &[16], 16, 16, 16).ok()?.calls;
+    let a_ptr = a.device_ptr(&dev.stream).0;
+    let out_ptr = out.device_ptr(&dev.stream).0;
+    let r = grouped_call(
+        &dev,
+        &blas,
+        &calls,
+        ty,
+        2,
+        &|_| a_ptr,
+        out_ptr,
+        cb::cudaDataType_t::CUDA_R_32F,
+        PtrArrays::from_env(),
+    );
+    Some(r.is_ok())
+}
+
+/// A NaN-poisoned 16-bit output (0xffff is NaN in bf16 and f16), at least one element.
+fn poisoned_u16(dev: &Device, len: usize) -> Result<CudaSlice<u16>, CudaError> {
+    use cudarc::driver::{LaunchConfig, PushKernelArg};
+    // SAFETY: fully written by fill_u16 below before anything reads it.
+    let mut out = unsafe { dev.stream.alloc::<u16>(len.max(1)) }?;
+    let f = dev.function(super::kernels::KernelModule::GroupedGemm, "fill_u16")?;
+    if let Some((blocks, threads)) = super::plan::grid_1d(len.max(1), 256, 1 << 20) {
+        let (n, bits) = (len.max(1) as i64, 0xffffu16);
+        let mut b = dev.stream.launch_builder(&f);
+        // fill_u16(uint16_t* p [device, n], idx_t n, uint16_t bits)
+        b.arg(&mut out).arg(&n).arg(&bits);
+        // SAFETY: `out` holds n u16; the kernel writes p[i] for i < n only.
+        unsafe {
+            b.launch(LaunchConfig {
+                grid_dim: (blocks, 1, 1),
+                block_dim: (threads, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }?;
+    }
+    Ok(out)
+}
+
+/// Copies a 16-bit output back: bits of `stored` (bf16/f16), rounded to `out_dtype`, as f64.
+fn download_u16(
+    dev: &Device,
+    buf: &CudaSlice<u16>,
+    len: usize,
+    stored: Format,
+    out_dtype: Format,
+) -> Result<Vec<f64>, CudaError> {
+    use moecheck_reference::format::{round_to, Overflow};
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let v = dev.stream.clone_dtoh(buf)?;
+    Ok(v[..len]
+        .iter()
+        .map(|&b| {
+            let x = if stored == Format::Bf16 {
+                half::bf16::from_bits(b).to_f64()
+            } else {
+                half::f16::from_bits(b).to_f64()
+            };
+            round_to(x, out_dtype, Overflow::Ieee)
+        })
+        .collect())
 }
 
 fn gemm_ex(

@@ -69,6 +69,7 @@ impl KernelModule {
                     }
                 }
                 v.push("fill_f32".into());
+                v.push("fill_u16".into());
             }
             KernelModule::Fp8 => {
                 v.push("fp8_amax_f32".into());
