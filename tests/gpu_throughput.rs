@@ -3,7 +3,8 @@
 //! not a test. `#[ignore]`d so that `cargo test` never runs it; run it with `--ignored` on a
 //! GPU machine. Without a device it prints SKIPPED.
 //!
-//! Measured, best of `MOECHECK_BENCH_REPS` (default 3) after one warm-up:
+//! Measured, best of `MOECHECK_BENCH_REPS` (default 3) runs after `MOECHECK_BENCH_WARMUP`
+//! (default 1) untimed ones:
 //! * device time of the pass's compute, from CUDA events around it
 //!   (`moecheck::cuda::device::last_compute_ms`): our kernel launch; cuBLAS's zero fills and
 //!   per-expert calls; cuBLAS grouped's zero fills, pointer-array upload and grouped call.
@@ -49,6 +50,7 @@ fn throughput_table() {
         tail: TailContract::Zero,
     };
     let reps = env_usize("MOECHECK_BENCH_REPS", 3).max(1);
+    let warmup = env_usize("MOECHECK_BENCH_WARMUP", 1);
     let case = generate(&spec);
     let used = case.rows_used() as f64;
     let flops = 2.0 * used * case.k() as f64 * case.n() as f64;
@@ -60,11 +62,11 @@ fn throughput_table() {
             let imp = build(name).expect("builds");
             let (mut best_wall, mut best_ms) = (f64::INFINITY, f64::INFINITY);
             let mut err = None;
-            for rep in 0..=reps {
+            for rep in 0..warmup + reps {
                 let t = Instant::now();
                 match imp.run(&case, Passes::only(pass)) {
-                    // Rep 0 is the warm-up (NVRTC compile, cuBLAS heuristics).
-                    Ok(_) if rep > 0 => {
+                    // The warm-ups absorb NVRTC compiles and cuBLAS's first-call setup.
+                    Ok(_) if rep >= warmup => {
                         best_wall = best_wall.min(t.elapsed().as_secs_f64());
                         best_ms = best_ms.min(last_compute_ms().unwrap_or(f64::INFINITY));
                     }

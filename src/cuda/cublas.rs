@@ -32,9 +32,22 @@ use moecheck_reference::implementation::{GroupedGemm, RunError};
 use ndarray::{Array2, Array3};
 
 use super::device::{device, timed, CudaError, Device};
-use super::gemm::{download, poisoned_output, run_err, upload, upload_values};
+use super::gemm::{download, elements, par_map, poisoned_output, run_err, upload, upload_values};
 use super::libs::{ensure, Found, Lib};
 use super::plan::{grouped_arrays, plan_blas, BlasCall, Input, Output};
+
+/// The cuBLAS handle on the device's stream, created once per process (cublasCreate is slow
+/// and the property suite runs thousands of cases).
+fn blas_handle(dev: &Arc<Device>) -> Result<&'static CudaBlas, CudaError> {
+    use std::sync::OnceLock;
+    static BLAS: OnceLock<Result<CudaBlas, CudaError>> = OnceLock::new();
+    BLAS.get_or_init(|| {
+        CudaBlas::new(dev.stream.clone())
+            .map_err(|e| CudaError::Driver(format!("cublasCreate: {e:?}")))
+    })
+    .as_ref()
+    .map_err(|e| e.clone())
+}
 
 /// Where `cublas-grouped` keeps its pointer arrays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,14 +156,13 @@ impl Cublas {
         passes: Passes,
     ) -> Result<GemmOutputs, CudaError> {
         let (m, k, n, g) = (case.m(), case.k(), case.n(), case.groups());
-        let blas = CudaBlas::new(dev.stream.clone())
-            .map_err(|e| CudaError::Driver(format!("cublasCreate: {e:?}")))?;
+        let blas = blas_handle(dev)?;
         let ty = data_type(case.dtype)?;
         let in_bytes: u64 = if case.dtype == Format::F32 { 4 } else { 2 };
-        let lhs = upload_values(dev, case.lhs.iter(), case.dtype)?;
-        let rhs = upload_values(dev, case.rhs.iter(), case.dtype)?;
+        let lhs = upload_values(dev, &elements(&case.lhs), case.dtype)?;
+        let rhs = upload_values(dev, &elements(&case.rhs), case.dtype)?;
         let dout = match (&case.dout, passes.needs_dout()) {
-            (Some(d), true) => Some(upload_values(dev, d.iter(), case.dtype)?),
+            (Some(d), true) => Some(upload_values(dev, &elements(d), case.dtype)?),
             (None, true) => return Err(CudaError::Driver("dout is missing".into())),
             _ => None,
         };
@@ -220,7 +232,7 @@ impl Cublas {
                             )?;
                         } else {
                             for c in &plan.calls {
-                                gemm_ex(&blas, c, ty, &base, in_bytes, out_ptr)?;
+                                gemm_ex(blas, c, ty, &base, in_bytes, out_ptr)?;
                             }
                         }
                     }
@@ -346,7 +358,7 @@ fn probe_f32_output(dtype: Format) -> Option<bool> {
     if !ensure(Lib::Cublas).is_present() {
         return None;
     }
-    let blas = CudaBlas::new(dev.stream.clone()).ok()?;
+    let blas = blas_handle(&dev).ok()?;
     let ty = data_type(dtype).ok()?;
     let a = upload(&dev, &[0u16; 256]).ok()?;
     let out = upload(&dev, &[0f32; 256]).ok()?;
@@ -403,17 +415,14 @@ fn download_u16(
         return Ok(Vec::new());
     }
     let v = dev.stream.clone_dtoh(buf)?;
-    Ok(v[..len]
-        .iter()
-        .map(|&b| {
-            let x = if stored == Format::Bf16 {
-                half::bf16::from_bits(b).to_f64()
-            } else {
-                half::f16::from_bits(b).to_f64()
-            };
-            round_to(x, out_dtype, Overflow::Ieee)
-        })
-        .collect())
+    Ok(par_map(&v[..len], |&b| {
+        let x = if stored == Format::Bf16 {
+            half::bf16::from_bits(b).to_f64()
+        } else {
+            half::f16::from_bits(b).to_f64()
+        };
+        round_to(x, out_dtype, Overflow::Ieee)
+    }))
 }
 
 fn gemm_ex(

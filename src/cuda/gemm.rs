@@ -70,25 +70,44 @@ pub(crate) fn upload<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
     Ok(dev.stream.clone_htod(data)?)
 }
 
-pub(crate) fn upload_values<'a>(
+/// `f` applied to every element of `src`, in parallel chunks on all cores (the host side of
+/// DeepSeek-V3-sized uploads and downloads: billions of elements).
+pub(crate) fn par_map<A: Sync, B: Send + Default + Clone>(
+    src: &[A],
+    f: impl Fn(&A) -> B + Sync,
+) -> Vec<B> {
+    let mut out = vec![B::default(); src.len()];
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = src.len().div_ceil(threads).max(1 << 16);
+    std::thread::scope(|s| {
+        for (o, i) in out.chunks_mut(chunk).zip(src.chunks(chunk)) {
+            let f = &f;
+            s.spawn(move || {
+                for (o, i) in o.iter_mut().zip(i) {
+                    *o = f(i);
+                }
+            });
+        }
+    });
+    out
+}
+
+/// Uploads `values` (a standard-layout array's elements) in the storage of `dtype`.
+pub(crate) fn upload_values(
     dev: &Device,
-    values: impl Iterator<Item = &'a f32>,
+    values: &[f32],
     dtype: Format,
 ) -> Result<DevInput, CudaError> {
     Ok(match dtype {
-        Format::F32 => DevInput::F32(upload(dev, &values.copied().collect::<Vec<f32>>())?),
+        Format::F32 => DevInput::F32(upload(dev, values)?),
         // Values are representable in dtype (the case is validated), so these are exact.
         Format::Bf16 => DevInput::Half(upload(
             dev,
-            &values
-                .map(|&v| half::bf16::from_f32(v).to_bits())
-                .collect::<Vec<u16>>(),
+            &par_map(values, |&v| half::bf16::from_f32(v).to_bits()),
         )?),
         Format::F16 => DevInput::Half(upload(
             dev,
-            &values
-                .map(|&v| half::f16::from_f32(v).to_bits())
-                .collect::<Vec<u16>>(),
+            &par_map(values, |&v| half::f16::from_f32(v).to_bits()),
         )?),
         other => {
             return Err(CudaError::Driver(format!(
@@ -97,6 +116,16 @@ pub(crate) fn upload_values<'a>(
             )))
         }
     })
+}
+
+/// The elements of an array in row-major order, without a copy when it is already standard.
+pub(crate) fn elements<D: ndarray::Dimension>(
+    a: &ndarray::Array<f32, D>,
+) -> std::borrow::Cow<'_, [f32]> {
+    match a.as_slice() {
+        Some(s) => std::borrow::Cow::Borrowed(s),
+        None => std::borrow::Cow::Owned(a.iter().copied().collect()),
+    }
 }
 
 /// A NaN-poisoned f32 output of `len` elements (at least one).
@@ -134,10 +163,9 @@ pub(crate) fn download(
         return Ok(Vec::new());
     }
     let v = dev.stream.clone_dtoh(buf)?;
-    Ok(v[..len]
-        .iter()
-        .map(|&x| round_to(x as f64, out_dtype, Overflow::Ieee))
-        .collect())
+    Ok(par_map(&v[..len], |&x| {
+        round_to(x as f64, out_dtype, Overflow::Ieee)
+    }))
 }
 
 impl GroupedGemm for CudaGemm {
@@ -172,10 +200,10 @@ impl CudaGemm {
         let mma = self.variant == Variant::Auto
             && dev.has_mma()
             && matches!(dtype, Format::Bf16 | Format::F16);
-        let lhs = upload_values(dev, case.lhs.iter(), dtype)?;
-        let rhs = upload_values(dev, case.rhs.iter(), dtype)?;
+        let lhs = upload_values(dev, &elements(&case.lhs), dtype)?;
+        let rhs = upload_values(dev, &elements(&case.rhs), dtype)?;
         let dout = match (&case.dout, passes.needs_dout()) {
-            (Some(d), true) => Some(upload_values(dev, d.iter(), dtype)?),
+            (Some(d), true) => Some(upload_values(dev, &elements(d), dtype)?),
             (None, true) => return Err(CudaError::Driver("dout is missing".into())),
             _ => None,
         };
@@ -250,5 +278,20 @@ impl CudaGemm {
             }
         }
         Ok(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::par_map;
+
+    #[test]
+    fn par_map_keeps_order_and_length() {
+        for n in [0usize, 1, 65_535, 65_537, 300_001] {
+            let src: Vec<u32> = (0..n as u32).collect();
+            let got = par_map(&src, |&x| x as u64 * 3 + 1);
+            assert_eq!(got.len(), n);
+            assert!(got.iter().enumerate().all(|(i, &v)| v == i as u64 * 3 + 1));
+        }
     }
 }
