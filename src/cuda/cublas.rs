@@ -195,7 +195,7 @@ impl Cublas {
                     if !plan.calls.is_empty() {
                         grouped_call(
                             dev,
-                            &blas,
+                            blas,
                             &plan.calls,
                             ty,
                             in_bytes,
@@ -221,7 +221,7 @@ impl Cublas {
                             let f32_out = cb::cudaDataType_t::CUDA_R_32F;
                             grouped_call(
                                 dev,
-                                &blas,
+                                blas,
                                 &plan.calls,
                                 ty,
                                 in_bytes,
@@ -367,7 +367,7 @@ fn probe_f32_output(dtype: Format) -> Option<bool> {
     let out_ptr = out.device_ptr(&dev.stream).0;
     let r = grouped_call(
         &dev,
-        &blas,
+        blas,
         &calls,
         ty,
         2,
