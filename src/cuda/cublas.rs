@@ -119,7 +119,7 @@ impl GroupedGemm for Cublas {
             output: if self.half_output(case.dtype) {
                 case.dtype
             } else {
-                case.out_dtype
+                super::gemm::declared_output(case.out_dtype)
             },
         }
     }

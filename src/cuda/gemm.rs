@@ -38,6 +38,16 @@ impl CudaGemm {
     }
 }
 
+/// The output format our kernels and the f32-output cuBLAS calls really deliver for a case
+/// that asks `out_dtype`: the f32 result rounded once to `out_dtype`, except that an f64
+/// output is still only f32-accurate (so f32 is declared).
+pub fn declared_output(out_dtype: Format) -> Format {
+    match out_dtype {
+        Format::F64 => Format::F32,
+        other => other,
+    }
+}
+
 pub(crate) fn run_err(e: CudaError) -> RunError {
     RunError(e.to_string())
 }
@@ -179,7 +189,7 @@ impl GroupedGemm for CudaGemm {
         Precision {
             input: case.dtype,
             accumulator: Accumulator::any_order(Format::F32),
-            output: case.out_dtype,
+            output: declared_output(case.out_dtype),
         }
     }
     fn run(&self, case: &GroupedGemmCase, passes: Passes) -> Result<GemmOutputs, RunError> {
@@ -284,6 +294,13 @@ impl CudaGemm {
 #[cfg(test)]
 mod tests {
     use super::par_map;
+
+    #[test]
+    fn an_f64_output_is_declared_f32() {
+        use moecheck_reference::format::Format;
+        assert_eq!(super::declared_output(Format::F64), Format::F32);
+        assert_eq!(super::declared_output(Format::Bf16), Format::Bf16);
+    }
 
     #[test]
     fn par_map_keeps_order_and_length() {
