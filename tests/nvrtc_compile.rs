@@ -1,5 +1,6 @@
-//! Every kernel module compiles with NVRTC for sm_80, sm_89 and sm_90, and exports every
-//! entry point the host side names. Needs no GPU: NVRTC comes from the PyPI wheel
+//! Every kernel module compiles with NVRTC for sm_80, sm_89 and sm_90 — to PTX, and on to a
+//! CUBIN so that ptxas checks the inline PTX — and exports every entry point the host side
+//! names. Needs no GPU: NVRTC comes from the PyPI wheel
 //! `nvidia-cuda-nvrtc` (requirements.txt, installed by .ci/run), found by
 //! `moecheck::cuda::libs` without any environment variable.
 //!
@@ -7,7 +8,7 @@
 //! SKIPPED line); by default a missing NVRTC is a failure, so CI cannot pass vacuously.
 #![cfg(feature = "cuda")]
 
-use moecheck::cuda::kernels::{compile_ptx, KernelModule};
+use moecheck::cuda::kernels::{compile_cubin, compile_ptx, KernelModule};
 use moecheck::cuda::libs::{ensure, Found, Lib};
 
 const ARCHS: [&str; 3] = ["sm_80", "sm_89", "sm_90"];
@@ -43,6 +44,19 @@ fn every_kernel_compiles_for_every_arch() {
                     );
                 }
                 Err(log) => failures.push(format!("{} {arch}: {log}", module.file())),
+            }
+            // All the way to SASS: ptxas checks the inline PTX (mma.sync, cvt) for this arch.
+            match compile_cubin(module, arch) {
+                Ok(c) if !c.starts_with(b"\x7fELF") => failures.push(format!(
+                    "{} {arch}: the CUBIN is not an ELF image",
+                    module.file()
+                )),
+                Ok(c) => println!(
+                    "assembled {} for {arch}: {} bytes of CUBIN",
+                    module.file(),
+                    c.len()
+                ),
+                Err(log) => failures.push(format!("{} {arch} (CUBIN): {log}", module.file())),
             }
         }
     }

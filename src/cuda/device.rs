@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use serde::Serialize;
 
-use super::kernels::{compile_ptx, KernelModule};
+use super::kernels::{compile_cubin, compile_ptx, KernelModule};
 use super::libs::{ensure, Found, Lib};
 
 /// Why the CUDA backend cannot run (an ordinary result, never a panic).
@@ -194,8 +194,14 @@ impl Device {
             match cache.get(&module) {
                 Some(m) => m.clone(),
                 None => {
-                    let ptx = compile_ptx(module, &self.arch).map_err(CudaError::Compile)?;
-                    let m = self.ctx.load_module(cudarc::nvrtc::Ptx::from_src(ptx))?;
+                    // The CUBIN for this exact arch; PTX (driver JIT) if NVRTC cannot make one.
+                    let image = match compile_cubin(module, &self.arch) {
+                        Ok(cubin) => cudarc::nvrtc::Ptx::from_binary(cubin),
+                        Err(_) => cudarc::nvrtc::Ptx::from_src(
+                            compile_ptx(module, &self.arch).map_err(CudaError::Compile)?,
+                        ),
+                    };
+                    let m = self.ctx.load_module(image)?;
                     cache.insert(module, m.clone());
                     m
                 }

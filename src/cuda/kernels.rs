@@ -151,6 +151,54 @@ pub fn compile_ptx(module: KernelModule, arch: &str) -> Result<String, String> {
         .map_err(|e| format!("{} for {arch}: {e:?}", module.file()))
 }
 
+/// Compiles `module` for the real arch `arch` (`sm_90`) all the way to a CUBIN (NVRTC runs
+/// ptxas, so the inline PTX — `mma.sync`, `cvt` — is assembled and checked too) and returns it,
+/// or NVRTC's log. No GPU needed. The device loads this CUBIN (no driver JIT, so an NVRTC newer
+/// than the driver still works); PTX is the fallback.
+#[cfg(feature = "cuda")]
+pub fn compile_cubin(module: KernelModule, arch: &str) -> Result<Vec<u8>, String> {
+    use cudarc::nvrtc::{result, sys};
+    use std::ffi::CString;
+    if let super::libs::Found::Missing(why) = super::libs::ensure(super::libs::Lib::Nvrtc) {
+        return Err(format!("NVRTC unavailable: {why}"));
+    }
+    let src = CString::new(module.source()).map_err(|e| e.to_string())?;
+    let name = CString::new(module.file()).map_err(|e| e.to_string())?;
+    let prog = result::create_program(&src, Some(&name)).map_err(|e| format!("{e:?}"))?;
+    // SAFETY: `prog` was created above and is destroyed once below; `src` and `name` outlive
+    // it; the size is written to a valid host location.
+    let out = unsafe {
+        let r = match result::compile_program(prog, &nvrtc_options(arch)) {
+            Ok(()) => {
+                let mut size = 0usize;
+                match sys::nvrtcGetCUBINSize(prog, &mut size) {
+                    sys::nvrtcResult::NVRTC_SUCCESS => {
+                        let mut buf = vec![0u8; size];
+                        match sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut std::ffi::c_char) {
+                            sys::nvrtcResult::NVRTC_SUCCESS => Ok(buf),
+                            e => Err(format!("no CUBIN for {arch}: {e:?}")),
+                        }
+                    }
+                    e => Err(format!("no CUBIN for {arch}: {e:?}")),
+                }
+            }
+            Err(e) => {
+                let log = result::get_program_log(prog)
+                    .map(|l| {
+                        let bytes: Vec<u8> =
+                            l.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
+                        String::from_utf8_lossy(&bytes).into_owned()
+                    })
+                    .unwrap_or_default();
+                Err(format!("{} for {arch}: {e:?}\n{log}", module.file()))
+            }
+        };
+        let _ = result::destroy_program(prog);
+        r
+    };
+    out
+}
+
 /// The suffix of a dtype in entry-point names.
 pub fn dtype_suffix(dtype: Format) -> &'static str {
     match dtype {
