@@ -82,13 +82,20 @@ MC_DEVICE void tiled_tile(const Problem<LA, LB>& p, idx_t col0, Epi epilogue) {
             if (k0 + GG_BK > p.red) break;
 #endif
             for (int e = tid; e < GG_BM * GG_BK; e += GG_TILED_THREADS) {
-                const int i = e % GG_BK, r = e / GG_BK;
+                // Consecutive threads walk the operand's contiguous index (coalesced loads):
+                // k for a row-major A, rows for a transposed one. Both orders visit each
+                // (r, i) of the tile exactly once.
+                const bool k_fast = p.a_is == 1;
+                const int i = k_fast ? e % GG_BK : e / GG_BM;
+                const int r = k_fast ? e / GG_BK : e % GG_BM;
                 const idx_t gi = k0 + i;
                 As[i][r] = (r < p.rows && gi < p.red) ? LA::get(p.a, r * p.a_rs + gi * p.a_is)
                                                       : 0.0f;
             }
             for (int e = tid; e < GG_BK * GG_BN; e += GG_TILED_THREADS) {
-                const int c = e % GG_BN, i = e / GG_BN;
+                const bool n_fast = p.b_cs == 1;
+                const int c = n_fast ? e % GG_BN : e / GG_BK;
+                const int i = n_fast ? e / GG_BN : e % GG_BK;
                 const idx_t gi = k0 + i, gc = col0 + c;
                 Bs[i][c] = (gc < p.cols && gi < p.red) ? LB::get(p.b, gi * p.b_is + gc * p.b_cs)
                                                        : 0.0f;

@@ -106,12 +106,19 @@ MC_DEVICE void mma_tile(const Problem<LoadBf16, LoadBf16>& p, idx_t col0) {
     if (!p.zero) {
         for (idx_t k0 = 0; k0 < p.red; k0 += GG_BK) {
             for (int e = tid; e < GG_BM * GG_BK; e += GG_MMA_THREADS) {
-                const int i = e % GG_BK, r = e / GG_BK;
+                // Consecutive threads walk the operand's contiguous index (coalesced loads):
+                // k for a row-major A, rows for a transposed one. Both orders visit each
+                // (r, i) of the tile exactly once.
+                const bool k_fast = p.a_is == 1;
+                const int i = k_fast ? e % GG_BK : e / GG_BM;
+                const int r = k_fast ? e / GG_BK : e % GG_BM;
                 const idx_t gi = k0 + i;
                 As[r][i] = (r < p.rows && gi < p.red) ? p.a[r * p.a_rs + gi * p.a_is] : (uint16_t)0;
             }
             for (int e = tid; e < GG_BK * GG_BN; e += GG_MMA_THREADS) {
-                const int c = e % GG_BN, i = e / GG_BN;
+                const bool n_fast = p.b_cs == 1;
+                const int c = n_fast ? e % GG_BN : e / GG_BK;
+                const int i = n_fast ? e / GG_BN : e % GG_BK;
                 const idx_t gi = k0 + i, gc = col0 + c;
                 Bs[c][i] = (gc < p.cols && gi < p.red) ? p.b[gi * p.b_is + gc * p.b_cs] : (uint16_t)0;
             }
