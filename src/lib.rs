@@ -8,6 +8,7 @@
 pub mod cases;
 pub mod curves;
 pub mod fp8_cases;
+pub mod cuda;
 pub mod impls;
 pub mod protocol;
 pub mod report;

@@ -316,3 +316,43 @@ fn bench_reports_a_ratio_and_rejects_bad_flags() {
         .code(2)
         .stderr(predicate::str::contains("--reps"));
 }
+
+#[test]
+fn devices_explains_the_absence_of_a_gpu_in_one_line_and_exits_0() {
+    let out = moecheck().arg("devices").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    if text.starts_with("no CUDA device") {
+        assert_eq!(text.lines().count(), 1, "{text}");
+    } else {
+        assert!(text.contains("available:"), "{text}");
+    }
+    let out = moecheck().args(["devices", "--json"]).output().unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["available"].is_boolean());
+    if v["available"] == false {
+        assert!(v["reason"].as_str().is_some_and(|r| !r.is_empty()));
+    }
+}
+
+#[test]
+fn gpu_impls_without_a_device_fail_the_case_naming_the_reason() {
+    let probe = moecheck().args(["devices", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&probe.stdout).unwrap();
+    if v["available"] == true {
+        println!("a CUDA device is present: this test is about its absence");
+        return;
+    }
+    for imp in ["cuda", "cublas", "cublas-grouped"] {
+        let out = moecheck()
+            .args([
+                "gemm", "--impl", imp, "--tokens", "8", "--hidden", "8", "--ffn", "8",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{imp}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.contains("run failed: no CUDA device"), "{imp}: {text}");
+    }
+}

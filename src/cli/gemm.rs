@@ -60,7 +60,8 @@ pub struct GemmArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Implementation under test: reference | emulate | exec:CMD (CMD gets the case directory
-    /// as its last argument, see docs/protocol.md).
+    /// as its last argument, see docs/protocol.md) | cuda | cuda-tiled | cublas |
+    /// cublas-grouped (GPU; without a device the run fails saying "no CUDA device").
     #[arg(long = "impl", default_value = "emulate")]
     pub implementation: String,
     /// Planted bug for `--impl emulate` (see `moecheck selftest`).
@@ -131,6 +132,10 @@ pub fn build_impl(
                 ..Emulate::default()
             })
         }
+        _ if moecheck::cuda::IMPL_NAMES.contains(&name) => match moecheck::cuda::build(name) {
+            Some(imp) => imp,
+            None => bail!("--impl {name}: moecheck was built without the `cuda` feature"),
+        },
         _ => match name.strip_prefix("exec:") {
             Some(cmd) if !cmd.trim().is_empty() => Box::new(Exec {
                 command: cmd.to_string(),
@@ -138,7 +143,9 @@ pub fn build_impl(
                 keep_dir: None,
                 accumulator: acc,
             }),
-            _ => bail!("--impl {name}: expected reference, emulate or exec:CMD"),
+            _ => bail!(
+                "--impl {name}: expected reference, emulate, exec:CMD, cuda, cuda-tiled, cublas or cublas-grouped"
+            ),
         },
     })
 }

@@ -4,6 +4,7 @@ mod bench;
 mod check;
 mod curves;
 mod fp8;
+mod devices;
 mod gemm;
 mod gemm_fp8;
 mod selftest;
@@ -43,6 +44,9 @@ pub enum Command {
     /// Loss-curve parity: read training logs (MaxText, Megatron, torchtitan, HF, TensorBoard,
     /// plain) and give a PASS/FAIL/INCONCLUSIVE verdict on two runs, with a plot.
     Curves(curves::CurvesArgs),
+    /// Show the CUDA devices and libraries (libcuda, libnvrtc, libcublas) moecheck can use,
+    /// or one line on why there are none (exit 0 either way).
+    Devices(devices::DevicesArgs),
 }
 
 pub fn run() -> anyhow::Result<ExitCode> {
@@ -62,6 +66,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Bench(a) => bench::run(a),
         Command::Curves(a) => curves::run(a),
         Command::Fp8(a) => fp8::run(a),
+        Command::Devices(a) => devices::run(a),
     }
 }
 
