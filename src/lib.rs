@@ -6,9 +6,9 @@
 //! properties in [`moecheck_properties`].
 
 pub mod cases;
+pub mod cuda;
 pub mod curves;
 pub mod fp8_cases;
-pub mod cuda;
 pub mod impls;
 pub mod protocol;
 pub mod report;

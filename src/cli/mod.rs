@@ -3,8 +3,8 @@
 mod bench;
 mod check;
 mod curves;
-mod fp8;
 mod devices;
+mod fp8;
 mod gemm;
 mod gemm_fp8;
 mod selftest;
