@@ -6,6 +6,8 @@
 //!   constants and correctly rounded casts (saturating and non-saturating).
 //! * [`gemm`]: the grouped GEMM (forward, dgrad, wgrad) accumulated in f64, the dropped-token
 //!   contract, the a-priori error bound and the per-group comparison report.
+//! * [`routing`]: MoE routing (score functions, DeepSeek-V3 group-limited top-k, capacity
+//!   dropping), in f64, with the routing implementation trait.
 //! * [`implementation`]: the one trait behind which every implementation under test sits.
 //!
 //! This crate is pure: no I/O, no CUDA, no randomness.
@@ -14,5 +16,6 @@ pub mod error;
 pub mod format;
 pub mod gemm;
 pub mod implementation;
+pub mod routing;
 
 pub use error::Error;
