@@ -2,7 +2,8 @@
 //!
 //! proptest strategies ([`strategies`]) and properties ([`props`]) for grouped-GEMM
 //! implementations, generic over the implementation under test
-//! ([`moecheck_reference::implementation::GroupedGemm`]).
+//! ([`moecheck_reference::implementation::GroupedGemm`]); in [`routing`], the same for routing
+//! implementations ([`moecheck_reference::routing::Router`]).
 //!
 //! ```no_run
 //! use moecheck_properties::{all, check, RunConfig};
@@ -13,6 +14,7 @@
 //! ```
 
 pub mod props;
+pub mod routing;
 pub mod strategies;
 
 pub use props::{all, by_name, check, Outcome, Property, RunConfig, DEFAULT_CASES, DEFAULT_SEED};

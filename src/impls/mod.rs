@@ -3,7 +3,9 @@
 //!
 //! * [`emulate`]: a CPU model of a tiled kernel, with planted bugs (`--inject`). A model,
 //!   never a GPU result.
+//! * [`route_emulate`]: a CPU model of a routing kernel, with planted routing bugs.
 //! * [`exec`]: any external program, through the case-directory protocol (docs/protocol.md).
 
 pub mod emulate;
 pub mod exec;
+pub mod route_emulate;

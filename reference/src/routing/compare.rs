@@ -36,18 +36,18 @@ use super::route::{Routing, RoutingCase};
 use super::router::{RouteOutputs, RoutePrecision};
 use crate::format::Format;
 
-/// The bound on `|ŵ - w|` for the kept weight `w = routing.weights[t, j]` of an
-/// implementation with `precision` (module documentation).
+/// The bound on `|ŵ - w|` for a kept weight `w` of token `t`, whose selected experts are
+/// `selected` (`K` of them), for an implementation with `precision` (module documentation).
 pub fn weight_bound(
     case: &RoutingCase,
-    routing: &Routing,
     precision: RoutePrecision,
     t: usize,
-    j: usize,
+    selected: &[usize],
+    w: f64,
 ) -> f64 {
     let uc = precision.compute.info().unit_roundoff() + Format::F64.info().unit_roundoff();
     let uo = precision.output.info().unit_roundoff();
-    let k = routing.indices.ncols();
+    let k = selected.len();
     let spread = |vals: &mut dyn Iterator<Item = f64>| {
         let (lo, hi) = vals.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
             (lo.min(v), hi.max(v))
@@ -66,7 +66,7 @@ pub fn weight_bound(
             (2.0 * d + n + 4.0) * uc
         }
         ScoreFunction::TopkSoftmax => {
-            let d = spread(&mut routing.indices.row(t).iter().map(|&e| case.logits[[t, e]]));
+            let d = spread(&mut selected.iter().map(|&e| case.logits[[t, e]]));
             (2.0 * d + k as f64 + 4.0) * uc
         }
     };
@@ -81,7 +81,7 @@ pub fn weight_bound(
     } else {
         f64::INFINITY
     };
-    rel * routing.weights[[t, j]].abs()
+    rel * w.abs()
         + precision.compute.info().min_normal()
         + precision.output.info().min_subnormal() / 2.0
 }
@@ -208,7 +208,7 @@ pub fn compare_routing(
             );
             continue;
         }
-        for j in 0..k {
+        for (j, &expert) in wi.iter().enumerate() {
             let (wk, gk) = (want.kept[[ti, j]], got.kept[[ti, j]]);
             if wk != gk {
                 rep.kept_mismatches += 1;
@@ -216,13 +216,13 @@ pub fn compare_routing(
                     &mut rep,
                     "kept",
                     vec![ti, j],
-                    format!("expert {} kept = {gk}, expected {wk}", wi[j]),
+                    format!("expert {} kept = {gk}, expected {wk}", expert),
                 );
             }
             let (ww, gw) = (want.combine[[ti, j]], got.weights[[ti, j]]);
             let err = (gw - ww).abs();
             let bound = if wk {
-                weight_bound(case, want, precision, ti, j)
+                weight_bound(case, precision, ti, &wi, want.weights[[ti, j]])
             } else {
                 0.0
             };
@@ -253,7 +253,7 @@ pub fn compare_routing(
                     vec![ti, j],
                     format!(
                         "expert {} weight {gw:e}, expected {ww:e} (|err| {err:.3e}, {why})",
-                        wi[j]
+                        expert
                     ),
                 );
             }
