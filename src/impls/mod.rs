@@ -8,4 +8,5 @@
 
 pub mod emulate;
 pub mod exec;
+pub mod exec_route;
 pub mod route_emulate;
