@@ -24,8 +24,9 @@ use moecheck_reference::routing::{
 
 #[derive(Debug, Args)]
 pub struct RouteArgs {
-    /// Router logits (T, E), float32 or float64 .npy. Without it, logits are generated
-    /// (uniform in [-4, 4), rounded to f32) from --tokens, --experts and --seed.
+    /// Router logits (T, E), float32 or float64 .npy. Without it, logits are generated from
+    /// --tokens, --experts and --seed on a grid (multiples of 1/64 in [-4, 4)): exact ties
+    /// happen, near-ties that a reduced-precision implementation could order either way do not.
     #[arg(long)]
     pub logits: Option<PathBuf>,
     /// Per-expert selection bias (E,), float32 or float64 .npy (DeepSeek-V3's correction bias:
@@ -163,7 +164,7 @@ fn config(a: &RouteArgs) -> RoutingConfig {
 fn generated_logits(tokens: usize, experts: usize, seed: u64) -> ndarray::Array2<f64> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     ndarray::Array2::from_shape_simple_fn((tokens, experts), || {
-        rng.random_range(-4.0f64..4.0) as f32 as f64
+        rng.random_range(-256i32..256) as f64 / 64.0
     })
 }
 

@@ -85,7 +85,9 @@ pub mod scores;
 pub mod topk;
 
 pub use capacity::{apply_capacity, position_capacity, probs_capacity};
-pub use compare::{compare_routing, weight_bound, RouteMismatch, RouteReport};
+pub use compare::{
+    compare_routing, selection_score_bound, weight_bound, RouteMismatch, RouteReport,
+};
 pub use config::{Capacity, DropPolicy, GroupLimit, RoutingConfig, ScoreFunction, NORM_EPS};
 pub use route::{route, Routing, RoutingCase};
 pub use router::{
