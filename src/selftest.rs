@@ -337,6 +337,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn routing_section_catches_every_routing_bug() {
+        let section = routing_section(&RunConfig::new(32, 7));
+        assert_eq!(section.bugs.len(), RouteBug::ALL.len());
+        assert!(section.ok, "{}", section.render(32, 7));
+        assert!(section.render(32, 7).contains("routing: ok"));
+    }
+
+    #[test]
     fn selftest_catches_every_bug() {
         let r = run(48, 1);
         eprintln!("{}", r.render_table());

@@ -96,7 +96,7 @@ def route(logits, bias, cfg):
         cf = cfg["capacity_factor"]
         onehot = jax.nn.one_hot(indices, e, dtype=jnp.int32)  # (T, K, E)
         if cfg["drop_policy"] == "position":
-            s_len = cfg.get("seq_len") or t
+            s_len = cfg.get("seq_len") or max(t, 1)
             cap = position_capacity(s_len, k, e, cf)
             flat = onehot.reshape(t // s_len, s_len * k, e)
             count = jnp.cumsum(flat, axis=1).reshape(t, k, e)
