@@ -395,6 +395,17 @@ fn render(r: &RouteCliReport, out: Option<&Path>) -> String {
             for m in &cmp.mismatches {
                 let _ = writeln!(s, "  {}{:?}: {}", m.what, m.at, m.detail);
             }
+            if cmp.near_tie_assignments > 0 {
+                let _ = writeln!(
+                    s,
+                    "near-ties: {} assignments decided the other way at a probs capacity \
+                     boundary between weights equal within rounding (not failures)",
+                    cmp.near_tie_assignments
+                );
+                for m in &cmp.near_ties {
+                    let _ = writeln!(s, "  {}{:?}: {}", m.what, m.at, m.detail);
+                }
+            }
         }
         let _ = writeln!(
             s,
