@@ -2,7 +2,8 @@
 //!
 //! proptest strategies ([`strategies`]) and properties ([`props`]) for grouped-GEMM
 //! implementations, generic over the implementation under test
-//! ([`moecheck_reference::implementation::GroupedGemm`]).
+//! ([`moecheck_reference::implementation::GroupedGemm`]); in [`routing`], the same for routing
+//! implementations ([`moecheck_reference::routing::Router`]).
 //!
 //! ```no_run
 //! use moecheck_properties::{all, check, RunConfig};
@@ -14,6 +15,7 @@
 
 pub mod fp8;
 pub mod props;
+pub mod routing;
 pub mod strategies;
 
 pub use props::{

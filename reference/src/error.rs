@@ -38,6 +38,10 @@ pub enum Error {
         pass: &'static str,
         what: &'static str,
     },
+    /// A routing parameter or input that the routing reference refuses; `what` names the
+    /// flag or input (`--topk`, `--groups`, `logits`, `bias`, …) as the CLI spells it.
+    #[error("{what}: {reason}")]
+    InvalidRouting { what: &'static str, reason: String },
     /// An unknown format name.
     #[error("unknown dtype '{0}' (expected one of f32, bf16, f16, e4m3, e5m2, f64)")]
     UnknownFormat(String),

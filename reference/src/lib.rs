@@ -8,6 +8,8 @@
 //!   contract, the a-priori error bound and the per-group comparison report.
 //! * [`fp8`]: FP8 current (and delayed) scaling as Transformer Engine does it, the FP8
 //!   grouped GEMM's recipe-exact reference and the accumulation models of its bound.
+//! * [`routing`]: MoE routing (score functions, DeepSeek-V3 group-limited top-k, capacity
+//!   dropping), in f64, with the routing implementation trait.
 //! * [`implementation`]: the one trait behind which every implementation under test sits.
 //!
 //! This crate is pure: no I/O, no CUDA, no randomness.
@@ -17,5 +19,6 @@ pub mod format;
 pub mod fp8;
 pub mod gemm;
 pub mod implementation;
+pub mod routing;
 
 pub use error::Error;

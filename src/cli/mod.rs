@@ -7,6 +7,7 @@ mod devices;
 mod fp8;
 mod gemm;
 mod gemm_fp8;
+mod route;
 mod selftest;
 
 use std::process::ExitCode;
@@ -47,6 +48,10 @@ pub enum Command {
     /// Show the CUDA devices and libraries (libcuda, libnvrtc, libcublas) moecheck can use,
     /// or one line on why there are none (exit 0 either way).
     Devices(devices::DevicesArgs),
+    /// Route tokens to experts (softmax / topk-softmax / sigmoid, DeepSeek-V3 groups and bias,
+    /// capacity dropping) with the f64 reference, write the result as .npy, and optionally
+    /// check an implementation against it.
+    Route(route::RouteArgs),
 }
 
 pub fn run() -> anyhow::Result<ExitCode> {
@@ -67,6 +72,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Curves(a) => curves::run(a),
         Command::Fp8(a) => fp8::run(a),
         Command::Devices(a) => devices::run(a),
+        Command::Route(a) => route::run(a),
     }
 }
 

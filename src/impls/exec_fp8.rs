@@ -20,23 +20,9 @@ impl Fp8GroupedGemm for ExecFp8 {
         false
     }
     fn run(&self, case: &Fp8GemmCase, passes: Passes) -> Result<GemmOutputs, RunError> {
-        let tmp;
-        let dir = match &self.0.keep_dir {
-            Some(d) => {
-                std::fs::create_dir_all(d)
-                    .map_err(|e| RunError(format!("{}: {e}", d.display())))?;
-                d.clone()
-            }
-            None => {
-                tmp = tempfile::Builder::new()
-                    .prefix("moecheck-fp8-case-")
-                    .tempdir()
-                    .map_err(|e| RunError(format!("cannot create a case directory: {e}")))?;
-                tmp.path().to_path_buf()
-            }
-        };
+        let (_tmp, dir) = self.0.case_dir()?;
         protocol::fp8::write_fp8_case(&dir, case, passes).map_err(|e| RunError(e.to_string()))?;
-        self.0.run_in_dir(&dir)?;
+        self.0.run_in(&dir)?;
         protocol::read_outputs(&dir, &case.gemm, passes).map_err(|e| RunError(e.to_string()))
     }
 }

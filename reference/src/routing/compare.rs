@@ -1,0 +1,433 @@
+//! Comparing an implementation's routing with the reference, and the weight error bound.
+//!
+//! ## What must match exactly
+//! `indices` (in selection order), `kept` and `group_sizes` are discrete and must be equal.
+//! Where a token's indices differ its weights and kept flags are not compared (the index
+//! mismatch is the finding). A dropped assignment's weight must be exactly 0.
+//!
+//! ## The weight bound
+//! An implementation that declares a compute format with unit roundoff `u_c` (smallest normal
+//! `ν_c`) and an output format `u_o` (smallest subnormal `η_o`) computes each kept weight with
+//! a relative error bounded by the sum of the relative errors of its steps (first order; the
+//! final `R/(1-R)` covers the products of the `(1+δ)` factors):
+//!
+//! * **score** `ε_s`: `softmax` over `n` values (`n = E`, or `n = K` for `topk-softmax`) with
+//!   logit spread `Δ = max l - min l` over those values: the subtraction `l - m` is rounded
+//!   (absolute error `u_c·Δ`, which `exp` turns into relative error `u_c·Δ`), `exp` adds `2u_c`
+//!   (library `exp` is not correctly rounded; 2 ulps is the documented worst case of glibc and
+//!   XLA's f32 `exp`), numerator and every summand alike, the sum `(n-1)u_c`, the division
+//!   `u_c`: `ε_s = (2Δ + n + 4)·u_c`. `sigmoid` (`1/(1+exp(-l))`, logits exact): `ε_s = 4u_c`.
+//! * **normalisation** `g/(Σg + ε)` (when on): the `K` gates each carry `ε_s`, the sum adds
+//!   `(K-1)u_c`, `+ε` and the division `2u_c`: `ε_w = 2ε_s + (K + 1)u_c`; otherwise `ε_w = ε_s`.
+//! * **scaling** by `α`: `u_c`; **output rounding**: `u_o`.
+//!
+//! With `R = ε_w + u_c + u_o` and `u_c` replaced by `u_c + 2^-53` (the reference is itself
+//! f64), a kept weight passes when
+//!
+//! `|ŵ - w| <= R/(1 - R)·|w| + ν_c + η_o/2`.
+//!
+//! The absolute terms cover the underflow region: a sigmoid of a logit below about `-88`
+//! overflows `exp` in f32 and comes back as 0, with a true value below `ν_c`.
+
+use serde::Serialize;
+
+use super::config::ScoreFunction;
+use super::route::{Routing, RoutingCase};
+use super::router::{RouteOutputs, RoutePrecision};
+use crate::format::Format;
+
+/// The bound on `|ŵ - w|` for a kept weight `w` of token `t`, whose selected experts are
+/// `selected` (`K` of them), for an implementation with `precision` (module documentation).
+pub fn weight_bound(
+    case: &RoutingCase,
+    precision: RoutePrecision,
+    t: usize,
+    selected: &[usize],
+    w: f64,
+) -> f64 {
+    let uc = precision.compute.info().unit_roundoff() + Format::F64.info().unit_roundoff();
+    let uo = precision.output.info().unit_roundoff();
+    let k = selected.len();
+    let spread = |vals: &mut dyn Iterator<Item = f64>| {
+        let (lo, hi) = vals.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+            (lo.min(v), hi.max(v))
+        });
+        if hi >= lo {
+            hi - lo
+        } else {
+            0.0
+        }
+    };
+    let es = match case.config.score {
+        ScoreFunction::Sigmoid => 4.0 * uc,
+        ScoreFunction::Softmax => {
+            let n = case.experts() as f64;
+            let d = spread(&mut case.logits.row(t).iter().copied());
+            (2.0 * d + n + 4.0) * uc
+        }
+        ScoreFunction::TopkSoftmax => {
+            let d = spread(&mut selected.iter().map(|&e| case.logits[[t, e]]));
+            (2.0 * d + k as f64 + 4.0) * uc
+        }
+    };
+    let ew = if case.config.normalises() {
+        2.0 * es + (k as f64 + 1.0) * uc
+    } else {
+        es
+    };
+    let r = ew + uc + uo;
+    let rel = if r < 1.0 {
+        r / (1.0 - r)
+    } else {
+        f64::INFINITY
+    };
+    rel * w.abs()
+        + precision.compute.info().min_normal()
+        + precision.output.info().min_subnormal() / 2.0
+}
+
+/// A bound on the error of the selection score `u[t, e] = s[t, e] + b[e]` as computed by an
+/// implementation with `precision`: the score's own error (`ε_s·s + ν_c`, nothing for
+/// `topk-softmax`, whose scores are the logits) plus the rounding of the bias addition
+/// (`u_c·|u|`). Two experts whose reference selection scores are closer than the sum of their
+/// bounds are a **near-tie**: an implementation of that precision may order them either way.
+pub fn selection_score_bound(
+    case: &RoutingCase,
+    routing: &Routing,
+    precision: RoutePrecision,
+    t: usize,
+    e: usize,
+) -> f64 {
+    let uc = precision.compute.info().unit_roundoff() + Format::F64.info().unit_roundoff();
+    let s = routing.scores[[t, e]].abs();
+    let score = match case.config.score {
+        ScoreFunction::TopkSoftmax => 0.0,
+        ScoreFunction::Sigmoid => 4.0 * uc * s + precision.compute.info().min_normal(),
+        ScoreFunction::Softmax => {
+            let row = case.logits.row(t);
+            let (lo, hi) = row
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| {
+                    (lo.min(v), hi.max(v))
+                });
+            let d = if hi >= lo { hi - lo } else { 0.0 };
+            (2.0 * d + case.experts() as f64 + 4.0) * uc * s + precision.compute.info().min_normal()
+        }
+    };
+    let add = if case.bias.is_some() {
+        uc * routing.selection_scores[[t, e]].abs()
+    } else {
+        0.0
+    };
+    score + add
+}
+
+/// One discrete or out-of-bound difference.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RouteMismatch {
+    /// `indices`, `kept`, `weights`, `group_sizes` or `shape`.
+    pub what: String,
+    /// Token (or expert for `group_sizes`).
+    pub at: Vec<usize>,
+    pub detail: String,
+}
+
+/// The comparison of one implementation's routing with the reference.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RouteReport {
+    pub tokens: usize,
+    pub experts: usize,
+    pub topk: usize,
+    /// Tokens whose `indices` row differs.
+    pub index_mismatch_tokens: usize,
+    /// Assignments whose `kept` differs (tokens with equal indices only).
+    pub kept_mismatches: usize,
+    /// Experts whose `group_sizes` differs.
+    pub group_size_mismatches: usize,
+    /// Weights outside their bound (tokens with equal indices only).
+    pub weight_failures: usize,
+    /// Largest `|ŵ - w|` over compared weights.
+    pub max_weight_abs_err: f64,
+    /// Largest `|ŵ - w| / bound` over compared weights (0 where both are exactly 0).
+    pub max_weight_err_ratio: f64,
+    /// Assignments on either side of a `probs` capacity boundary that the implementation
+    /// decided the other way between weights equal within rounding (not failures).
+    pub near_tie_assignments: usize,
+    /// The first few differences, token-major.
+    pub mismatches: Vec<RouteMismatch>,
+    /// The first few near-ties (informational).
+    pub near_ties: Vec<RouteMismatch>,
+}
+
+/// How many mismatches a report lists.
+const MAX_LISTED: usize = 16;
+
+impl RouteReport {
+    pub fn passed(&self) -> bool {
+        self.index_mismatch_tokens == 0
+            && self.kept_mismatches == 0
+            && self.group_size_mismatches == 0
+            && self.weight_failures == 0
+            && self.mismatches.is_empty()
+    }
+    /// One line on the first difference, `None` if it passed.
+    pub fn first_failure(&self) -> Option<String> {
+        self.mismatches
+            .first()
+            .map(|m| format!("{}{:?}: {}", m.what, m.at, m.detail))
+    }
+}
+
+/// Under the `probs` policy, the assignments whose `kept` the implementation decided the other
+/// way **only between weights that are equal within rounding**: per expert (with equal indices
+/// on every token that selects it), the implementation keeps as many as the reference, and
+/// every assignment it keeps but the reference drops is within the sum of the two weight
+/// bounds of every assignment the reference keeps but it drops. Weights that are equal in
+/// exact arithmetic (the same scores summed in another order) differ in their last bits from
+/// one implementation to the next, so which of them wins a capacity boundary cannot decide.
+fn probs_near_ties(
+    case: &RoutingCase,
+    want: &Routing,
+    got: &RouteOutputs,
+    precision: RoutePrecision,
+) -> std::collections::HashSet<(usize, usize)> {
+    let mut near = std::collections::HashSet::new();
+    let is_probs = matches!(
+        case.config.capacity,
+        Some(c) if c.policy == super::config::DropPolicy::Probs
+    );
+    if !is_probs {
+        return near;
+    }
+    let (t, k) = want.indices.dim();
+    let same: Vec<bool> = (0..t)
+        .map(|ti| want.indices.row(ti) == got.indices.row(ti))
+        .collect();
+    for x in 0..case.experts() {
+        let mut clean = true;
+        let (mut only_ref, mut only_got) = (Vec::new(), Vec::new());
+        for (ti, &same_row) in same.iter().enumerate() {
+            let selects = want.indices.row(ti).iter().any(|&e| e == x)
+                || got.indices.row(ti).iter().any(|&e| e == x);
+            if !same_row {
+                clean &= !selects;
+                continue;
+            }
+            for j in 0..k {
+                if want.indices[[ti, j]] != x {
+                    continue;
+                }
+                match (want.kept[[ti, j]], got.kept[[ti, j]]) {
+                    (true, false) => only_ref.push((ti, j)),
+                    (false, true) => only_got.push((ti, j)),
+                    _ => {}
+                }
+            }
+        }
+        if !clean || only_ref.is_empty() || only_ref.len() != only_got.len() {
+            continue;
+        }
+        let w = |&(ti, j): &(usize, usize)| want.weights[[ti, j]];
+        let b = |a: &(usize, usize)| {
+            let sel: Vec<usize> = want.indices.row(a.0).to_vec();
+            weight_bound(case, precision, a.0, &sel, w(a))
+        };
+        let tied = only_ref
+            .iter()
+            .all(|a| only_got.iter().all(|c| (w(a) - w(c)).abs() <= b(a) + b(c)));
+        if tied {
+            near.extend(only_ref);
+            near.extend(only_got);
+        }
+    }
+    near
+}
+
+/// Compares `got` against the reference routing `want` of `case`.
+pub fn compare_routing(
+    case: &RoutingCase,
+    want: &Routing,
+    got: &RouteOutputs,
+    precision: RoutePrecision,
+) -> RouteReport {
+    let (t, k) = want.indices.dim();
+    let e = case.experts();
+    let mut rep = RouteReport {
+        tokens: t,
+        experts: e,
+        topk: k,
+        index_mismatch_tokens: 0,
+        kept_mismatches: 0,
+        group_size_mismatches: 0,
+        weight_failures: 0,
+        max_weight_abs_err: 0.0,
+        max_weight_err_ratio: 0.0,
+        near_tie_assignments: 0,
+        mismatches: Vec::new(),
+        near_ties: Vec::new(),
+    };
+    let push = |rep: &mut RouteReport, what: &str, at: Vec<usize>, detail: String| {
+        if rep.mismatches.len() < MAX_LISTED {
+            rep.mismatches.push(RouteMismatch {
+                what: what.into(),
+                at,
+                detail,
+            });
+        }
+    };
+    for (name, shape) in [
+        ("indices", got.indices.dim()),
+        ("weights", got.weights.dim()),
+        ("kept", got.kept.dim()),
+    ] {
+        if shape != (t, k) {
+            push(
+                &mut rep,
+                "shape",
+                vec![],
+                format!("{name} has shape {shape:?}, expected {:?}", (t, k)),
+            );
+        }
+    }
+    if got.group_sizes.len() != e {
+        push(
+            &mut rep,
+            "shape",
+            vec![],
+            format!(
+                "group_sizes has {} entries, expected {e}",
+                got.group_sizes.len()
+            ),
+        );
+    }
+    if !rep.mismatches.is_empty() {
+        return rep;
+    }
+    let near = probs_near_ties(case, want, got, precision);
+    for ti in 0..t {
+        let wi: Vec<usize> = want.indices.row(ti).to_vec();
+        let gi: Vec<usize> = got.indices.row(ti).to_vec();
+        if wi != gi {
+            rep.index_mismatch_tokens += 1;
+            let mut detail = format!("got experts {gi:?}, expected {wi:?}");
+            if let Some(j) = (0..k).find(|&j| wi[j] != gi[j]) {
+                let (a, b) = (wi[j], gi[j]);
+                let u = &want.selection_scores;
+                let gap = (u[[ti, a]] - u[[ti, b]]).abs();
+                let tol = selection_score_bound(case, want, precision, ti, a)
+                    + selection_score_bound(case, want, precision, ti, b);
+                if gap <= tol && gap > 0.0 {
+                    detail.push_str(&format!(
+                        "; near-tie: experts {a} and {b} differ by {gap:.3e} in selection score, \
+                         within the {tol:.3e} a {} implementation may err by, so this case \
+                         cannot decide (use inputs without near-ties, e.g. grid logits)",
+                        precision.compute.name()
+                    ));
+                } else {
+                    detail.push_str(&format!(
+                        "; at slot {j} selection scores {:e} (expert {a}) vs {:e} (expert {b})",
+                        u[[ti, a]],
+                        u[[ti, b]]
+                    ));
+                }
+            }
+            push(&mut rep, "indices", vec![ti], detail);
+            continue;
+        }
+        for (j, &expert) in wi.iter().enumerate() {
+            let (wk, gk) = (want.kept[[ti, j]], got.kept[[ti, j]]);
+            if wk != gk && near.contains(&(ti, j)) {
+                // Decided the other way at a capacity boundary between weights equal within
+                // rounding: check the weight against the implementation's own decision.
+                rep.near_tie_assignments += 1;
+                let w = want.weights[[ti, j]];
+                let gw = got.weights[[ti, j]];
+                let ok = if gk {
+                    (gw - w).abs() <= weight_bound(case, precision, ti, &wi, w)
+                } else {
+                    gw == 0.0
+                };
+                if !ok {
+                    rep.weight_failures += 1;
+                    push(
+                        &mut rep,
+                        "weights",
+                        vec![ti, j],
+                        format!("expert {expert} weight {gw:e} with kept = {gk}, expected {w:e} if kept, 0 if dropped"),
+                    );
+                }
+                if rep.near_ties.len() < MAX_LISTED {
+                    rep.near_ties.push(RouteMismatch {
+                        what: "kept".into(),
+                        at: vec![ti, j],
+                        detail: format!(
+                            "expert {expert} kept = {gk}, reference {wk}: near-tie at the probs \
+                             capacity boundary (weight {w:e} equals a weight on the other side \
+                             within rounding)"
+                        ),
+                    });
+                }
+                continue;
+            }
+            if wk != gk {
+                rep.kept_mismatches += 1;
+                push(
+                    &mut rep,
+                    "kept",
+                    vec![ti, j],
+                    format!("expert {} kept = {gk}, expected {wk}", expert),
+                );
+            }
+            let (ww, gw) = (want.combine[[ti, j]], got.weights[[ti, j]]);
+            let err = (gw - ww).abs();
+            let bound = if wk {
+                weight_bound(case, precision, ti, &wi, want.weights[[ti, j]])
+            } else {
+                0.0
+            };
+            let ok = if wk { err <= bound } else { gw == 0.0 };
+            if err.is_finite() {
+                rep.max_weight_abs_err = rep.max_weight_abs_err.max(err);
+            } else {
+                rep.max_weight_abs_err = f64::INFINITY;
+            }
+            let ratio = if err == 0.0 {
+                0.0
+            } else if bound > 0.0 {
+                err / bound
+            } else {
+                f64::INFINITY
+            };
+            rep.max_weight_err_ratio = rep.max_weight_err_ratio.max(ratio);
+            if !ok || gw.is_nan() {
+                rep.weight_failures += 1;
+                let why = if wk {
+                    format!("bound {bound:.3e}")
+                } else {
+                    "dropped, want exactly 0".into()
+                };
+                push(
+                    &mut rep,
+                    "weights",
+                    vec![ti, j],
+                    format!(
+                        "expert {} weight {gw:e}, expected {ww:e} (|err| {err:.3e}, {why})",
+                        expert
+                    ),
+                );
+            }
+        }
+    }
+    for (x, (&w, &g)) in want.group_sizes.iter().zip(&got.group_sizes).enumerate() {
+        if w != g {
+            rep.group_size_mismatches += 1;
+            push(
+                &mut rep,
+                "group_sizes",
+                vec![x],
+                format!("expert {x} has {g} kept assignments, expected {w}"),
+            );
+        }
+    }
+    rep
+}

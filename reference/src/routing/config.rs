@@ -1,0 +1,208 @@
+//! The routing configuration and its validation.
+
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+
+/// The `ε` in the normalisation `g / (Σ g + ε)` (Megatron, HF DeepSeek-V3).
+pub const NORM_EPS: f64 = 1e-20;
+
+/// The score function applied to the router logits (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ScoreFunction {
+    /// Softmax over all experts, then top-k on the probabilities.
+    Softmax,
+    /// Top-k on the logits, then softmax over the k selected (MaxText default, Mixtral).
+    TopkSoftmax,
+    /// Element-wise sigmoid, top-k, weights normalised by their sum (DeepSeek-V3).
+    Sigmoid,
+}
+
+impl ScoreFunction {
+    pub const ALL: [ScoreFunction; 3] = [
+        ScoreFunction::Softmax,
+        ScoreFunction::TopkSoftmax,
+        ScoreFunction::Sigmoid,
+    ];
+
+    /// The name used on the command line and in `case.json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScoreFunction::Softmax => "softmax",
+            ScoreFunction::TopkSoftmax => "topk-softmax",
+            ScoreFunction::Sigmoid => "sigmoid",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ScoreFunction> {
+        ScoreFunction::ALL.into_iter().find(|f| f.name() == s)
+    }
+}
+
+impl std::fmt::Display for ScoreFunction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which assignments win when an expert is over capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DropPolicy {
+    /// MaxText dense path: per sequence, earlier (token-major, slot-minor) assignments win.
+    Position,
+    /// Megatron: per expert, the assignments with the largest weight win.
+    Probs,
+}
+
+impl DropPolicy {
+    pub fn name(self) -> &'static str {
+        match self {
+            DropPolicy::Position => "position",
+            DropPolicy::Probs => "probs",
+        }
+    }
+}
+
+/// Capacity dropping.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Capacity {
+    /// The capacity factor `cf` (> 0, finite).
+    pub factor: f64,
+    pub policy: DropPolicy,
+    /// Tokens per sequence `S` for [`DropPolicy::Position`] (`None`: all `T` tokens are one
+    /// sequence). Must be `None` for [`DropPolicy::Probs`].
+    pub seq_len: Option<usize>,
+}
+
+/// Group-limited selection (DeepSeek-V3 `n_group` / `topk_group`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupLimit {
+    /// Number of groups `G` (divides E).
+    pub groups: usize,
+    /// Groups kept per token `TG` (`1 <= TG <= G`).
+    pub topk_groups: usize,
+}
+
+/// Everything that defines a routing besides the logits and the bias.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RoutingConfig {
+    /// Experts per token `K`.
+    pub topk: usize,
+    pub score: ScoreFunction,
+    /// Group-limited selection, if any.
+    pub groups: Option<GroupLimit>,
+    /// `norm_topk_prob`: normalise the gates by their sum (always on for sigmoid).
+    pub norm_topk: bool,
+    /// `routed_scaling_factor` `α` (finite, > 0; 1 for none).
+    pub scaling_factor: f64,
+    /// The `ε` of the normalisation; [`NORM_EPS`].
+    pub norm_eps: f64,
+    /// Capacity dropping, if any.
+    pub capacity: Option<Capacity>,
+}
+
+impl RoutingConfig {
+    /// Plain top-`topk` routing with `score`: no groups, no normalisation beyond the score
+    /// function's own, scaling 1, no dropping.
+    pub fn new(topk: usize, score: ScoreFunction) -> RoutingConfig {
+        RoutingConfig {
+            topk,
+            score,
+            groups: None,
+            norm_topk: false,
+            scaling_factor: 1.0,
+            norm_eps: NORM_EPS,
+            capacity: None,
+        }
+    }
+
+    /// Whether the gates are divided by `Σ g + ε`: sigmoid always, others with `norm_topk`.
+    pub fn normalises(&self) -> bool {
+        self.score == ScoreFunction::Sigmoid || self.norm_topk
+    }
+
+    /// Checks the configuration against `tokens` and `experts`. The error names the flag.
+    pub fn validate(&self, tokens: usize, experts: usize) -> Result<(), Error> {
+        let bad = |what: &'static str, reason: String| Err(Error::InvalidRouting { what, reason });
+        if experts == 0 {
+            return bad("logits", "has 0 experts (columns)".into());
+        }
+        if self.topk == 0 {
+            return bad("--topk", "must be at least 1".into());
+        }
+        if self.topk > experts {
+            return bad(
+                "--topk",
+                format!("{} is more than the {experts} experts", self.topk),
+            );
+        }
+        if let Some(g) = self.groups {
+            if g.groups == 0 {
+                return bad("--groups", "must be at least 1".into());
+            }
+            if experts % g.groups != 0 {
+                return bad(
+                    "--groups",
+                    format!("{} does not divide the {experts} experts", g.groups),
+                );
+            }
+            if g.topk_groups == 0 {
+                return bad("--topk-groups", "must be at least 1".into());
+            }
+            if g.topk_groups > g.groups {
+                return bad(
+                    "--topk-groups",
+                    format!("{} is more than the {} groups", g.topk_groups, g.groups),
+                );
+            }
+            let allowed = g.topk_groups * (experts / g.groups);
+            if self.topk > allowed {
+                return bad(
+                    "--topk",
+                    format!(
+                        "{} is more than the {allowed} experts in the {} kept groups",
+                        self.topk, g.topk_groups
+                    ),
+                );
+            }
+        }
+        if !(self.scaling_factor.is_finite() && self.scaling_factor > 0.0) {
+            return bad(
+                "--scaling-factor",
+                format!("{} must be finite and positive", self.scaling_factor),
+            );
+        }
+        if !(self.norm_eps.is_finite() && self.norm_eps >= 0.0) {
+            return bad(
+                "norm_eps",
+                format!("{} must be finite and >= 0", self.norm_eps),
+            );
+        }
+        if let Some(c) = self.capacity {
+            if !(c.factor.is_finite() && c.factor > 0.0) {
+                return bad(
+                    "--capacity-factor",
+                    format!("{} must be finite and positive", c.factor),
+                );
+            }
+            match (c.policy, c.seq_len) {
+                (DropPolicy::Probs, Some(_)) => {
+                    return bad("--seq-len", "only applies to --drop-policy position".into())
+                }
+                (DropPolicy::Position, Some(0)) => {
+                    return bad("--seq-len", "must be at least 1".into())
+                }
+                (DropPolicy::Position, Some(s)) if tokens % s != 0 => {
+                    return bad(
+                        "--seq-len",
+                        format!("{s} does not divide the {tokens} tokens"),
+                    )
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
