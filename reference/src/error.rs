@@ -45,4 +45,7 @@ pub enum Error {
     /// An unknown format name.
     #[error("unknown dtype '{0}' (expected one of f32, bf16, f16, e4m3, e5m2, f64)")]
     UnknownFormat(String),
+    /// An MoE-layer input or parameter the layer reference refuses; `what` names it.
+    #[error("{what}: {reason}")]
+    InvalidMoe { what: &'static str, reason: String },
 }

@@ -8,6 +8,8 @@
 //!   contract, the a-priori error bound and the per-group comparison report.
 //! * [`routing`]: MoE routing (score functions, DeepSeek-V3 group-limited top-k, capacity
 //!   dropping), in f64, with the routing implementation trait.
+//! * [`moe`]: the whole MoE layer (permute, SwiGLU experts, combine, shared expert), its
+//!   hand-written VJP, the dense formulation, finite differences and the layer error bound.
 //! * [`implementation`]: the one trait behind which every implementation under test sits.
 //!
 //! This crate is pure: no I/O, no CUDA, no randomness.
@@ -16,6 +18,7 @@ pub mod error;
 pub mod format;
 pub mod gemm;
 pub mod implementation;
+pub mod moe;
 pub mod routing;
 
 pub use error::Error;
