@@ -10,6 +10,7 @@ pub mod impls;
 pub mod protocol;
 pub mod report;
 pub mod selftest;
+pub mod selftest_moe;
 
 pub use moecheck_properties as properties;
 pub use moecheck_reference as reference;

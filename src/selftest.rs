@@ -52,6 +52,8 @@ pub struct SelftestReport {
     pub uncaught_bugs: Vec<String>,
     /// Properties that caught no bug.
     pub idle_properties: Vec<String>,
+    /// The MoE-layer section (op `moe_layer`).
+    pub moe_layer: crate::selftest_moe::MoeLayerSection,
     pub ok: bool,
 }
 
@@ -114,6 +116,7 @@ pub fn run(cases: usize, seed: u64) -> SelftestReport {
         bugs,
         uncaught_bugs,
         idle_properties,
+        moe_layer: crate::selftest_moe::run(cases, seed),
         ok: false,
     };
     report.ok = report.compute_ok();
@@ -122,7 +125,10 @@ pub fn run(cases: usize, seed: u64) -> SelftestReport {
 
 impl SelftestReport {
     fn compute_ok(&self) -> bool {
-        !self.correct.caught() && self.uncaught_bugs.is_empty() && self.idle_properties.is_empty()
+        !self.correct.caught()
+            && self.uncaught_bugs.is_empty()
+            && self.idle_properties.is_empty()
+            && self.moe_layer.ok
     }
 
     /// The correct model passes every property, every bug is caught by some property, and
@@ -200,6 +206,7 @@ impl SelftestReport {
                 self.idle_properties.join(", ")
             );
         }
+        s.push_str(&self.moe_layer.render());
         let _ = writeln!(s, "\nselftest: {}", if self.ok() { "ok" } else { "FAILED" });
         s
     }

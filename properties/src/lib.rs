@@ -4,6 +4,9 @@
 //! implementations, generic over the implementation under test
 //! ([`moecheck_reference::implementation::GroupedGemm`]).
 //!
+//! [`moe`] holds the strategies and properties of whole MoE-layer implementations
+//! ([`moecheck_reference::moe::MoeLayer`]).
+//!
 //! ```no_run
 //! use moecheck_properties::{all, check, RunConfig};
 //! use moecheck_reference::implementation::Reference;
@@ -12,6 +15,7 @@
 //! }
 //! ```
 
+pub mod moe;
 pub mod props;
 pub mod strategies;
 

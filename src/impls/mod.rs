@@ -7,3 +7,4 @@
 
 pub mod emulate;
 pub mod exec;
+pub mod moe_emulate;

@@ -38,14 +38,18 @@
 
 pub mod backward;
 pub mod bound;
+pub mod compare;
 pub mod dense;
 pub mod fd;
+pub mod implementation;
 pub mod layer;
 pub mod permute;
 
 pub use backward::{backward, routing_vjp, Backward};
-pub use bound::{layer_bound, LayerPrecision};
+pub use bound::{layer_bound, LayerBound, LayerPrecision};
+pub use compare::{compare_layer, LayerReport, SliceStats, TensorReport};
 pub use dense::dense_layer;
+pub use implementation::{tie_guard, verify_layer, LayerVerdict, MoeLayer, ReferenceLayer};
 pub use layer::{forward, Forward, MoeCase, MoeOutputs, SharedExpert, TensorId};
 pub use permute::Permutation;
 
