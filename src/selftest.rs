@@ -8,6 +8,8 @@ use moecheck_properties::{all, check, Outcome, RunConfig};
 use serde::Serialize;
 
 use crate::impls::emulate::{Bug, Emulate};
+use crate::impls::route_emulate::{RouteBug, RouteEmulate};
+use moecheck_properties::routing::{all_route, check_route};
 
 /// One property against one implementation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -52,9 +54,125 @@ pub struct SelftestReport {
     pub uncaught_bugs: Vec<String>,
     /// Properties that caught no bug.
     pub idle_properties: Vec<String>,
-    /// The MoE-layer section (op `moe_layer`).
-    pub moe_layer: crate::selftest_moe::MoeLayerSection,
     pub ok: bool,
+    /// Further sections with their own properties and planted bugs (routing, …), each held
+    /// to the same rule as the grouped-GEMM table above.
+    pub sections: Vec<Section>,
+}
+
+/// One more selftest table: its own properties against its own correct model and bugs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Section {
+    /// `routing`, …
+    pub name: String,
+    pub properties: Vec<String>,
+    pub correct: Row,
+    pub bugs: Vec<Row>,
+    pub uncaught_bugs: Vec<String>,
+    pub idle_properties: Vec<String>,
+    pub ok: bool,
+}
+
+impl Section {
+    /// Builds a section from its rows and decides `ok` (correct model passes everything,
+    /// every bug caught, every property catches some bug).
+    pub fn new(name: &str, properties: Vec<String>, correct: Row, bugs: Vec<Row>) -> Section {
+        let uncaught_bugs = bugs
+            .iter()
+            .filter(|r| !r.caught())
+            .filter_map(|r| r.bug.clone())
+            .collect::<Vec<_>>();
+        let idle_properties = properties
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !bugs.iter().any(|r| r.cells[*i].failed))
+            .map(|(_, p)| p.clone())
+            .collect::<Vec<_>>();
+        let ok = !correct.caught() && uncaught_bugs.is_empty() && idle_properties.is_empty();
+        Section {
+            name: name.to_string(),
+            properties,
+            correct,
+            bugs,
+            uncaught_bugs,
+            idle_properties,
+            ok,
+        }
+    }
+
+    /// The section's table, in the layout of [`SelftestReport::render_table`].
+    pub fn render(&self, cases: usize, seed: u64) -> String {
+        let as_report = SelftestReport {
+            cases,
+            seed,
+            properties: self.properties.clone(),
+            correct: self.correct.clone(),
+            bugs: self.bugs.clone(),
+            uncaught_bugs: self.uncaught_bugs.clone(),
+            idle_properties: self.idle_properties.clone(),
+            ok: self.ok,
+            sections: Vec::new(),
+        };
+        let table = as_report.render_table();
+        let body = table
+            .trim_end()
+            .rsplit_once('\n')
+            .map_or(table.as_str(), |(head, _)| head);
+        format!(
+            "\n== {} ==\n{}\n{}: {}\n",
+            self.name,
+            body.trim_end(),
+            self.name,
+            if self.ok { "ok" } else { "FAILED" }
+        )
+    }
+}
+
+fn cell(property: &str, outcome: Outcome) -> Cell {
+    match outcome {
+        Outcome::Passed { .. } => Cell {
+            property: property.to_string(),
+            failed: false,
+            reason: None,
+            minimal_case: None,
+        },
+        Outcome::Failed {
+            reason,
+            minimal_case,
+        } => Cell {
+            property: property.to_string(),
+            failed: true,
+            reason: Some(reason),
+            minimal_case: Some(minimal_case),
+        },
+    }
+}
+
+fn route_row(bug: Option<RouteBug>, config: &RunConfig) -> Row {
+    let imp = RouteEmulate::with_bug(bug);
+    Row {
+        bug: bug.map(|b| b.name().to_string()),
+        implementation: moecheck_reference::routing::Router::name(&imp),
+        description: bug
+            .map_or("the correct model", |b| b.description())
+            .to_string(),
+        cells: all_route()
+            .iter()
+            .map(|p| cell(p.name, check_route(p, &imp, config)))
+            .collect(),
+    }
+}
+
+/// The routing section: every routing property against the correct routing model and each
+/// planted [`RouteBug`].
+pub fn routing_section(config: &RunConfig) -> Section {
+    let properties = all_route().iter().map(|p| p.name.to_string()).collect();
+    let correct = route_row(None, config);
+    let bugs = RouteBug::ALL
+        .iter()
+        .map(|&b| route_row(Some(b), config))
+        .collect();
+    Section::new("routing", properties, correct, bugs)
 }
 
 fn row(imp: &Emulate, bug: Option<Bug>, config: &RunConfig) -> Row {
@@ -116,8 +234,11 @@ pub fn run(cases: usize, seed: u64) -> SelftestReport {
         bugs,
         uncaught_bugs,
         idle_properties,
-        moe_layer: crate::selftest_moe::run(cases, seed),
         ok: false,
+        sections: vec![
+            routing_section(&config),
+            crate::selftest_moe::section(&config),
+        ],
     };
     report.ok = report.compute_ok();
     report
@@ -128,7 +249,7 @@ impl SelftestReport {
         !self.correct.caught()
             && self.uncaught_bugs.is_empty()
             && self.idle_properties.is_empty()
-            && self.moe_layer.ok
+            && self.sections.iter().all(|s| s.ok)
     }
 
     /// The correct model passes every property, every bug is caught by some property, and
@@ -206,7 +327,9 @@ impl SelftestReport {
                 self.idle_properties.join(", ")
             );
         }
-        s.push_str(&self.moe_layer.render());
+        for section in &self.sections {
+            s.push_str(&section.render(self.cases, self.seed));
+        }
         let _ = writeln!(s, "\nselftest: {}", if self.ok() { "ok" } else { "FAILED" });
         s
     }
@@ -215,6 +338,14 @@ impl SelftestReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn routing_section_catches_every_routing_bug() {
+        let section = routing_section(&RunConfig::new(32, 7));
+        assert_eq!(section.bugs.len(), RouteBug::ALL.len());
+        assert!(section.ok, "{}", section.render(32, 7));
+        assert!(section.render(32, 7).contains("routing: ok"));
+    }
 
     #[test]
     fn selftest_catches_every_bug() {

@@ -2,7 +2,8 @@
 //!
 //! proptest strategies ([`strategies`]) and properties ([`props`]) for grouped-GEMM
 //! implementations, generic over the implementation under test
-//! ([`moecheck_reference::implementation::GroupedGemm`]).
+//! ([`moecheck_reference::implementation::GroupedGemm`]); in [`routing`], the same for routing
+//! implementations ([`moecheck_reference::routing::Router`]).
 //!
 //! [`moe`] holds the strategies and properties of whole MoE-layer implementations
 //! ([`moecheck_reference::moe::MoeLayer`]).
@@ -17,6 +18,7 @@
 
 pub mod moe;
 pub mod props;
+pub mod routing;
 pub mod strategies;
 
 pub use props::{all, by_name, check, Outcome, Property, RunConfig, DEFAULT_CASES, DEFAULT_SEED};

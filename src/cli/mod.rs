@@ -3,6 +3,7 @@
 mod bench;
 mod check;
 mod gemm;
+mod route;
 mod selftest;
 
 use std::process::ExitCode;
@@ -35,6 +36,10 @@ pub enum Command {
     Selftest(selftest::SelftestArgs),
     /// Benchmark the f64 reference grouped GEMM against a dense f64 GEMM of equal FLOPs.
     Bench(bench::BenchArgs),
+    /// Route tokens to experts (softmax / topk-softmax / sigmoid, DeepSeek-V3 groups and bias,
+    /// capacity dropping) with the f64 reference, write the result as .npy, and optionally
+    /// check an implementation against it.
+    Route(route::RouteArgs),
 }
 
 pub fn run() -> anyhow::Result<ExitCode> {
@@ -52,6 +57,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Check(a) => check::run(a),
         Command::Selftest(a) => selftest::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Route(a) => route::run(a),
     }
 }
 

@@ -45,27 +45,42 @@ impl GroupedGemm for Exec {
         }
     }
     fn run(&self, case: &GroupedGemmCase, passes: Passes) -> Result<GemmOutputs, RunError> {
-        let tmp;
-        let dir = match &self.keep_dir {
+        let (_tmp, dir) = self.case_dir()?;
+        protocol::write_case(&dir, case, passes).map_err(|e| RunError(e.to_string()))?;
+        self.run_in(&dir)?;
+        protocol::read_outputs(&dir, case, passes).map_err(|e| RunError(e.to_string()))
+    }
+}
+
+impl Exec {
+    /// The case directory: `keep_dir` (created if needed), or a fresh temporary directory that
+    /// lives as long as the returned guard.
+    pub fn case_dir(&self) -> Result<(Option<tempfile::TempDir>, PathBuf), RunError> {
+        match &self.keep_dir {
             Some(d) => {
                 std::fs::create_dir_all(d)
                     .map_err(|e| RunError(format!("{}: {e}", d.display())))?;
-                d.clone()
+                Ok((None, d.clone()))
             }
             None => {
-                tmp = tempfile::Builder::new()
+                let tmp = tempfile::Builder::new()
                     .prefix("moecheck-case-")
                     .tempdir()
                     .map_err(|e| RunError(format!("cannot create a case directory: {e}")))?;
-                tmp.path().to_path_buf()
+                let dir = tmp.path().to_path_buf();
+                Ok((Some(tmp), dir))
             }
-        };
-        protocol::write_case(&dir, case, passes).map_err(|e| RunError(e.to_string()))?;
+        }
+    }
+
+    /// Runs the command on the case directory `dir` (any op): `sh -c 'CMD "$1"' sh DIR`, with
+    /// the timeout; a non-zero exit or a timeout is a [`RunError`] with the last stderr line.
+    pub fn run_in(&self, dir: &std::path::Path) -> Result<(), RunError> {
         let mut child = Command::new("sh")
             .arg("-c")
             .arg(format!("{} \"$1\"", self.command))
             .arg("sh")
-            .arg(&dir)
+            .arg(dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -112,6 +127,6 @@ impl GroupedGemm for Exec {
                 self.command
             )));
         }
-        protocol::read_outputs(&dir, case, passes).map_err(|e| RunError(e.to_string()))
+        Ok(())
     }
 }

@@ -3,8 +3,12 @@
 //!
 //! * [`emulate`]: a CPU model of a tiled kernel, with planted bugs (`--inject`). A model,
 //!   never a GPU result.
+//! * [`route_emulate`]: a CPU model of a routing kernel, with planted routing bugs.
+//! * [`moe_emulate`]: a CPU model of a fused MoE-layer kernel, with planted backward bugs.
 //! * [`exec`]: any external program, through the case-directory protocol (docs/protocol.md).
 
 pub mod emulate;
 pub mod exec;
+pub mod exec_route;
 pub mod moe_emulate;
+pub mod route_emulate;

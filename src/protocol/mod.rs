@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 use moecheck_reference::format::Format;
 use moecheck_reference::gemm::{GemmOutputs, GroupedGemmCase, Pass, Passes, TailContract};
 
+pub mod route;
+
 /// The protocol version this build reads and writes.
 pub const PROTOCOL_VERSION: u32 = 1;
 

@@ -36,18 +36,18 @@ use super::route::{Routing, RoutingCase};
 use super::router::{RouteOutputs, RoutePrecision};
 use crate::format::Format;
 
-/// The bound on `|ŵ - w|` for the kept weight `w = routing.weights[t, j]` of an
-/// implementation with `precision` (module documentation).
+/// The bound on `|ŵ - w|` for a kept weight `w` of token `t`, whose selected experts are
+/// `selected` (`K` of them), for an implementation with `precision` (module documentation).
 pub fn weight_bound(
     case: &RoutingCase,
-    routing: &Routing,
     precision: RoutePrecision,
     t: usize,
-    j: usize,
+    selected: &[usize],
+    w: f64,
 ) -> f64 {
     let uc = precision.compute.info().unit_roundoff() + Format::F64.info().unit_roundoff();
     let uo = precision.output.info().unit_roundoff();
-    let k = routing.indices.ncols();
+    let k = selected.len();
     let spread = |vals: &mut dyn Iterator<Item = f64>| {
         let (lo, hi) = vals.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
             (lo.min(v), hi.max(v))
@@ -66,7 +66,7 @@ pub fn weight_bound(
             (2.0 * d + n + 4.0) * uc
         }
         ScoreFunction::TopkSoftmax => {
-            let d = spread(&mut routing.indices.row(t).iter().map(|&e| case.logits[[t, e]]));
+            let d = spread(&mut selected.iter().map(|&e| case.logits[[t, e]]));
             (2.0 * d + k as f64 + 4.0) * uc
         }
     };
@@ -81,9 +81,45 @@ pub fn weight_bound(
     } else {
         f64::INFINITY
     };
-    rel * routing.weights[[t, j]].abs()
+    rel * w.abs()
         + precision.compute.info().min_normal()
         + precision.output.info().min_subnormal() / 2.0
+}
+
+/// A bound on the error of the selection score `u[t, e] = s[t, e] + b[e]` as computed by an
+/// implementation with `precision`: the score's own error (`ε_s·s + ν_c`, nothing for
+/// `topk-softmax`, whose scores are the logits) plus the rounding of the bias addition
+/// (`u_c·|u|`). Two experts whose reference selection scores are closer than the sum of their
+/// bounds are a **near-tie**: an implementation of that precision may order them either way.
+pub fn selection_score_bound(
+    case: &RoutingCase,
+    routing: &Routing,
+    precision: RoutePrecision,
+    t: usize,
+    e: usize,
+) -> f64 {
+    let uc = precision.compute.info().unit_roundoff() + Format::F64.info().unit_roundoff();
+    let s = routing.scores[[t, e]].abs();
+    let score = match case.config.score {
+        ScoreFunction::TopkSoftmax => 0.0,
+        ScoreFunction::Sigmoid => 4.0 * uc * s + precision.compute.info().min_normal(),
+        ScoreFunction::Softmax => {
+            let row = case.logits.row(t);
+            let (lo, hi) = row
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| {
+                    (lo.min(v), hi.max(v))
+                });
+            let d = if hi >= lo { hi - lo } else { 0.0 };
+            (2.0 * d + case.experts() as f64 + 4.0) * uc * s + precision.compute.info().min_normal()
+        }
+    };
+    let add = if case.bias.is_some() {
+        uc * routing.selection_scores[[t, e]].abs()
+    } else {
+        0.0
+    };
+    score + add
 }
 
 /// One discrete or out-of-bound difference.
@@ -200,15 +236,32 @@ pub fn compare_routing(
         let gi: Vec<usize> = got.indices.row(ti).to_vec();
         if wi != gi {
             rep.index_mismatch_tokens += 1;
-            push(
-                &mut rep,
-                "indices",
-                vec![ti],
-                format!("got experts {gi:?}, expected {wi:?}"),
-            );
+            let mut detail = format!("got experts {gi:?}, expected {wi:?}");
+            if let Some(j) = (0..k).find(|&j| wi[j] != gi[j]) {
+                let (a, b) = (wi[j], gi[j]);
+                let u = &want.selection_scores;
+                let gap = (u[[ti, a]] - u[[ti, b]]).abs();
+                let tol = selection_score_bound(case, want, precision, ti, a)
+                    + selection_score_bound(case, want, precision, ti, b);
+                if gap <= tol && gap > 0.0 {
+                    detail.push_str(&format!(
+                        "; near-tie: experts {a} and {b} differ by {gap:.3e} in selection score, \
+                         within the {tol:.3e} a {} implementation may err by, so this case \
+                         cannot decide (use inputs without near-ties, e.g. grid logits)",
+                        precision.compute.name()
+                    ));
+                } else {
+                    detail.push_str(&format!(
+                        "; at slot {j} selection scores {:e} (expert {a}) vs {:e} (expert {b})",
+                        u[[ti, a]],
+                        u[[ti, b]]
+                    ));
+                }
+            }
+            push(&mut rep, "indices", vec![ti], detail);
             continue;
         }
-        for j in 0..k {
+        for (j, &expert) in wi.iter().enumerate() {
             let (wk, gk) = (want.kept[[ti, j]], got.kept[[ti, j]]);
             if wk != gk {
                 rep.kept_mismatches += 1;
@@ -216,13 +269,13 @@ pub fn compare_routing(
                     &mut rep,
                     "kept",
                     vec![ti, j],
-                    format!("expert {} kept = {gk}, expected {wk}", wi[j]),
+                    format!("expert {} kept = {gk}, expected {wk}", expert),
                 );
             }
             let (ww, gw) = (want.combine[[ti, j]], got.weights[[ti, j]]);
             let err = (gw - ww).abs();
             let bound = if wk {
-                weight_bound(case, want, precision, ti, j)
+                weight_bound(case, precision, ti, &wi, want.weights[[ti, j]])
             } else {
                 0.0
             };
@@ -253,7 +306,7 @@ pub fn compare_routing(
                     vec![ti, j],
                     format!(
                         "expert {} weight {gw:e}, expected {ww:e} (|err| {err:.3e}, {why})",
-                        wi[j]
+                        expert
                     ),
                 );
             }

@@ -51,6 +51,8 @@
 //! `+ 1e-20`) and on for the other score functions with `norm_topk_prob` (`--norm-topk`, Qwen3
 //! in MaxText; for `topk-softmax` it only changes rounding). The `ε` never matters for softmax
 //! gates (`Σ g >= 1/E`) but is part of the formula, and of its derivative.
+//! (Megatron skips the sigmoid normalisation when `K = 1`; DeepSeek-V3's `Gate`, followed here,
+//! does not, so with `K = 1` a sigmoid weight is `α·g/(g + ε)`, i.e. `α`.)
 //!
 //! ## Step 4: capacity ([`capacity`])
 //! Per assignment `(t, j)` (a token can keep one slot and lose another). Two policies:
@@ -85,7 +87,9 @@ pub mod scores;
 pub mod topk;
 
 pub use capacity::{apply_capacity, position_capacity, probs_capacity};
-pub use compare::{compare_routing, weight_bound, RouteMismatch, RouteReport};
+pub use compare::{
+    compare_routing, selection_score_bound, weight_bound, RouteMismatch, RouteReport,
+};
 pub use config::{Capacity, DropPolicy, GroupLimit, RoutingConfig, ScoreFunction, NORM_EPS};
 pub use route::{route, Routing, RoutingCase};
 pub use router::{

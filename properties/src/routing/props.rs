@@ -1,0 +1,445 @@
+//! Routing properties: each a named check of one [`Router`] over generated cases.
+//!
+//! Besides agreement with the reference, each property checks one documented rule from the
+//! implementation's own outputs (metamorphic or by recomputing the rule), so a failure names
+//! the rule that broke rather than only "differs from the reference".
+
+use moecheck_reference::routing::scores::{gates, normalise_and_scale, scores};
+use moecheck_reference::routing::topk::kept_groups;
+use moecheck_reference::routing::{
+    apply_capacity, route, verify_route, weight_bound, DropPolicy, RouteOutputs, Router,
+    RoutingCase,
+};
+use ndarray::Array2;
+use proptest::strategy::BoxedStrategy;
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
+
+use super::strategies::{route_args, RouteArgs, RouteRequire};
+use crate::props::{Outcome, RunConfig};
+
+/// A property of a routing implementation.
+#[derive(Clone, Copy)]
+pub struct RouteProperty {
+    /// Kebab-case name.
+    pub name: &'static str,
+    /// One line on what it checks.
+    pub description: &'static str,
+    /// The cases it runs on.
+    pub strategy: fn() -> BoxedStrategy<RouteArgs>,
+    /// The check of one case: `Err(reason)` when `imp` violates the property.
+    pub test: fn(&dyn Router, &RouteArgs) -> Result<(), String>,
+}
+
+impl std::fmt::Debug for RouteProperty {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteProperty")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+/// Every routing property, in a fixed order.
+pub fn all_route() -> Vec<RouteProperty> {
+    vec![
+        RouteProperty {
+            name: "route-matches-reference",
+            description: "indices, kept and group_sizes equal the reference, weights within bound",
+            strategy: || route_args(RouteRequire::default()),
+            test: matches_reference,
+        },
+        RouteProperty {
+            name: "capacity-survivors",
+            description: "kept per expert <= capacity, exactly the documented survivors",
+            strategy: || {
+                route_args(RouteRequire {
+                    capacity: Some(true),
+                    ..RouteRequire::default()
+                })
+            },
+            test: capacity_survivors,
+        },
+        RouteProperty {
+            name: "no-renormalisation",
+            description: "surviving weights equal the weights without dropping",
+            strategy: || {
+                route_args(RouteRequire {
+                    capacity: Some(true),
+                    ..RouteRequire::default()
+                })
+            },
+            test: no_renormalisation,
+        },
+        RouteProperty {
+            name: "token-permutation-equivariance",
+            description: "without dropping, permuting tokens permutes the routing",
+            strategy: || {
+                route_args(RouteRequire {
+                    capacity: Some(false),
+                    ..RouteRequire::default()
+                })
+            },
+            test: permutation_equivariance,
+        },
+        RouteProperty {
+            name: "ties-to-lower-index",
+            description: "equal selection scores go to the lower expert (and group) index",
+            strategy: || {
+                route_args(RouteRequire {
+                    ties: true,
+                    ..RouteRequire::default()
+                })
+            },
+            test: ties_to_lower_index,
+        },
+        RouteProperty {
+            name: "weights-from-prebias-scores",
+            description: "combine weights come from the pre-bias scores of the selected experts",
+            strategy: || {
+                route_args(RouteRequire {
+                    bias: true,
+                    capacity: Some(false),
+                    ..RouteRequire::default()
+                })
+            },
+            test: weights_from_prebias,
+        },
+        RouteProperty {
+            name: "group-top2-selection",
+            description: "selected experts lie in the top groups by the sum of their top-2 scores",
+            strategy: || {
+                route_args(RouteRequire {
+                    groups: true,
+                    ..RouteRequire::default()
+                })
+            },
+            test: group_top2_selection,
+        },
+    ]
+}
+
+/// Runs `imp` and checks the output shapes and index range (so checks can index freely).
+fn run(imp: &dyn Router, case: &RoutingCase) -> Result<RouteOutputs, String> {
+    let out = imp.route(case).map_err(|e| format!("run failed: {e}"))?;
+    let (t, k, e) = (case.tokens(), case.config.topk, case.experts());
+    for (name, dim) in [
+        ("indices", out.indices.dim()),
+        ("weights", out.weights.dim()),
+        ("kept", out.kept.dim()),
+    ] {
+        if dim != (t, k) {
+            return Err(format!("{name} has shape {dim:?}, expected {:?}", (t, k)));
+        }
+    }
+    if out.group_sizes.len() != e {
+        return Err(format!(
+            "group_sizes has {} entries, expected {e}",
+            out.group_sizes.len()
+        ));
+    }
+    if let Some(((ti, j), x)) = out.indices.indexed_iter().find(|(_, &x)| x >= e) {
+        return Err(format!(
+            "indices[{ti}, {j}] = {x} is not an expert (E = {e})"
+        ));
+    }
+    Ok(out)
+}
+
+fn without_capacity(case: &RoutingCase) -> RoutingCase {
+    let mut c = case.clone();
+    c.config.capacity = None;
+    c
+}
+
+/// The reference selection scores `u = s + b`.
+fn selection_scores(case: &RoutingCase) -> Array2<f64> {
+    let s = scores(&case.logits, case.config.score);
+    match &case.bias {
+        Some(b) => &s + &b.view().insert_axis(ndarray::Axis(0)),
+        None => s,
+    }
+}
+
+fn matches_reference(imp: &dyn Router, args: &RouteArgs) -> Result<(), String> {
+    let case = args.build();
+    let v = verify_route(imp, &case).map_err(|e| format!("invalid generated case: {e}"))?;
+    match v.failure() {
+        None => Ok(()),
+        Some(f) => Err(f),
+    }
+}
+
+fn capacity_survivors(imp: &dyn Router, args: &RouteArgs) -> Result<(), String> {
+    let case = args.build();
+    let cap = case.config.capacity.ok_or("the case has no capacity")?;
+    let got = run(imp, &case)?;
+    let free = run(imp, &without_capacity(&case))?;
+    if got.indices != free.indices {
+        return Err("capacity changed which experts were selected".into());
+    }
+    let want = apply_capacity(&free.indices, &free.weights, case.experts(), &cap);
+    let (t, k) = got.indices.dim();
+    // Kept per expert (per sequence for position) must not exceed the capacity.
+    let seq = match cap.policy {
+        DropPolicy::Position => cap.seq_len.unwrap_or(t).max(1),
+        DropPolicy::Probs => t.max(1),
+    };
+    for start in (0..t).step_by(seq) {
+        let mut count = vec![0usize; case.experts()];
+        for ti in start..(start + seq).min(t) {
+            for j in 0..k {
+                if got.kept[[ti, j]] {
+                    count[got.indices[[ti, j]]] += 1;
+                }
+            }
+        }
+        if let Some((x, &n)) = count.iter().enumerate().find(|(_, &n)| n > want.capacity) {
+            return Err(format!(
+                "expert {x} keeps {n} assignments in tokens {start}.., capacity is {}",
+                want.capacity
+            ));
+        }
+    }
+    for ((ti, j), &w) in want.kept.indexed_iter() {
+        if got.kept[[ti, j]] != w {
+            return Err(format!(
+                "assignment (token {ti}, slot {j}) to expert {}: kept = {}, the {} policy \
+                 (capacity {}) says {w}",
+                got.indices[[ti, j]],
+                got.kept[[ti, j]],
+                cap.policy.name(),
+                want.capacity
+            ));
+        }
+    }
+    let mut sizes = vec![0usize; case.experts()];
+    for ((ti, j), &x) in got.indices.indexed_iter() {
+        sizes[x] += usize::from(got.kept[[ti, j]]);
+    }
+    if sizes != got.group_sizes {
+        return Err(format!(
+            "group_sizes {:?} do not count the kept assignments {sizes:?}",
+            got.group_sizes
+        ));
+    }
+    Ok(())
+}
+
+fn no_renormalisation(imp: &dyn Router, args: &RouteArgs) -> Result<(), String> {
+    let case = args.build();
+    let got = run(imp, &case)?;
+    let free = run(imp, &without_capacity(&case))?;
+    let precision = imp.precision(&case);
+    for ti in 0..case.tokens() {
+        let sel: Vec<usize> = free.indices.row(ti).to_vec();
+        if got.indices.row(ti).to_vec() != sel {
+            return Err(format!("token {ti}: capacity changed the selected experts"));
+        }
+        for (j, &x) in sel.iter().enumerate() {
+            let (a, b) = (got.weights[[ti, j]], free.weights[[ti, j]]);
+            if !got.kept[[ti, j]] {
+                if a != 0.0 {
+                    return Err(format!(
+                        "token {ti} slot {j} (expert {x}) is dropped but has weight {a:e}"
+                    ));
+                }
+                continue;
+            }
+            let bound = 2.0 * weight_bound(&case, precision, ti, &sel, b);
+            if (a - b).abs() > bound || a.is_nan() {
+                return Err(format!(
+                    "token {ti} slot {j} (expert {x}) survives with weight {a:e}, but its weight \
+                     without dropping is {b:e}: survivors were renormalised"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn permutation_equivariance(imp: &dyn Router, args: &RouteArgs) -> Result<(), String> {
+    let case = args.build();
+    let t = case.tokens();
+    // perm[new] = old: reversed, then rotated by a seed-dependent amount.
+    let rot = (args.value_seed as usize) % t.max(1);
+    let perm: Vec<usize> = (0..t).map(|i| (t - 1 - i + rot) % t).collect();
+    let mut moved = case.clone();
+    for (new, &old) in perm.iter().enumerate() {
+        moved.logits.row_mut(new).assign(&case.logits.row(old));
+    }
+    let a = run(imp, &case)?;
+    let b = run(imp, &moved)?;
+    let precision = imp.precision(&case);
+    for (new, &old) in perm.iter().enumerate() {
+        let sel: Vec<usize> = a.indices.row(old).to_vec();
+        if b.indices.row(new).to_vec() != sel {
+            return Err(format!(
+                "token {old} moved to position {new} selects {:?} instead of {sel:?}",
+                b.indices.row(new).to_vec()
+            ));
+        }
+        for j in 0..sel.len() {
+            if a.kept[[old, j]] != b.kept[[new, j]] {
+                return Err(format!(
+                    "token {old} slot {j}: kept = {} at position {old} but {} at position {new}",
+                    a.kept[[old, j]],
+                    b.kept[[new, j]]
+                ));
+            }
+            let (x, y) = (a.weights[[old, j]], b.weights[[new, j]]);
+            if (x - y).abs() > 2.0 * weight_bound(&case, precision, old, &sel, x) {
+                return Err(format!(
+                    "token {old} slot {j}: weight {x:e} at position {old} but {y:e} at {new}"
+                ));
+            }
+        }
+    }
+    if a.group_sizes != b.group_sizes {
+        return Err(format!(
+            "group_sizes {:?} become {:?} when the tokens are permuted",
+            a.group_sizes, b.group_sizes
+        ));
+    }
+    Ok(())
+}
+
+fn ties_to_lower_index(imp: &dyn Router, args: &RouteArgs) -> Result<(), String> {
+    let case = args.build();
+    let got = run(imp, &case)?;
+    let u = selection_scores(&case);
+    let e = case.experts();
+    for ti in 0..case.tokens() {
+        let row = u.row(ti);
+        let row = row.as_slice().expect("standard layout");
+        let allowed: Vec<bool> = match case.config.groups {
+            None => vec![true; e],
+            Some(limit) => {
+                let keep = kept_groups(row, limit);
+                let per = e / limit.groups;
+                (0..e).map(|x| keep[x / per]).collect()
+            }
+        };
+        let sel: Vec<usize> = got.indices.row(ti).to_vec();
+        for w in sel.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            if row[a] == row[b] && a > b {
+                return Err(format!(
+                    "token {ti}: experts {a} and {b} tie at {:e} but {a} comes first",
+                    row[a]
+                ));
+            }
+        }
+        for &x in &sel {
+            if !allowed[x] {
+                return Err(format!(
+                    "token {ti}: expert {x} is in a group that loses (or loses a tie) to a \
+                     lower-index group"
+                ));
+            }
+        }
+        for (x, &ok) in allowed.iter().enumerate() {
+            if !ok || sel.contains(&x) {
+                continue;
+            }
+            if let Some(&y) = sel.iter().find(|&&y| row[y] == row[x] && y > x) {
+                return Err(format!(
+                    "token {ti}: experts {x} and {y} tie at {:e}; {y} was selected, {x} was not",
+                    row[x]
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn weights_from_prebias(imp: &dyn Router, args: &RouteArgs) -> Result<(), String> {
+    let case = args.build();
+    let got = run(imp, &case)?;
+    let s = scores(&case.logits, case.config.score);
+    let g = gates(&s, &got.indices, case.config.score);
+    let (w, _) = normalise_and_scale(&g, &case.config);
+    let precision = imp.precision(&case);
+    for ((ti, j), &want) in w.indexed_iter() {
+        if !got.kept[[ti, j]] {
+            continue;
+        }
+        let sel: Vec<usize> = got.indices.row(ti).to_vec();
+        let have = got.weights[[ti, j]];
+        if (have - want).abs() > weight_bound(&case, precision, ti, &sel, want) || have.is_nan() {
+            return Err(format!(
+                "token {ti} slot {j} (expert {}): weight {have:e}, but the pre-bias scores of the \
+                 selected experts give {want:e}",
+                sel[j]
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn group_top2_selection(imp: &dyn Router, args: &RouteArgs) -> Result<(), String> {
+    let case = args.build();
+    let limit = case.config.groups.ok_or("the case has no groups")?;
+    let got = run(imp, &case)?;
+    let u = selection_scores(&case);
+    let per = case.experts() / limit.groups;
+    for ti in 0..case.tokens() {
+        let row = u.row(ti);
+        let row = row.as_slice().expect("standard layout");
+        let keep = kept_groups(row, limit);
+        for &x in got.indices.row(ti) {
+            if !keep[x / per] {
+                let sums = moecheck_reference::routing::topk::group_scores(row, limit.groups);
+                return Err(format!(
+                    "token {ti}: expert {x} is in group {}, not among the top {} groups by top-2 \
+                     sum {sums:?}",
+                    x / per,
+                    limit.topk_groups
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The 32-byte ChaCha seed for `seed` (as for the grouped-GEMM properties).
+fn seed_bytes(seed: u64) -> [u8; 32] {
+    let mut b = [0u8; 32];
+    for (i, chunk) in b.chunks_mut(8).enumerate() {
+        let v = seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        chunk.copy_from_slice(&v.to_le_bytes());
+    }
+    b
+}
+
+/// Checks `prop` on `config.cases` cases drawn deterministically from `config.seed`; a failure
+/// is shrunk and reported with the minimal case.
+pub fn check_route(prop: &RouteProperty, imp: &dyn Router, config: &RunConfig) -> Outcome {
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes(config.seed));
+    let cfg = Config {
+        cases: config.cases,
+        max_shrink_iters: config.max_shrink_iters,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new_with_rng(cfg, rng);
+    let strategy = (prop.strategy)();
+    let test = prop.test;
+    // The reference must accept every generated case; a rejected case is a generator bug.
+    let result = runner.run(&strategy, |args: RouteArgs| {
+        route(&args.build())
+            .map_err(|e| TestCaseError::fail(format!("invalid generated case: {e}")))?;
+        test(imp, &args).map_err(TestCaseError::fail)
+    });
+    match result {
+        Ok(()) => Outcome::Passed {
+            cases: config.cases,
+        },
+        Err(TestError::Fail(reason, args)) => Outcome::Failed {
+            reason: reason.message().to_string(),
+            minimal_case: format!("{args:?}"),
+        },
+        Err(TestError::Abort(reason)) => Outcome::Failed {
+            reason: format!("aborted: {}", reason.message()),
+            minimal_case: String::new(),
+        },
+    }
+}

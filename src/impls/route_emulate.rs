@@ -1,0 +1,294 @@
+//! `emulate` for routing: a CPU **model** of a fused routing kernel, written independently of
+//! the reference, with optional planted bugs ([`RouteBug`]). Never a GPU result.
+//!
+//! The model works the way a kernel does: per token, scores in registers (f64 here), top-k by
+//! `K` rounds of arg-max over the still-unpicked allowed experts (a strict `>` keeps the first,
+//! i.e. the lower index, on ties), groups scored by a running top-2, capacity by MaxText's
+//! one-hot cumulative count (`position`) or a per-expert sort (`probs`).
+
+use moecheck_reference::format::Format;
+use moecheck_reference::implementation::RunError;
+use moecheck_reference::routing::{
+    position_capacity, probs_capacity, DropPolicy, RouteOutputs, RoutePrecision, Router,
+    RoutingCase, ScoreFunction,
+};
+use ndarray::Array2;
+
+/// A routing defect that can be planted in [`RouteEmulate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RouteBug {
+    /// The gates are read from the biased selection scores `s + b` instead of `s`.
+    BiasedCombineWeights,
+    /// After dropping, the surviving weights of a token are renormalised to the sum they had.
+    RenormaliseSurvivors,
+    /// One assignment more than the capacity is kept per expert.
+    CapacityOffByOne,
+    /// Equal scores are broken toward the higher expert (and group) index.
+    TieTowardHigherIndex,
+    /// Groups are scored by their top-1 instead of their top-2 sum.
+    GroupScoreTop1,
+    /// Without a configured capacity, the kernel still drops with its default capacity
+    /// factor 1.0 (`position`, one sequence).
+    DefaultCapacityDrop,
+}
+
+impl RouteBug {
+    pub const ALL: [RouteBug; 6] = [
+        RouteBug::BiasedCombineWeights,
+        RouteBug::RenormaliseSurvivors,
+        RouteBug::CapacityOffByOne,
+        RouteBug::TieTowardHigherIndex,
+        RouteBug::GroupScoreTop1,
+        RouteBug::DefaultCapacityDrop,
+    ];
+
+    /// The kebab-case name used in `--inject`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RouteBug::BiasedCombineWeights => "combine-from-biased-scores",
+            RouteBug::RenormaliseSurvivors => "renormalise-survivors",
+            RouteBug::CapacityOffByOne => "capacity-off-by-one",
+            RouteBug::TieTowardHigherIndex => "tie-toward-higher-index",
+            RouteBug::GroupScoreTop1 => "group-score-top1",
+            RouteBug::DefaultCapacityDrop => "default-capacity-drop",
+        }
+    }
+
+    /// One line on what the defect does.
+    pub fn description(self) -> &'static str {
+        match self {
+            RouteBug::BiasedCombineWeights => "combine weights taken from the biased scores",
+            RouteBug::RenormaliseSurvivors => "surviving weights renormalised after dropping",
+            RouteBug::CapacityOffByOne => "one assignment more than the capacity is kept",
+            RouteBug::TieTowardHigherIndex => "ties broken toward the higher expert index",
+            RouteBug::GroupScoreTop1 => "groups scored by their top-1 instead of top-2 sum",
+            RouteBug::DefaultCapacityDrop => {
+                "drops with capacity factor 1.0 when no capacity is configured"
+            }
+        }
+    }
+}
+
+impl std::str::FromStr for RouteBug {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        RouteBug::ALL
+            .into_iter()
+            .find(|b| b.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = RouteBug::ALL.iter().map(|b| b.name()).collect();
+                format!("unknown routing bug (expected one of {})", names.join(", "))
+            })
+    }
+}
+
+/// The routing model.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RouteEmulate {
+    pub inject: Option<RouteBug>,
+}
+
+impl RouteEmulate {
+    pub fn with_bug(inject: Option<RouteBug>) -> RouteEmulate {
+        RouteEmulate { inject }
+    }
+    fn has(&self, b: RouteBug) -> bool {
+        self.inject == Some(b)
+    }
+    /// `a` beats `b` (values `va`, `vb`, indices `a`, `b`).
+    fn beats(&self, va: f64, a: usize, vb: f64, b: usize) -> bool {
+        if va != vb {
+            va > vb
+        } else if self.has(RouteBug::TieTowardHigherIndex) {
+            a > b
+        } else {
+            a < b
+        }
+    }
+    /// `k` rounds of arg-max over the allowed entries of `vals`.
+    fn argmax_k(&self, vals: &[f64], allowed: &[bool], k: usize) -> Vec<usize> {
+        let mut taken = vec![false; vals.len()];
+        let mut out = Vec::with_capacity(k);
+        for _ in 0..k {
+            let mut best: Option<usize> = None;
+            for (i, &v) in vals.iter().enumerate() {
+                if !allowed[i] || taken[i] {
+                    continue;
+                }
+                best = match best {
+                    Some(b) if !self.beats(v, i, vals[b], b) => Some(b),
+                    _ => Some(i),
+                };
+            }
+            let b = best.expect("k <= allowed experts (validated)");
+            taken[b] = true;
+            out.push(b);
+        }
+        out
+    }
+}
+
+fn softmax_in_place(v: &mut [f64]) {
+    let m = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let mut sum = 0.0;
+    for x in v.iter_mut() {
+        *x = (*x - m).exp();
+        sum += *x;
+    }
+    v.iter_mut().for_each(|x| *x /= sum);
+}
+
+impl Router for RouteEmulate {
+    fn name(&self) -> String {
+        match self.inject {
+            None => "emulate".into(),
+            Some(b) => format!("emulate[inject={}]", b.name()),
+        }
+    }
+    fn is_model(&self) -> bool {
+        true
+    }
+    fn precision(&self, _case: &RoutingCase) -> RoutePrecision {
+        RoutePrecision {
+            compute: Format::F64,
+            output: Format::F64,
+        }
+    }
+    fn route(&self, case: &RoutingCase) -> Result<RouteOutputs, RunError> {
+        let cfg = &case.config;
+        let (t, e, k) = (case.tokens(), case.experts(), cfg.topk);
+        let mut indices = Array2::zeros((t, k));
+        let mut weights = Array2::zeros((t, k));
+        for ti in 0..t {
+            let mut s: Vec<f64> = case.logits.row(ti).to_vec();
+            match cfg.score {
+                ScoreFunction::Softmax => softmax_in_place(&mut s),
+                ScoreFunction::Sigmoid => s.iter_mut().for_each(|x| *x = 1.0 / (1.0 + (-*x).exp())),
+                ScoreFunction::TopkSoftmax => {}
+            }
+            let u: Vec<f64> = match &case.bias {
+                Some(b) => s.iter().zip(b.iter()).map(|(x, y)| x + y).collect(),
+                None => s.clone(),
+            };
+            let mut allowed = vec![true; e];
+            if let Some(g) = cfg.groups {
+                let per = e / g.groups;
+                let scores: Vec<f64> = (0..g.groups)
+                    .map(|q| {
+                        let (mut a, mut b) = (f64::NEG_INFINITY, f64::NEG_INFINITY);
+                        for &v in &u[q * per..(q + 1) * per] {
+                            if v > a {
+                                b = a;
+                                a = v;
+                            } else if v > b {
+                                b = v;
+                            }
+                        }
+                        if per < 2 || self.has(RouteBug::GroupScoreTop1) {
+                            a
+                        } else {
+                            a + b
+                        }
+                    })
+                    .collect();
+                let keep = self.argmax_k(&scores, &vec![true; g.groups], g.topk_groups);
+                allowed = (0..e).map(|x| keep.contains(&(x / per))).collect();
+            }
+            let picked = self.argmax_k(&u, &allowed, k);
+            let src = if self.has(RouteBug::BiasedCombineWeights) {
+                &u
+            } else {
+                &s
+            };
+            let mut g: Vec<f64> = picked.iter().map(|&x| src[x]).collect();
+            if cfg.score == ScoreFunction::TopkSoftmax {
+                softmax_in_place(&mut g);
+            }
+            if cfg.normalises() {
+                let d: f64 = g.iter().sum::<f64>() + cfg.norm_eps;
+                g.iter_mut().for_each(|x| *x /= d);
+            }
+            for (j, (&x, w)) in picked.iter().zip(g).enumerate() {
+                indices[[ti, j]] = x;
+                weights[[ti, j]] = w * cfg.scaling_factor;
+            }
+        }
+        let mut kept = Array2::from_elem((t, k), true);
+        let cap = cfg.capacity.or(if self.has(RouteBug::DefaultCapacityDrop) {
+            Some(moecheck_reference::routing::Capacity {
+                factor: 1.0,
+                policy: DropPolicy::Position,
+                seq_len: None,
+            })
+        } else {
+            None
+        });
+        if let Some(cap) = cap {
+            let extra = usize::from(self.has(RouteBug::CapacityOffByOne));
+            match cap.policy {
+                DropPolicy::Position => {
+                    let s = cap.seq_len.unwrap_or(t).max(1);
+                    let c = position_capacity(s, k, e, cap.factor) + extra;
+                    // MaxText: one-hot of the (token, slot) assignments, cumulative sum along the
+                    // flattened sequence, keep where the running count <= C.
+                    let mut running = vec![0usize; e];
+                    for ti in 0..t {
+                        if ti % s == 0 {
+                            running.iter_mut().for_each(|c| *c = 0);
+                        }
+                        for j in 0..k {
+                            let x = indices[[ti, j]];
+                            running[x] += 1;
+                            kept[[ti, j]] = running[x] <= c;
+                        }
+                    }
+                }
+                DropPolicy::Probs => {
+                    let c = probs_capacity(t, k, e, cap.factor) + extra;
+                    for x in 0..e {
+                        let mut list: Vec<(usize, usize)> = (0..t)
+                            .flat_map(|ti| (0..k).map(move |j| (ti, j)))
+                            .filter(|&(ti, j)| indices[[ti, j]] == x)
+                            .collect();
+                        list.sort_by(|&(ta, ja), &(tb, jb)| {
+                            weights[[tb, jb]]
+                                .partial_cmp(&weights[[ta, ja]])
+                                .unwrap_or(std::cmp::Ordering::Equal)
+                                .then(ta.cmp(&tb))
+                        });
+                        for (rank, &(ti, j)) in list.iter().enumerate() {
+                            kept[[ti, j]] = rank < c;
+                        }
+                    }
+                }
+            }
+            for ti in 0..t {
+                let before: f64 = weights.row(ti).sum();
+                for j in 0..k {
+                    if !kept[[ti, j]] {
+                        weights[[ti, j]] = 0.0;
+                    }
+                }
+                let after: f64 = weights.row(ti).sum();
+                if self.has(RouteBug::RenormaliseSurvivors) && after > 0.0 && after != before {
+                    weights
+                        .row_mut(ti)
+                        .iter_mut()
+                        .for_each(|w| *w *= before / after);
+                }
+            }
+        }
+        let mut group_sizes = vec![0usize; e];
+        for ((ti, j), &x) in indices.indexed_iter() {
+            if kept[[ti, j]] {
+                group_sizes[x] += 1;
+            }
+        }
+        Ok(RouteOutputs {
+            indices,
+            weights,
+            kept,
+            group_sizes,
+        })
+    }
+}

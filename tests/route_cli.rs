@@ -1,0 +1,489 @@
+//! Drives `moecheck route`: outputs, bad input (exit 2 naming the flag or file), planted bugs
+//! (exit 1), and agreement with the JAX adapter (examples/adapters/jax_route.py).
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use ndarray::{Array1, Array2};
+use ndarray_npy::{read_npy, write_npy};
+use predicates::prelude::*;
+
+fn moecheck() -> Command {
+    Command::cargo_bin("moecheck").expect("binary built")
+}
+
+/// splitmix64, for seeded test logits.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Logits `(t, e)`: integers in `-max..=max` times `step`, from `seed` (grid values: ties are
+/// exact and distinct scores are far apart).
+fn grid(t: usize, e: usize, max: i64, step: f32, seed: u64) -> Array2<f32> {
+    Array2::from_shape_fn((t, e), |(i, j)| {
+        let h = mix(seed ^ mix((i * e + j) as u64));
+        ((h % (2 * max as u64 + 1)) as i64 - max) as f32 * step
+    })
+}
+
+fn save<A: ndarray_npy::WritableElement, D: ndarray::Dimension>(
+    dir: &Path,
+    name: &str,
+    a: &ndarray::Array<A, D>,
+) -> PathBuf {
+    let p = dir.join(name);
+    write_npy(&p, a).unwrap();
+    p
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn route_writes_the_four_outputs_with_their_dtypes() {
+    let dir = tempfile::tempdir().unwrap();
+    let logits = save(dir.path(), "l.npy", &grid(12, 8, 8, 0.25, 1));
+    let out = dir.path().join("out");
+    moecheck()
+        .args([
+            "route",
+            "--logits",
+            s(&logits),
+            "--topk",
+            "2",
+            "--score",
+            "softmax",
+        ])
+        .args([
+            "--capacity-factor",
+            "0.5",
+            "--drop-policy",
+            "position",
+            "--seq-len",
+            "6",
+        ])
+        .args(["--out", s(&out)])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("C = 1 per sequence of 6"));
+    let idx: Array2<i32> = read_npy(out.join("indices.npy")).unwrap();
+    let w: Array2<f32> = read_npy(out.join("weights.npy")).unwrap();
+    let kept: Array2<u8> = read_npy(out.join("kept.npy")).unwrap();
+    let sizes: Array1<i32> = read_npy(out.join("group_sizes.npy")).unwrap();
+    assert_eq!(idx.dim(), (12, 2));
+    assert_eq!(w.dim(), (12, 2));
+    assert_eq!(sizes.len(), 8);
+    // C = int(max(ceil(6·2/8)·0.5, 0.5)) = 1 per sequence: at most 2 kept per expert overall.
+    assert!(sizes.iter().all(|&n| n <= 2), "{sizes:?}");
+    assert_eq!(
+        sizes.sum() as usize,
+        kept.iter().filter(|k| **k == 1).count()
+    );
+    for ((t, j), &k) in kept.indexed_iter() {
+        assert_eq!(
+            k == 0,
+            w[[t, j]] == 0.0,
+            "dropped <=> weight 0 at ({t}, {j})"
+        );
+    }
+}
+
+#[test]
+fn deepseek_v3_routing_at_full_size_json() {
+    let out = moecheck()
+        .args([
+            "route",
+            "--experts",
+            "256",
+            "--tokens",
+            "512",
+            "--topk",
+            "8",
+        ])
+        .args(["--score", "sigmoid", "--groups", "8", "--topk-groups", "4"])
+        .args(["--scaling-factor", "2.5", "--impl", "emulate", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["verdict"], "pass");
+    assert_eq!(v["is_model"], true);
+    let sizes = v["group_sizes"].as_array().unwrap();
+    assert_eq!(sizes.len(), 256);
+    assert_eq!(
+        sizes.iter().map(|x| x.as_u64().unwrap()).sum::<u64>(),
+        512 * 8
+    );
+}
+
+#[test]
+fn planted_routing_bugs_fail_with_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    // Expert 0 is everyone's favourite, so capacity binds; a bias moves selection.
+    let mut l = grid(16, 8, 8, 0.25, 2);
+    l.column_mut(0).mapv_inplace(|v| v + 6.0);
+    let logits = save(dir.path(), "l.npy", &l);
+    let bias = save(
+        dir.path(),
+        "b.npy",
+        &Array1::from_shape_fn(8, |i| (i % 3) as f32 * 0.25),
+    );
+    for (bug, extra, needle) in [
+        (
+            "capacity-off-by-one",
+            vec!["--capacity-factor", "1.0", "--drop-policy", "probs"],
+            "kept",
+        ),
+        (
+            "renormalise-survivors",
+            vec!["--capacity-factor", "1.0", "--drop-policy", "position"],
+            "weights",
+        ),
+        (
+            "combine-from-biased-scores",
+            vec!["--bias", s(&bias)],
+            "weights",
+        ),
+    ] {
+        moecheck()
+            .args([
+                "route",
+                "--logits",
+                s(&logits),
+                "--topk",
+                "2",
+                "--score",
+                "sigmoid",
+            ])
+            .args(extra)
+            .args(["--impl", "emulate", "--inject", bug])
+            .assert()
+            .code(1)
+            .stdout(predicate::str::contains(needle))
+            .stdout(predicate::str::contains("verdict: FAIL"));
+    }
+}
+
+#[test]
+fn bad_route_input_exits_2_naming_the_flag_or_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let logits = save(dir.path(), "l.npy", &grid(6, 8, 4, 0.5, 3));
+    let mut nan = grid(6, 8, 4, 0.5, 3);
+    nan[[2, 3]] = f32::NAN;
+    let nan = save(dir.path(), "nan.npy", &nan);
+    let three_d = save(
+        dir.path(),
+        "3d.npy",
+        &ndarray::Array3::<f32>::zeros((2, 3, 4)),
+    );
+    let ints = save(dir.path(), "ints.npy", &Array2::<i32>::zeros((6, 8)));
+    let short_bias = save(dir.path(), "b.npy", &Array1::<f32>::zeros(5));
+    let trunc = dir.path().join("trunc.npy");
+    std::fs::write(&trunc, b"\x93NUMPY\x01\x00").unwrap();
+    let l = s(&logits);
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--logits", l, "--topk", "9", "--score", "softmax"],
+            "--topk",
+        ),
+        (
+            vec!["--logits", l, "--topk", "0", "--score", "softmax"],
+            "--topk",
+        ),
+        (
+            vec![
+                "--logits",
+                l,
+                "--topk",
+                "2",
+                "--score",
+                "sigmoid",
+                "--groups",
+                "3",
+                "--topk-groups",
+                "1",
+            ],
+            "--groups",
+        ),
+        (
+            vec![
+                "--logits",
+                l,
+                "--topk",
+                "2",
+                "--score",
+                "sigmoid",
+                "--groups",
+                "4",
+                "--topk-groups",
+                "5",
+            ],
+            "--topk-groups",
+        ),
+        (
+            vec![
+                "--logits",
+                l,
+                "--topk",
+                "5",
+                "--score",
+                "sigmoid",
+                "--groups",
+                "4",
+                "--topk-groups",
+                "2",
+            ],
+            "--topk",
+        ),
+        (
+            vec!["--logits", s(&nan), "--topk", "2", "--score", "softmax"],
+            "nan.npy",
+        ),
+        (
+            vec!["--logits", s(&three_d), "--topk", "2", "--score", "softmax"],
+            "3d.npy",
+        ),
+        (
+            vec!["--logits", s(&ints), "--topk", "2", "--score", "softmax"],
+            "ints.npy",
+        ),
+        (
+            vec!["--logits", s(&trunc), "--topk", "2", "--score", "softmax"],
+            "trunc.npy",
+        ),
+        (
+            vec![
+                "--logits",
+                "/nonexistent/l.npy",
+                "--topk",
+                "2",
+                "--score",
+                "softmax",
+            ],
+            "/nonexistent/l.npy",
+        ),
+        (
+            vec![
+                "--logits",
+                l,
+                "--bias",
+                s(&short_bias),
+                "--topk",
+                "2",
+                "--score",
+                "sigmoid",
+            ],
+            "b.npy",
+        ),
+        (
+            vec![
+                "--logits",
+                l,
+                "--topk",
+                "2",
+                "--score",
+                "softmax",
+                "--capacity-factor",
+                "1",
+                "--drop-policy",
+                "position",
+                "--seq-len",
+                "4",
+            ],
+            "--seq-len",
+        ),
+        (
+            vec![
+                "--logits",
+                l,
+                "--topk",
+                "2",
+                "--score",
+                "softmax",
+                "--capacity-factor=-1",
+                "--drop-policy",
+                "probs",
+            ],
+            "--capacity-factor",
+        ),
+        (
+            vec![
+                "--logits",
+                l,
+                "--topk",
+                "2",
+                "--score",
+                "softmax",
+                "--capacity-factor",
+                "0",
+                "--drop-policy",
+                "probs",
+            ],
+            "--capacity-factor",
+        ),
+        (
+            vec![
+                "--logits",
+                l,
+                "--topk",
+                "2",
+                "--score",
+                "softmax",
+                "--capacity-factor",
+                "1",
+                "--drop-policy",
+                "probs",
+                "--seq-len",
+                "3",
+            ],
+            "--seq-len",
+        ),
+        (
+            vec![
+                "--logits",
+                l,
+                "--topk",
+                "2",
+                "--score",
+                "softmax",
+                "--scaling-factor",
+                "nan",
+            ],
+            "--scaling-factor",
+        ),
+        (
+            vec![
+                "--logits", l, "--topk", "2", "--score", "softmax", "--groups", "2",
+            ],
+            "--topk-groups",
+        ),
+        (
+            vec!["--logits", l, "--topk", "2", "--score", "cosine"],
+            "--score",
+        ),
+        (
+            vec![
+                "--logits", l, "--topk", "2", "--score", "softmax", "--impl", "emulate",
+                "--inject", "nope",
+            ],
+            "--inject",
+        ),
+    ];
+    for (args, needle) in cases {
+        let out = moecheck().arg("route").args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(needle),
+            "{args:?}: stderr does not name {needle}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+/// The reference against JAX (`jax.lax.top_k`, MaxText / DeepSeek-V3 / Megatron formulas,
+/// float64) on a few generated cases. One adapter process per case: JAX starts slowly.
+#[test]
+fn jax_route_adapter_agrees_with_the_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let jax = "exec:python3 examples/adapters/jax_route.py";
+    // DeepSeek-V3: sigmoid, bias, 4 groups keep 2, scaling 2.5, Megatron probs dropping.
+    let l1 = save(dir.path(), "l1.npy", &grid(24, 16, 16, 0.25, 11));
+    let b1 = save(
+        dir.path(),
+        "b1.npy",
+        &Array1::from_shape_fn(16, |i| ((i * 5) % 7) as f32 * 0.0625 - 0.125),
+    );
+    // Ties everywhere (three distinct logit values), MaxText position dropping per sequence.
+    let l2 = save(dir.path(), "l2.npy", &grid(24, 8, 1, 0.5, 12));
+    // Equal logits, half of them -0.0: top-k on the logits must still prefer the lower index.
+    let l3 = save(
+        dir.path(),
+        "l3.npy",
+        &Array2::from_shape_fn(
+            (6, 8),
+            |(t, e)| if (t + e) % 2 == 0 { 0.0f32 } else { -0.0 },
+        ),
+    );
+    // One hot expert, softmax over all experts with a bias, capacity far below demand.
+    let mut hot = grid(20, 8, 8, 0.25, 14);
+    hot.column_mut(5).mapv_inplace(|v| v + 6.0);
+    let l4 = save(dir.path(), "l4.npy", &hot);
+    let b4 = save(
+        dir.path(),
+        "b4.npy",
+        &Array1::from_shape_fn(8, |i| (i % 2) as f64 * 0.125),
+    );
+    let cases: Vec<Vec<&str>> = vec![
+        vec![
+            "--logits",
+            s(&l1),
+            "--bias",
+            s(&b1),
+            "--topk",
+            "4",
+            "--score",
+            "sigmoid",
+            "--groups",
+            "4",
+            "--topk-groups",
+            "2",
+            "--scaling-factor",
+            "2.5",
+            "--capacity-factor",
+            "1.25",
+            "--drop-policy",
+            "probs",
+        ],
+        vec![
+            "--logits",
+            s(&l2),
+            "--topk",
+            "3",
+            "--score",
+            "softmax",
+            "--capacity-factor",
+            "1.0",
+            "--drop-policy",
+            "position",
+            "--seq-len",
+            "8",
+        ],
+        vec![
+            "--logits",
+            s(&l3),
+            "--topk",
+            "3",
+            "--score",
+            "topk-softmax",
+            "--norm-topk",
+        ],
+        vec![
+            "--logits",
+            s(&l4),
+            "--bias",
+            s(&b4),
+            "--topk",
+            "2",
+            "--score",
+            "softmax",
+            "--capacity-factor",
+            "0.5",
+            "--drop-policy",
+            "probs",
+        ],
+    ];
+    for args in cases {
+        moecheck()
+            .arg("route")
+            .args(&args)
+            .args(["--impl", jax, "--compute", "f64"])
+            .assert()
+            .code(0)
+            .stdout(predicate::str::contains("verdict: PASS"));
+    }
+}
