@@ -7,6 +7,7 @@
 
 pub mod cases;
 pub mod impls;
+pub mod moe_report;
 pub mod protocol;
 pub mod report;
 pub mod selftest;

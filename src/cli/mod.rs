@@ -3,6 +3,7 @@
 mod bench;
 mod check;
 mod gemm;
+mod moe;
 mod route;
 mod selftest;
 
@@ -40,6 +41,9 @@ pub enum Command {
     /// capacity dropping) with the f64 reference, write the result as .npy, and optionally
     /// check an implementation against it.
     Route(route::RouteArgs),
+    /// Check a whole MoE layer (router, routing, permute, SwiGLU experts, combine, shared
+    /// expert): the output and every gradient against the f64 reference and its derived bound.
+    Moe(moe::MoeArgsCli),
 }
 
 pub fn run() -> anyhow::Result<ExitCode> {
@@ -58,6 +62,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Selftest(a) => selftest::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Route(a) => route::run(a),
+        Command::Moe(a) => moe::run(a),
     }
 }
 

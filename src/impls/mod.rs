@@ -11,4 +11,5 @@ pub mod emulate;
 pub mod exec;
 pub mod exec_route;
 pub mod moe_emulate;
+pub mod moe_exec;
 pub mod route_emulate;

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use moecheck_reference::format::Format;
 use moecheck_reference::gemm::{GemmOutputs, GroupedGemmCase, Pass, Passes, TailContract};
 
+pub mod moe;
 pub mod route;
 
 /// The protocol version this build reads and writes.
