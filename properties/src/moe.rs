@@ -346,7 +346,8 @@ fn within(
         }
         let bd = bound(id);
         for (((i, p), q), e) in x.indexed_iter().zip(y.iter()).zip(bd.iter()) {
-            if !((p - q).abs() <= *e) {
+            let ok = (p - q).abs() <= *e; // false for NaN
+            if !ok {
                 return CaseResult::Fail(format!(
                     "{id}{:?}: {p:e} vs {q:e} ({what}), bound {e:e}",
                     i.slice()

@@ -327,6 +327,7 @@ pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) ->
     let mut w = T2::exact(Array2::zeros((t, k)));
     let mut c = T2::exact(Array2::zeros((t, k)));
     let alpha = Ev::exact(cfg.scaling_factor);
+    let mut gates_ev: Vec<Vec<Ev>> = Vec::with_capacity(t);
     for ti in 0..t {
         let idx = r.indices.row(ti);
         let g: Vec<Ev> = match cfg.score {
@@ -359,6 +360,7 @@ pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) ->
                 c.e[(ti, j)] = wj.e;
             }
         }
+        gates_ev.push(g);
     }
     // Experts.
     let p = &fwd.perm;
@@ -452,25 +454,8 @@ pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) ->
     }
     // Routing VJP.
     let mut dz = T2::exact(Array2::zeros((t, e)));
-    for ti in 0..t {
+    for (ti, g) in gates_ev.iter().enumerate() {
         let idx = r.indices.row(ti);
-        let g: Vec<Ev> = match cfg.score {
-            ScoreFunction::TopkSoftmax => (0..k)
-                .map(|j| Ev {
-                    v: r.gates[(ti, j)],
-                    e: 0.0,
-                })
-                .collect(),
-            _ => (0..k).map(|j| s.at(ti, idx[j])).collect(),
-        };
-        // For topk-softmax the gate errors are those computed above, recomputed here.
-        let g: Vec<Ev> = if cfg.score == ScoreFunction::TopkSoftmax {
-            let d = (0..k).map(|j| z.e[(ti, idx[j])]).fold(0.0f64, f64::max);
-            let f = (2.0 * d).exp_m1() + gamma(k + FN_ULPS as usize + 1, u) * (2.0 * d).exp();
-            g.into_iter().map(|x| Ev { v: x.v, e: x.v * f }).collect()
-        } else {
-            g
-        };
         let dw: Vec<Ev> = (0..k).map(|j| dc.at(ti, j)).collect();
         let dg: Vec<Ev> = if cfg.normalises() {
             let m: f64 = g.iter().map(|x| x.mag()).sum::<f64>() + cfg.norm_eps;
@@ -494,8 +479,8 @@ pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) ->
                 }
                 let pairs: Vec<(Ev, Ev)> = (0..e).map(|f| (s.at(ti, f), ds[f])).collect();
                 let dot = Ev::dot(&pairs, u);
-                for f in 0..e {
-                    let v = s.at(ti, f).mul(ds[f].sub(dot, u), u);
+                for (f, dsf) in ds.iter().enumerate() {
+                    let v = s.at(ti, f).mul(dsf.sub(dot, u), u);
                     dz.v[(ti, f)] = v.v;
                     dz.e[(ti, f)] = v.e;
                 }

@@ -133,7 +133,8 @@ fn stats(
             s.inf += 1;
         }
         let err = (got - want).abs();
-        if !(err <= bound) {
+        let ok = err <= bound; // false for NaN
+        if !ok {
             s.failed += 1;
         }
         let ratio = if err.is_nan() {
