@@ -100,13 +100,14 @@ pub fn near_tie(
                 }
             }
             for (ex, list) in per.iter_mut().enumerate() {
-                if list.len() <= c || c == 0 && list.is_empty() {
+                // C = 0 drops every candidate whatever the weights: no boundary.
+                if c == 0 || list.len() <= c {
                     continue;
                 }
                 list.sort_by(|a, b| routing.weights[*b].total_cmp(&routing.weights[*a]));
-                let (a, b) = (list[c.max(1) - 1], list[c]);
+                let (a, b) = (list[c - 1], list[c]);
                 let gap = routing.weights[a] - routing.weights[b];
-                if c > 0 && gap <= weight_err[a] + weight_err[b] {
+                if gap <= weight_err[a] + weight_err[b] {
                     return Some(format!(
                         "expert {ex}: the weights of its {c}-th and next candidate differ by {gap:e}, within their error"
                     ));

@@ -173,3 +173,37 @@ fn dropped_and_empty_get_exact_zeros() {
         }
     }
 }
+
+#[test]
+fn an_exact_tie_is_refused_by_both_guards() {
+    // Experts 0 and 1 have identical router columns, the others zero columns: every token has
+    // a tie inside its top k + 1 (between 0 and 1, or among the zero logits).
+    let mut c = case(
+        11,
+        6,
+        5,
+        6,
+        4,
+        RoutingConfig::new(2, ScoreFunction::Softmax),
+        false,
+    );
+    c.bias = None;
+    for h in 0..5 {
+        c.wr[(h, 1)] = c.wr[(h, 0)];
+        for e in 2..6 {
+            c.wr[(h, e)] = 0.0;
+        }
+    }
+    let p = LayerPrecision {
+        input: Format::F64,
+        compute: Format::F32,
+        output: Format::F32,
+    };
+    assert!(tie_guard(&c, &p).unwrap().is_some());
+    let fwd = forward(&c).unwrap();
+    let grads = backward(&c, &fwd).grads;
+    assert!(matches!(
+        fd::check_gradients(&c, &grads, None, 0).unwrap(),
+        fd::FdOutcome::NearTie(_)
+    ));
+}
