@@ -66,7 +66,7 @@ fn route_writes_the_four_outputs_with_their_dtypes() {
             "--seq-len",
             "6",
         ])
-        .args(["--out", s(&out)])
+        .args(["--out", s(&out), "--dump", s(&dir.path().join("case"))])
         .assert()
         .code(0)
         .stdout(predicate::str::contains("C = 1 per sequence of 6"));

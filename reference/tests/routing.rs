@@ -156,3 +156,36 @@ fn invalid_configurations_name_the_flag() {
         .to_string();
     assert!(e.starts_with("logits") && e.contains("[1, 2]"), "{e}");
 }
+
+#[test]
+fn probs_boundary_between_equal_weights_is_a_near_tie_not_a_failure() {
+    let cfg = || {
+        let mut c = RoutingConfig::new(1, ScoreFunction::Softmax);
+        c.capacity = Some(Capacity {
+            factor: 0.5,
+            policy: DropPolicy::Probs,
+            seq_len: None,
+        });
+        c
+    };
+    // T = 2, K = 1, E = 2, cf = 0.5: C = 1. Both tokens want expert 0 with equal weight.
+    let tie = case(array![[1.0, 0.0], [1.0, 0.0]], cfg());
+    let r = route(&tie).unwrap();
+    assert_eq!(r.kept, array![[true], [false]]);
+    let mut got = RouteOutputs::from_routing(&r);
+    got.kept = array![[false], [true]];
+    got.weights = array![[0.0], [r.weights[[1, 0]]]];
+    let rep = compare_routing(&tie, &r, &got, F32);
+    assert!(rep.passed(), "{:?}", rep.first_failure());
+    assert_eq!(rep.near_tie_assignments, 2);
+    // A clear winner (token 1's weight is larger) decided the other way is a failure.
+    let clear = case(array![[1.0, 0.0], [2.0, 0.0]], cfg());
+    let r = route(&clear).unwrap();
+    assert_eq!(r.kept, array![[false], [true]]);
+    let mut got = RouteOutputs::from_routing(&r);
+    got.kept = array![[true], [false]];
+    got.weights = array![[r.weights[[0, 0]]], [0.0]];
+    let rep = compare_routing(&clear, &r, &got, F32);
+    assert!(!rep.passed());
+    assert_eq!(rep.near_tie_assignments, 0);
+}

@@ -14,7 +14,7 @@ use serde::Serialize;
 use moecheck::impls::exec::Exec;
 use moecheck::impls::exec_route::ExecRouter;
 use moecheck::impls::route_emulate::{RouteBug, RouteEmulate};
-use moecheck::protocol::route::{read_bias, read_logits, write_route_outputs};
+use moecheck::protocol::route::{read_bias, read_logits, write_route_case, write_route_outputs};
 use moecheck_reference::format::Format;
 use moecheck_reference::gemm::Accumulator;
 use moecheck_reference::routing::{
@@ -64,6 +64,10 @@ pub struct RouteArgs {
     /// Write indices.npy, weights.npy, kept.npy and group_sizes.npy (the reference's) to DIR.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Write the routing case directory (protocol op route: case.json, logits.npy, bias.npy)
+    /// to DIR, for running an implementation by hand.
+    #[arg(long)]
+    pub dump: Option<PathBuf>,
     /// Tokens T of generated logits (without --logits).
     #[arg(long, conflicts_with = "logits", default_value_t = 1024)]
     pub tokens: usize,
@@ -268,6 +272,10 @@ pub fn run(a: RouteArgs) -> anyhow::Result<ExitCode> {
     if let Some(dir) = &a.out {
         write_outputs(dir, &want)?;
     }
+    if let Some(dir) = &a.dump {
+        std::fs::create_dir_all(dir).with_context(|| format!("--dump {}", dir.display()))?;
+        write_route_case(dir, &case).with_context(|| format!("--dump {}", dir.display()))?;
+    }
     let mut report = RouteCliReport {
         verdict: "done".into(),
         tokens: case.tokens(),
@@ -394,6 +402,17 @@ fn render(r: &RouteCliReport, out: Option<&Path>) -> String {
             );
             for m in &cmp.mismatches {
                 let _ = writeln!(s, "  {}{:?}: {}", m.what, m.at, m.detail);
+            }
+            if cmp.near_tie_assignments > 0 {
+                let _ = writeln!(
+                    s,
+                    "near-ties: {} assignments decided the other way at a probs capacity \
+                     boundary between weights equal within rounding (not failures)",
+                    cmp.near_tie_assignments
+                );
+                for m in &cmp.near_ties {
+                    let _ = writeln!(s, "  {}{:?}: {}", m.what, m.at, m.detail);
+                }
             }
         }
         let _ = writeln!(

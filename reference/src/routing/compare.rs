@@ -150,8 +150,13 @@ pub struct RouteReport {
     pub max_weight_abs_err: f64,
     /// Largest `|ŵ - w| / bound` over compared weights (0 where both are exactly 0).
     pub max_weight_err_ratio: f64,
+    /// Assignments on either side of a `probs` capacity boundary that the implementation
+    /// decided the other way between weights equal within rounding (not failures).
+    pub near_tie_assignments: usize,
     /// The first few differences, token-major.
     pub mismatches: Vec<RouteMismatch>,
+    /// The first few near-ties (informational).
+    pub near_ties: Vec<RouteMismatch>,
 }
 
 /// How many mismatches a report lists.
@@ -173,6 +178,71 @@ impl RouteReport {
     }
 }
 
+/// Under the `probs` policy, the assignments whose `kept` the implementation decided the other
+/// way **only between weights that are equal within rounding**: per expert (with equal indices
+/// on every token that selects it), the implementation keeps as many as the reference, and
+/// every assignment it keeps but the reference drops is within the sum of the two weight
+/// bounds of every assignment the reference keeps but it drops. Weights that are equal in
+/// exact arithmetic (the same scores summed in another order) differ in their last bits from
+/// one implementation to the next, so which of them wins a capacity boundary cannot decide.
+fn probs_near_ties(
+    case: &RoutingCase,
+    want: &Routing,
+    got: &RouteOutputs,
+    precision: RoutePrecision,
+) -> std::collections::HashSet<(usize, usize)> {
+    let mut near = std::collections::HashSet::new();
+    let is_probs = matches!(
+        case.config.capacity,
+        Some(c) if c.policy == super::config::DropPolicy::Probs
+    );
+    if !is_probs {
+        return near;
+    }
+    let (t, k) = want.indices.dim();
+    let same: Vec<bool> = (0..t)
+        .map(|ti| want.indices.row(ti) == got.indices.row(ti))
+        .collect();
+    for x in 0..case.experts() {
+        let mut clean = true;
+        let (mut only_ref, mut only_got) = (Vec::new(), Vec::new());
+        for ti in 0..t {
+            let selects = want.indices.row(ti).iter().any(|&e| e == x)
+                || got.indices.row(ti).iter().any(|&e| e == x);
+            if !same[ti] {
+                clean &= !selects;
+                continue;
+            }
+            for j in 0..k {
+                if want.indices[[ti, j]] != x {
+                    continue;
+                }
+                match (want.kept[[ti, j]], got.kept[[ti, j]]) {
+                    (true, false) => only_ref.push((ti, j)),
+                    (false, true) => only_got.push((ti, j)),
+                    _ => {}
+                }
+            }
+        }
+        if !clean || only_ref.is_empty() || only_ref.len() != only_got.len() {
+            continue;
+        }
+        let w = |&(ti, j): &(usize, usize)| want.weights[[ti, j]];
+        let b = |a: &(usize, usize)| {
+            let sel: Vec<usize> = want.indices.row(a.0).to_vec();
+            weight_bound(case, precision, a.0, &sel, w(a))
+        };
+        let tied = only_ref
+            .iter()
+            .all(|a| only_got.iter().all(|c| (w(a) - w(c)).abs() <= b(a) + b(c)));
+        if tied {
+            near.extend(only_ref);
+            near.extend(only_got);
+        }
+    }
+    near
+}
+
 /// Compares `got` against the reference routing `want` of `case`.
 pub fn compare_routing(
     case: &RoutingCase,
@@ -192,7 +262,9 @@ pub fn compare_routing(
         weight_failures: 0,
         max_weight_abs_err: 0.0,
         max_weight_err_ratio: 0.0,
+        near_tie_assignments: 0,
         mismatches: Vec::new(),
+        near_ties: Vec::new(),
     };
     let push = |rep: &mut RouteReport, what: &str, at: Vec<usize>, detail: String| {
         if rep.mismatches.len() < MAX_LISTED {
@@ -231,6 +303,7 @@ pub fn compare_routing(
     if !rep.mismatches.is_empty() {
         return rep;
     }
+    let near = probs_near_ties(case, want, got, precision);
     for ti in 0..t {
         let wi: Vec<usize> = want.indices.row(ti).to_vec();
         let gi: Vec<usize> = got.indices.row(ti).to_vec();
@@ -263,6 +336,39 @@ pub fn compare_routing(
         }
         for (j, &expert) in wi.iter().enumerate() {
             let (wk, gk) = (want.kept[[ti, j]], got.kept[[ti, j]]);
+            if wk != gk && near.contains(&(ti, j)) {
+                // Decided the other way at a capacity boundary between weights equal within
+                // rounding: check the weight against the implementation's own decision.
+                rep.near_tie_assignments += 1;
+                let w = want.weights[[ti, j]];
+                let gw = got.weights[[ti, j]];
+                let ok = if gk {
+                    (gw - w).abs() <= weight_bound(case, precision, ti, &wi, w)
+                } else {
+                    gw == 0.0
+                };
+                if !ok {
+                    rep.weight_failures += 1;
+                    push(
+                        &mut rep,
+                        "weights",
+                        vec![ti, j],
+                        format!("expert {expert} weight {gw:e} with kept = {gk}, expected {w:e} if kept, 0 if dropped"),
+                    );
+                }
+                if rep.near_ties.len() < MAX_LISTED {
+                    rep.near_ties.push(RouteMismatch {
+                        what: "kept".into(),
+                        at: vec![ti, j],
+                        detail: format!(
+                            "expert {expert} kept = {gk}, reference {wk}: near-tie at the probs \
+                             capacity boundary (weight {w:e} equals a weight on the other side \
+                             within rounding)"
+                        ),
+                    });
+                }
+                continue;
+            }
             if wk != gk {
                 rep.kept_mismatches += 1;
                 push(
