@@ -9,7 +9,8 @@
 //! ## Step and tolerance (derivation)
 //! `D(h) = (L(θ+hv) − L(θ−hv)) / 2h = <∇L, v> + c·h² + O(h⁴) + ρ(h)`, with the rounding term
 //! `|ρ(h)| <= ε_L/h` where `ε_L` bounds the f64 evaluation error of `L` (from
-//! [`super::layer_bound`] with an f64 precision: `Σ|dout|·e(out) + γ_{TH}(2^-53)·Σ|dout·out|`).
+//! [`super::layer_bound`] with an f64 precision: `Σ|dout|·e(out) + γ_{TH}(2^-53)·Σ|dout·out|`,
+//! doubled because it is evaluated at `θ`, not at the points `θ ± h·v` themselves).
 //! Balancing `c·h²` against `ε_L/h` gives `h ∝ ε^{1/3}`: we take `h = (2^-53)^{1/3}·max|θ|`.
 //! Richardson extrapolation `R = (4·D(h/2) − D(h))/3` removes the `h²` term; what is left is
 //! `O(h⁴)`, well below `|D(h) − D(h/2)| = (3/4)|c|h² + …`, and the rounding of `R` is at most
