@@ -207,3 +207,52 @@ fn an_exact_tie_is_refused_by_both_guards() {
         fd::FdOutcome::NearTie(_)
     ));
 }
+
+/// The bound has teeth: outputs rounded to bf16 by an implementation that declares f32
+/// fail, while the same outputs rounded to f32 pass.
+#[test]
+fn bf16_rounded_outputs_fail_an_f32_declaration() {
+    use crate::format::{round_to, Overflow};
+    use crate::implementation::RunError;
+
+    struct Rounded(Format);
+    impl MoeLayer for Rounded {
+        fn name(&self) -> String {
+            format!("reference rounded to {}", self.0)
+        }
+        fn is_model(&self) -> bool {
+            true
+        }
+        fn precision(&self, case: &MoeCase) -> LayerPrecision {
+            LayerPrecision {
+                input: case.dtype,
+                compute: Format::F32,
+                output: Format::F32,
+            }
+        }
+        fn run(&self, case: &MoeCase) -> Result<MoeOutputs, RunError> {
+            let mut g = ReferenceLayer.run(case)?;
+            let r = |v: f64| round_to(v, self.0, Overflow::Ieee);
+            g.out.mapv_inplace(r);
+            g.dx.mapv_inplace(r);
+            g.dw_router.mapv_inplace(r);
+            g.dw0.mapv_inplace(r);
+            g.dw1.mapv_inplace(r);
+            g.dwo.mapv_inplace(r);
+            Ok(g)
+        }
+    }
+    for (i, cfg) in configs().into_iter().enumerate() {
+        let c = case(500 + i as u64, 8, 5, 6, 4, cfg, false);
+        let p = Rounded(Format::F32).precision(&c);
+        if tie_guard(&c, &p).unwrap().is_some() {
+            continue;
+        }
+        assert!(
+            verify_layer(&Rounded(Format::F32), &c).unwrap().passed(),
+            "{cfg:?}"
+        );
+        let v = verify_layer(&Rounded(Format::Bf16), &c).unwrap();
+        assert!(!v.passed(), "{cfg:?}: bf16 outputs passed an f32 bound");
+    }
+}
