@@ -206,10 +206,10 @@ fn probs_near_ties(
     for x in 0..case.experts() {
         let mut clean = true;
         let (mut only_ref, mut only_got) = (Vec::new(), Vec::new());
-        for ti in 0..t {
+        for (ti, &same_row) in same.iter().enumerate() {
             let selects = want.indices.row(ti).iter().any(|&e| e == x)
                 || got.indices.row(ti).iter().any(|&e| e == x);
-            if !same[ti] {
+            if !same_row {
                 clean &= !selects;
                 continue;
             }
