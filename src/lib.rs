@@ -10,10 +10,12 @@ pub mod cuda;
 pub mod curves;
 pub mod fp8_cases;
 pub mod impls;
+pub mod moe_report;
 pub mod protocol;
 pub mod report;
 pub mod selftest;
 pub mod selftest_fp8;
+pub mod selftest_moe;
 
 pub use moecheck_properties as properties;
 pub use moecheck_reference as reference;

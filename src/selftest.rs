@@ -239,6 +239,7 @@ pub fn run(cases: usize, seed: u64) -> SelftestReport {
         sections: vec![
             crate::selftest_fp8::fp8_section(&config),
             routing_section(&config),
+            crate::selftest_moe::section(&config),
         ],
     };
     report.ok = report.compute_ok();

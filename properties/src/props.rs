@@ -278,6 +278,17 @@ pub fn check(prop: &Property, imp: &dyn GroupedGemm, config: &RunConfig) -> Outc
     run_property(&(prop.strategy)(), |args| (prop.test)(imp, args), config)
 }
 
+/// A property's verdict on one case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaseResult {
+    Pass,
+    /// The implementation violates the property.
+    Fail(String),
+    /// The case cannot test the property (near a non-differentiable boundary, or lacking what
+    /// the property needs): draw another. While shrinking, a rejected case counts as not failing.
+    Reject(String),
+}
+
 /// Runs `test` on `config.cases` values drawn deterministically from `config.seed` and shrinks
 /// the first failure within [`RunConfig::max_shrink_iters`] steps, silently (see [`check`]).
 /// Every property family (grouped GEMM, FP8, routing, MoE layer) runs through this one loop.
@@ -285,6 +296,22 @@ pub fn run_property<A: std::fmt::Debug>(
     strategy: &BoxedStrategy<A>,
     test: impl Fn(&A) -> Result<(), String>,
     config: &RunConfig,
+) -> Outcome {
+    let test = |args: &A| match test(args) {
+        Ok(()) => CaseResult::Pass,
+        Err(reason) => CaseResult::Fail(reason),
+    };
+    run_property_with_rejects(strategy, test, config, 0)
+}
+
+/// [`run_property`] for properties that may reject a case: a rejected case is redrawn and does
+/// not count; more than `max_rejects` rejections in all end the run as a failure ("aborted"),
+/// so a property that rejects everything cannot pass vacuously.
+pub fn run_property_with_rejects<A: std::fmt::Debug>(
+    strategy: &BoxedStrategy<A>,
+    test: impl Fn(&A) -> CaseResult,
+    config: &RunConfig,
+    max_rejects: u32,
 ) -> Outcome {
     let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes(config.seed));
     let cfg = Config {
@@ -301,11 +328,12 @@ pub fn run_property<A: std::fmt::Debug>(
                     .map(|s| s.to_string())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "non-string panic payload".into());
-                Err(format!("panicked: {msg}"))
+                CaseResult::Fail(format!("panicked: {msg}"))
             },
         )
     };
-    for _ in 0..config.cases {
+    let (mut passed, mut rejects) = (0u32, 0u32);
+    while passed < config.cases {
         let mut tree = match strategy.new_tree(&mut runner) {
             Ok(tree) => tree,
             Err(reason) => {
@@ -315,8 +343,24 @@ pub fn run_property<A: std::fmt::Debug>(
                 }
             }
         };
-        let Err(mut reason) = test(&tree.current()) else {
-            continue;
+        let mut reason = match test(&tree.current()) {
+            CaseResult::Pass => {
+                passed += 1;
+                continue;
+            }
+            CaseResult::Reject(why) => {
+                rejects += 1;
+                if rejects > max_rejects {
+                    return Outcome::Failed {
+                        reason: format!(
+                            "aborted: {rejects} cases rejected after {passed} passed (last: {why})"
+                        ),
+                        minimal_case: String::new(),
+                    };
+                }
+                continue;
+            }
+            CaseResult::Fail(reason) => reason,
         };
         let mut minimal = tree.current();
         let mut steps = 0u32;
@@ -332,11 +376,11 @@ pub fn run_property<A: std::fmt::Debug>(
             }
             steps += 1;
             match test(&tree.current()) {
-                Err(r) => {
+                CaseResult::Fail(r) => {
                     (reason, minimal) = (r, tree.current());
                     more = tree.simplify();
                 }
-                Ok(()) => more = tree.complicate(),
+                CaseResult::Pass | CaseResult::Reject(_) => more = tree.complicate(),
             }
         }
         return Outcome::Failed {

@@ -48,4 +48,7 @@ pub enum Error {
     /// An FP8 recipe that cannot be applied (a non-FP8 format, a scope that does not fit).
     #[error("invalid FP8 recipe: {reason}")]
     InvalidRecipe { reason: String },
+    /// An MoE-layer input or parameter the layer reference refuses; `what` names it.
+    #[error("{what}: {reason}")]
+    InvalidMoe { what: &'static str, reason: String },
 }

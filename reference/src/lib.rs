@@ -10,6 +10,8 @@
 //!   grouped GEMM's recipe-exact reference and the accumulation models of its bound.
 //! * [`routing`]: MoE routing (score functions, DeepSeek-V3 group-limited top-k, capacity
 //!   dropping), in f64, with the routing implementation trait.
+//! * [`moe`]: the whole MoE layer (permute, SwiGLU experts, combine, shared expert), its
+//!   hand-written VJP, the dense formulation, finite differences and the layer error bound.
 //! * [`implementation`]: the one trait behind which every implementation under test sits.
 //!
 //! This crate is pure: no I/O, no CUDA, no randomness.
@@ -19,6 +21,7 @@ pub mod format;
 pub mod fp8;
 pub mod gemm;
 pub mod implementation;
+pub mod moe;
 pub mod routing;
 
 pub use error::Error;

@@ -7,6 +7,7 @@ mod devices;
 mod fp8;
 mod gemm;
 mod gemm_fp8;
+mod moe;
 mod route;
 mod selftest;
 
@@ -52,6 +53,9 @@ pub enum Command {
     /// capacity dropping) with the f64 reference, write the result as .npy, and optionally
     /// check an implementation against it.
     Route(route::RouteArgs),
+    /// Check a whole MoE layer (router, routing, permute, SwiGLU experts, combine, shared
+    /// expert): the output and every gradient against the f64 reference and its derived bound.
+    Moe(moe::MoeArgsCli),
 }
 
 pub fn run() -> anyhow::Result<ExitCode> {
@@ -73,6 +77,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Fp8(a) => fp8::run(a),
         Command::Devices(a) => devices::run(a),
         Command::Route(a) => route::run(a),
+        Command::Moe(a) => moe::run(a),
     }
 }
 

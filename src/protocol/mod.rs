@@ -17,6 +17,7 @@ use moecheck_reference::format::Format;
 use moecheck_reference::gemm::{GemmOutputs, GroupedGemmCase, Pass, Passes, TailContract};
 
 pub mod fp8;
+pub mod moe;
 pub mod route;
 
 /// The protocol version this build reads and writes.

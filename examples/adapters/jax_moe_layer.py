@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""JAX adapter for op `moe_layer` (docs/protocol.md): the MaxText MoE layer, gradients by autodiff.
+
+    moecheck moe --impl "exec:python3 examples/adapters/jax_moe_layer.py"              # f32
+    moecheck moe --compute f64 --out-dtype f64 \
+        --impl "exec:python3 examples/adapters/jax_moe_layer.py --f64"                  # f64
+
+The forward follows MaxText's `RoutedMoE` sparse path: router logits `x @ w_router`, routing
+by `routing_jax.route` (the routing adapter's module: `jax.lax.top_k`, DeepSeek-V3 groups and
+bias, normalisation, scaling, capacity), `permute` as a stable `argsort` of the flattened
+expert ids (dropped assignments get id E and sort last), `jax.lax.ragged_dot` for
+`silu(x W0) * (x W1)` and `@ Wo`, `unpermute` with the inverse permutation and the combine
+`einsum("TKH,TK->TH")` in the compute dtype, plus the shared expert. Every gradient (dx,
+dw_router, dw0, dw1, dwo, dshared_*) comes from `jax.vjp` of that function: autodiff, nothing
+hand-written. Runs on CPU, in float32 (default) or float64 (`--f64`).
+Usage: jax_moe_layer.py [--f64] CASE_DIR
+"""
+import json
+import os
+import sys
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+
+F64 = "--f64" in sys.argv[1:-1]
+if F64:
+    jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from _case import fail  # noqa: E402
+from routing_jax import route  # noqa: E402
+
+DT = jnp.float64 if F64 else jnp.float32
+HI = jax.lax.Precision.HIGHEST
+
+
+def silu(v):
+    return v * jax.nn.sigmoid(v)
+
+
+def layer(params, bias, cfg):
+    x, wr = params["x"], params["w_router"]
+    t, _ = x.shape
+    e = wr.shape[1]
+    k = cfg["topk"]
+    logits = jnp.matmul(x, wr, precision=HI)
+    r = route(logits, bias, cfg)
+    indices, kept, combine = r["indices"], r["kept"], r["combine"]
+    # permute: stable sort of the (token, slot) assignments by expert, dropped ones last.
+    flat = jnp.where(kept, indices, e).reshape(-1)
+    order = jnp.argsort(flat, stable=True)
+    group_sizes = jnp.bincount(flat, length=e + 1)[:e].astype(jnp.int32)
+    xp = jnp.repeat(x, k, axis=0)[order]
+
+    def gmm(a, w):
+        return jax.lax.ragged_dot(a, w, group_sizes, precision=HI, preferred_element_type=DT)
+
+    h = silu(gmm(xp, params["w0"])) * gmm(xp, params["w1"])
+    yp = gmm(h, params["wo"])
+    # unpermute with the inverse permutation, then the weighted combine.
+    inverse = jnp.argsort(order, stable=True)
+    y = yp[inverse].reshape(t, k, -1)
+    out = jnp.einsum("TKH,TK->TH", y, combine.astype(DT), precision=HI)
+    if "shared_w0" in params:
+        hs = silu(jnp.matmul(x, params["shared_w0"], precision=HI)) * jnp.matmul(
+            x, params["shared_w1"], precision=HI
+        )
+        out = out + jnp.matmul(hs, params["shared_wo"], precision=HI)
+    return out
+
+
+def main():
+    if len(sys.argv) < 2:
+        fail("usage: jax_moe_layer.py [--f64] CASE_DIR")
+    d = sys.argv[-1]
+    with open(os.path.join(d, "case.json")) as f:
+        cfg = json.load(f)
+    if cfg.get("protocol") != 1 or cfg.get("op") != "moe_layer":
+        fail(f"unsupported case: protocol {cfg.get('protocol')} op {cfg.get('op')}")
+
+    def load(name):
+        return jnp.asarray(np.load(os.path.join(d, name + ".npy")), DT)
+
+    names = ["x", "w_router", "w0", "w1", "wo"]
+    if cfg["shared_ffn"] > 0:
+        names += ["shared_w0", "shared_w1", "shared_wo"]
+    params = {n: load(n) for n in names}
+    bias = load("bias") if cfg.get("bias") else None
+    dout = load("dout")
+    out, vjp = jax.vjp(lambda p: layer(p, bias, cfg), params)
+    (grads,) = vjp(dout)
+    np_dt = np.float64 if F64 else np.float32
+    save = {"out": out, "dx": grads["x"], "dw_router": grads["w_router"]}
+    for n in names[2:]:
+        save["d" + n] = grads[n]
+    for name, arr in save.items():
+        np.save(os.path.join(d, name + ".npy"), np.asarray(arr, np_dt))
+
+
+if __name__ == "__main__":
+    main()

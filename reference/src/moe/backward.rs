@@ -1,0 +1,181 @@
+//! The hand-written VJP of the MoE layer (module documentation of [`super`]).
+
+use ndarray::{Array2, Array3, ArrayView2, ArrayView3, Axis};
+
+use super::layer::{shared_as_group, silu_grad, FfnForward, Forward, MoeCase, MoeOutputs};
+use crate::gemm::{grouped_dgrad, grouped_wgrad};
+use crate::routing::{Routing, ScoreFunction};
+
+/// The gradients of a grouped SwiGLU FFN ([`super::layer::ffn_forward`]) given `dy (M, H)`:
+/// `(dx (M, H), dW0, dW1, dWo)`. Tail rows of `dy` are never read: their `dh`, `da`, `db` and
+/// `dx` are exactly 0 (grouped dgrad), and no row of an empty group reaches its weight
+/// gradients (grouped wgrad), which are exactly 0.
+pub fn ffn_backward(
+    x: ArrayView2<f64>,
+    w0: ArrayView3<f64>,
+    w1: ArrayView3<f64>,
+    wo: ArrayView3<f64>,
+    fwd: &FfnForward,
+    dy: ArrayView2<f64>,
+    off: &[usize],
+) -> (Array2<f64>, Array3<f64>, Array3<f64>, Array3<f64>) {
+    let dh = grouped_dgrad(dy, wo, off);
+    let dwo = grouped_wgrad(fwd.h.view(), dy, off);
+    let da = &dh * &fwd.b * &fwd.a.mapv(silu_grad);
+    let db = &dh * &fwd.act;
+    let dx = grouped_dgrad(da.view(), w0, off) + grouped_dgrad(db.view(), w1, off);
+    let dw0 = grouped_wgrad(x, da.view(), off);
+    let dw1 = grouped_wgrad(x, db.view(), off);
+    (dx, dw0, dw1, dwo)
+}
+
+/// The VJP of the routing from the combine weights to the router logits.
+///
+/// Reads the forward `routing` and `dc (T, k)` = ∂L/∂combine; returns `dz (T, E)`:
+///
+/// * `dw = dc ⊙ kept` (a dropped slot's weight is the constant 0);
+/// * normalisation and scaling, `w = α·g/D`, `D = Σ g + ε`:
+///   `dg[t,j] = α·(dw[t,j] − Σ_i dw[t,i]·g[t,i]/D_t)/D_t`; without it `dg = α·dw`;
+/// * `softmax`: `ds[e] = Σ_{j: indices[t,j]=e} dg[t,j]`, `dz = s ⊙ (ds − <s, ds>)`;
+/// * `sigmoid`: `dz[t, indices[t,j]] = dg[t,j]·s·(1 − s)`;
+/// * `topk-softmax`: `dz[t, indices[t,j]] = g[t,j]·(dg[t,j] − Σ_i g[t,i]·dg[t,i])`.
+///
+/// The bias, the selection and the capacity mask get no gradient. Sums in slot / expert
+/// order, f64.
+pub fn routing_vjp(routing: &Routing, dc: ArrayView2<f64>) -> Array2<f64> {
+    let cfg = &routing.config;
+    let (t, k) = routing.indices.dim();
+    let e = routing.scores.ncols();
+    let mut dz = Array2::zeros((t, e));
+    for ti in 0..t {
+        let g = routing.gates.row(ti);
+        let dw: Vec<f64> = (0..k)
+            .map(|j| {
+                if routing.kept[(ti, j)] {
+                    dc[(ti, j)]
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let alpha = cfg.scaling_factor;
+        let dg: Vec<f64> = if cfg.normalises() {
+            let d = routing.denominators[ti];
+            let dot: f64 = (0..k).map(|i| dw[i] * g[i]).sum::<f64>() / d;
+            dw.iter().map(|v| alpha * (v - dot) / d).collect()
+        } else {
+            dw.iter().map(|v| alpha * v).collect()
+        };
+        let s = routing.scores.row(ti);
+        let idx = routing.indices.row(ti);
+        match cfg.score {
+            ScoreFunction::Softmax => {
+                let mut ds = vec![0.0; e];
+                for j in 0..k {
+                    ds[idx[j]] += dg[j];
+                }
+                let dot: f64 = (0..e).map(|f| s[f] * ds[f]).sum();
+                for f in 0..e {
+                    dz[(ti, f)] = s[f] * (ds[f] - dot);
+                }
+            }
+            ScoreFunction::Sigmoid => {
+                for j in 0..k {
+                    let sv = s[idx[j]];
+                    dz[(ti, idx[j])] += dg[j] * sv * (1.0 - sv);
+                }
+            }
+            ScoreFunction::TopkSoftmax => {
+                let dot: f64 = (0..k).map(|i| g[i] * dg[i]).sum();
+                for j in 0..k {
+                    dz[(ti, idx[j])] += g[j] * (dg[j] - dot);
+                }
+            }
+        }
+    }
+    dz
+}
+
+/// The backward's intermediates besides the gradients.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Backward {
+    pub grads: MoeOutputs,
+    /// `dc (T, k)`: `<dout[t], yp[row of (t, s)]>` for kept slots, 0 for dropped.
+    pub dcombine: Array2<f64>,
+    /// `dz (T, E)`: the gradient at the router logits.
+    pub dlogits: Array2<f64>,
+}
+
+/// The combine-weight gradient `dc[t, s] = <dout[t], yp[inverse[t·k+s]]>` (kept slots; 0 for
+/// dropped ones), summed over `H` in f64.
+pub fn combine_weight_grad(fwd: &Forward, dout: ArrayView2<f64>) -> Array2<f64> {
+    let p = &fwd.perm;
+    Array2::from_shape_fn((p.tokens, p.topk), |(t, s)| {
+        let a = t * p.topk + s;
+        if p.kept[a] {
+            dout.row(t).dot(&fwd.ffn.y.row(p.inverse[a]))
+        } else {
+            0.0
+        }
+    })
+}
+
+/// The layer's gradients with respect to `x`, `W_r`, `W0`, `W1`, `Wo` and the shared expert,
+/// for `dout = case.dout` (module documentation of [`super`]). Reads `case` and `fwd`.
+pub fn backward(case: &MoeCase, fwd: &Forward) -> Backward {
+    let p = &fwd.perm;
+    let off = p.offsets();
+    let dout = case.dout.view();
+    // dyp[r] = c[t, s]·dout[t] for kept rows; the tail stays 0.
+    let mut dyp = Array2::zeros((p.rows(), case.hidden()));
+    for r in 0..p.rows_used() {
+        let a = p.order[r];
+        let c = fwd.routing.combine[(a / p.topk, a % p.topk)];
+        dyp.row_mut(r).assign(&dout.row(a / p.topk).mapv(|v| c * v));
+    }
+    let dcombine = combine_weight_grad(fwd, dout);
+    let (dxp, dw0, dw1, dwo) = ffn_backward(
+        fwd.xp.view(),
+        case.w0.view(),
+        case.w1.view(),
+        case.wo.view(),
+        &fwd.ffn,
+        dyp.view(),
+        &off,
+    );
+    let mut dx = p.scatter_add(dxp.view());
+    let dlogits = routing_vjp(&fwd.routing, dcombine.view());
+    dx += &dlogits.dot(&case.wr.t());
+    let dw_router = case.x.t().dot(&dlogits);
+    let dshared = match (&case.shared, &fwd.shared) {
+        (Some(s), Some(sf)) => {
+            let [w0, w1, wo] = shared_as_group(s);
+            let (dxs, d0, d1, d_o) = ffn_backward(
+                case.x.view(),
+                w0.view(),
+                w1.view(),
+                wo.view(),
+                sf,
+                dout,
+                &[0, case.tokens()],
+            );
+            dx += &dxs;
+            let first = |a: Array3<f64>| a.index_axis_move(Axis(0), 0);
+            Some([first(d0), first(d1), first(d_o)])
+        }
+        _ => None,
+    };
+    Backward {
+        grads: MoeOutputs {
+            out: fwd.out.clone(),
+            dx,
+            dw_router,
+            dw0,
+            dw1,
+            dwo,
+            dshared,
+        },
+        dcombine,
+        dlogits,
+    }
+}

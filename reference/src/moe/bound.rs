@@ -1,0 +1,543 @@
+//! The a-priori error bound of an MoE-layer implementation, by running error analysis.
+//!
+//! ## Model
+//! The implementation declares a [`LayerPrecision`]: it reads the inputs exactly (they are
+//! representable in `input`), performs every operation — GEMM products and sums, the
+//! softmax / sigmoid / SiLU evaluations, the normalisation, the f32 combine — in `compute`
+//! with unit roundoff `u`, and rounds each returned tensor once to `output` (`u_out`). It
+//! must **select the same experts and drop the same assignments** as the reference: the
+//! case generators refuse cases whose top-k, group or capacity margins are within the
+//! selection-score error computed here ([`super::fd::near_tie`]), so this is a fact of every
+//! checked case, not an assumption.
+//!
+//! ## Propagation (`e(·)` bounds the absolute error of a computed intermediate)
+//! Every intermediate `v` of the reference forward and backward is replayed beside a bound
+//! `e(v)`, first-order-exact and with the second-order terms kept (no term is dropped):
+//!
+//! * product `p = a·b`: `e = |a|e(b) + e(a)|b| + e(a)e(b) + u(|a|+e(a))(|b|+e(b))`;
+//! * sum `a + b`: `e = e(a) + e(b) + u(|a|+e(a)+|b|+e(b))`;
+//! * dot product / GEMM element of depth `n` (Higham §3.1):
+//!   `e = Σ(|a|e(b) + e(a)|b| + e(a)e(b)) + γ_n Σ(|a|+e(a))(|b|+e(b))`, `γ_n = nu/(1−nu)`,
+//!   computed as grouped GEMMs of the magnitudes (`n = H`, `F`, `E`, `T` or the group size);
+//! * `σ`, `silu`, `silu'`: Lipschitz constants `1/4`, `1.1` (`max silu' = 1.0998…`) and `1/2`
+//!   (`max |silu''| = 1/2`) times `e(input)`, plus `c_fn·u` relative for the evaluation, with
+//!   `c_fn =` [`FN_ULPS`] (XLA's and CUDA's f32 `exp`/`logistic` are within a few ulp);
+//! * softmax over `n` logits with `δ = max e(z)`: the exact softmax moves by at most the
+//!   factor `e^{±2δ}`, and its evaluation adds `γ_{n+c_fn+1}`:
+//!   `e(p) = p·(e^{2δ} − 1 + γ_{n+c_fn+1}·e^{2δ})`;
+//! * `w = g/D` with `D = Σg + ε`: `e = (e(g) + |w|e(D))/(D − e(D)) + u(|w| + …)`.
+//!
+//! The backward replays [`super::backward`] the same way, the routing VJP element by element.
+//! Finally `e_out = e + u_out(|v| + e)` for the rounding to `output`.
+//!
+//! ## The reference's own error
+//! The reference is the same computation in f64. Every rule above is a polynomial in `u` with
+//! non-negative coefficients and no constant term, so `e(u_impl) + e(2^-53) <= e(u_impl + 2^-53)`:
+//! the replay runs with `u = u_compute + 2^-53` and bounds `|ŷ − y_ref|` directly.
+
+use ndarray::{Array2, Array3, ArrayD, ArrayView2, ArrayView3, Axis, Zip};
+use serde::{Deserialize, Serialize};
+
+use super::layer::{shared_as_group, sigmoid, silu, silu_grad, Forward, MoeCase, TensorId};
+use crate::format::Format;
+use crate::gemm::bound::gamma;
+use crate::gemm::{grouped_dgrad, grouped_fwd, grouped_wgrad};
+use crate::routing::ScoreFunction;
+
+/// Relative error, in units of `u`, allowed for one evaluation of `exp`, `σ` or `silu`.
+pub const FN_ULPS: f64 = 4.0;
+/// `max |silu'|`, rounded up.
+const SILU_LIP: f64 = 1.1;
+/// `max |silu''|`.
+const SILU_GRAD_LIP: f64 = 0.5;
+
+/// The precision an MoE-layer implementation declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayerPrecision {
+    /// The format of every input value.
+    pub input: Format,
+    /// The format of every intermediate operation (GEMM accumulation included).
+    pub compute: Format,
+    /// The format the outputs are written in.
+    pub output: Format,
+}
+
+/// The bound of every output tensor, and the errors the tie guard needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerBound {
+    /// Per-element bounds, in [`TensorId::of_case`] order.
+    pub tensors: Vec<(TensorId, ArrayD<f64>)>,
+    /// `e(u) (T, E)`: the error of the selection scores `u = s + b`.
+    pub selection_err: Array2<f64>,
+    /// `e(w) (T, k)`: the error of the weights before dropping (what `probs` ranks).
+    pub weight_err: Array2<f64>,
+}
+
+impl LayerBound {
+    pub fn get(&self, id: TensorId) -> Option<&ArrayD<f64>> {
+        self.tensors.iter().find(|(t, _)| *t == id).map(|(_, a)| a)
+    }
+}
+
+/// A value and a bound on its error.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Ev {
+    v: f64,
+    e: f64,
+}
+
+impl Ev {
+    fn exact(v: f64) -> Ev {
+        Ev { v, e: 0.0 }
+    }
+    fn mag(self) -> f64 {
+        self.v.abs() + self.e
+    }
+    fn mul(self, o: Ev, u: f64) -> Ev {
+        Ev {
+            v: self.v * o.v,
+            e: self.v.abs() * o.e + self.e * o.v.abs() + self.e * o.e + u * self.mag() * o.mag(),
+        }
+    }
+    fn add(self, o: Ev, u: f64) -> Ev {
+        Ev {
+            v: self.v + o.v,
+            e: self.e + o.e + u * (self.mag() + o.mag()),
+        }
+    }
+    fn sub(self, o: Ev, u: f64) -> Ev {
+        self.add(Ev { v: -o.v, e: o.e }, u)
+    }
+    /// `self / d` with `d.e < |d.v|`.
+    fn div(self, d: Ev, u: f64) -> Ev {
+        let q = self.v / d.v;
+        let e = (self.e + q.abs() * d.e) / (d.v.abs() - d.e).max(f64::MIN_POSITIVE);
+        Ev {
+            v: q,
+            e: e + u * (q.abs() + e),
+        }
+    }
+    /// `Σ a_i·b_i` of depth `n = pairs.len()`.
+    fn dot(pairs: &[(Ev, Ev)], u: f64) -> Ev {
+        let g = gamma(pairs.len(), u);
+        let mut v = 0.0;
+        let mut e = 0.0;
+        let mut m = 0.0;
+        for (a, b) in pairs {
+            v += a.v * b.v;
+            e += a.v.abs() * b.e + a.e * b.v.abs() + a.e * b.e;
+            m += a.mag() * b.mag();
+        }
+        Ev { v, e: e + g * m }
+    }
+}
+
+/// An array with its error bound.
+#[derive(Debug, Clone)]
+struct T2 {
+    v: Array2<f64>,
+    e: Array2<f64>,
+}
+
+impl T2 {
+    fn exact(v: Array2<f64>) -> T2 {
+        let e = Array2::zeros(v.dim());
+        T2 { v, e }
+    }
+    fn mag(&self) -> Array2<f64> {
+        &self.v.mapv(f64::abs) + &self.e
+    }
+    fn at(&self, i: usize, j: usize) -> Ev {
+        Ev {
+            v: self.v[(i, j)],
+            e: self.e[(i, j)],
+        }
+    }
+    fn zip(&self, o: &T2, f: impl Fn(Ev, Ev) -> Ev) -> T2 {
+        let mut v = Array2::zeros(self.v.dim());
+        let mut e = Array2::zeros(self.v.dim());
+        Zip::indexed(&mut v).and(&mut e).for_each(|(i, j), vv, ee| {
+            let r = f(self.at(i, j), o.at(i, j));
+            *vv = r.v;
+            *ee = r.e;
+        });
+        T2 { v, e }
+    }
+    fn map(&self, f: impl Fn(Ev) -> Ev) -> T2 {
+        self.zip(self, |a, _| f(a))
+    }
+    /// Rounding to the output format.
+    fn output(&self, u_out: f64) -> Array2<f64> {
+        &self.e + &(self.mag() * u_out)
+    }
+}
+
+/// A Lipschitz function evaluated with `FN_ULPS` relative error.
+fn lip(a: Ev, value: f64, lip: f64, u: f64) -> Ev {
+    let e = lip * a.e;
+    Ev {
+        v: value,
+        e: e + FN_ULPS * u * (value.abs() + e),
+    }
+}
+
+/// `lhs (M, K) · rhs_g (K, N)` per group, `rhs` exact: depth `K`.
+fn g_fwd(lhs: &T2, rhs: ArrayView3<f64>, off: &[usize], u: f64) -> T2 {
+    let g = gamma(lhs.v.ncols(), u);
+    let abs_r = rhs.mapv(f64::abs);
+    let v = grouped_fwd(lhs.v.view(), rhs, off);
+    let e = grouped_fwd(lhs.e.view(), abs_r.view(), off) * (1.0 + g)
+        + grouped_fwd(lhs.v.mapv(f64::abs).view(), abs_r.view(), off) * g;
+    T2 { v, e }
+}
+
+/// `dout (M, N) · rhs_gᵀ` per group, `rhs` exact: depth `N`.
+fn g_dgrad(dout: &T2, rhs: ArrayView3<f64>, off: &[usize], u: f64) -> T2 {
+    let g = gamma(dout.v.ncols(), u);
+    let abs_r = rhs.mapv(f64::abs);
+    let v = grouped_dgrad(dout.v.view(), rhs, off);
+    let e = grouped_dgrad(dout.e.view(), abs_r.view(), off) * (1.0 + g)
+        + grouped_dgrad(dout.v.mapv(f64::abs).view(), abs_r.view(), off) * g;
+    T2 { v, e }
+}
+
+/// `lhs_gᵀ · dout_g` per group: depth = the group's size.
+fn g_wgrad(lhs: &T2, dout: &T2, off: &[usize], u: f64) -> (Array3<f64>, Array3<f64>) {
+    let v = grouped_wgrad(lhs.v.view(), dout.v.view(), off);
+    let (al, ad) = (lhs.v.mapv(f64::abs), dout.v.mapv(f64::abs));
+    let mut e = grouped_wgrad(al.view(), dout.e.view(), off)
+        + grouped_wgrad(lhs.e.view(), ad.view(), off)
+        + grouped_wgrad(lhs.e.view(), dout.e.view(), off);
+    let m = grouped_wgrad(lhs.mag().view(), dout.mag().view(), off);
+    for (gi, mut eg) in e.outer_iter_mut().enumerate() {
+        let g = gamma(off[gi + 1] - off[gi], u);
+        eg.scaled_add(g, &m.index_axis(Axis(0), gi));
+    }
+    (v, e)
+}
+
+/// The replayed grouped SwiGLU FFN and its backward: `(y, dx, dW0, dW1, dWo)` with errors.
+struct FfnReplay {
+    y: T2,
+    xp: T2,
+    a: T2,
+    b: T2,
+    act: T2,
+    h: T2,
+}
+
+fn ffn_fwd(
+    xp: T2,
+    w0: ArrayView3<f64>,
+    w1: ArrayView3<f64>,
+    wo: ArrayView3<f64>,
+    off: &[usize],
+    u: f64,
+) -> FfnReplay {
+    let a = g_fwd(&xp, w0, off, u);
+    let b = g_fwd(&xp, w1, off, u);
+    let act = a.map(|x| lip(x, silu(x.v), SILU_LIP, u));
+    let h = act.zip(&b, |p, q| p.mul(q, u));
+    let y = g_fwd(&h, wo, off, u);
+    FfnReplay {
+        y,
+        xp,
+        a,
+        b,
+        act,
+        h,
+    }
+}
+
+type Grads3 = (
+    T2,
+    (Array3<f64>, Array3<f64>),
+    (Array3<f64>, Array3<f64>),
+    (Array3<f64>, Array3<f64>),
+);
+
+fn ffn_bwd(
+    f: &FfnReplay,
+    dy: &T2,
+    w0: ArrayView3<f64>,
+    w1: ArrayView3<f64>,
+    wo: ArrayView3<f64>,
+    off: &[usize],
+    u: f64,
+) -> Grads3 {
+    let dh = g_dgrad(dy, wo, off, u);
+    let dwo = g_wgrad(&f.h, dy, off, u);
+    let sg = f.a.map(|x| lip(x, silu_grad(x.v), SILU_GRAD_LIP, u));
+    let da = dh
+        .zip(&f.b, |p, q| p.mul(q, u))
+        .zip(&sg, |p, q| p.mul(q, u));
+    let db = dh.zip(&f.act, |p, q| p.mul(q, u));
+    let dxa = g_dgrad(&da, w0, off, u);
+    let dxb = g_dgrad(&db, w1, off, u);
+    let dx = dxa.zip(&dxb, |p, q| p.add(q, u));
+    let dw0 = g_wgrad(&f.xp, &da, off, u);
+    let dw1 = g_wgrad(&f.xp, &db, off, u);
+    (dx, dw0, dw1, dwo)
+}
+
+/// The dense product `a (M, K) · b (K, N)` with `b` exact.
+fn mm_exact_rhs(a: &T2, b: ArrayView2<f64>, u: f64) -> T2 {
+    let g = gamma(a.v.ncols(), u);
+    let ab = b.mapv(f64::abs);
+    T2 {
+        v: a.v.dot(&b),
+        e: a.e.dot(&ab) * (1.0 + g) + a.v.mapv(f64::abs).dot(&ab) * g,
+    }
+}
+
+/// Per-element error bounds of every output of an implementation declaring `precision`, on
+/// `case` with the reference forward `fwd` (module documentation).
+pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) -> LayerBound {
+    let u = precision.compute.info().unit_roundoff() + Format::F64.info().unit_roundoff();
+    let u_out = precision.output.info().unit_roundoff();
+    let r = &fwd.routing;
+    let cfg = &r.config;
+    let (t, e) = r.scores.dim();
+    let k = cfg.topk;
+    // Router logits.
+    let z = mm_exact_rhs(&T2::exact(case.x.clone()), case.wr.view(), u);
+    // Scores and the selection scores.
+    let mut s = T2::exact(r.scores.clone());
+    match cfg.score {
+        ScoreFunction::TopkSoftmax => s.e.assign(&z.e),
+        ScoreFunction::Sigmoid => s = z.map(|x| lip(x, sigmoid(x.v), 0.25, u)),
+        ScoreFunction::Softmax => {
+            let g = gamma(e + FN_ULPS as usize + 1, u);
+            for ti in 0..t {
+                let d = z.e.row(ti).fold(0.0f64, |m, v| m.max(*v));
+                let f = (2.0 * d).exp_m1() + g * (2.0 * d).exp();
+                for j in 0..e {
+                    s.e[(ti, j)] = r.scores[(ti, j)] * f;
+                }
+            }
+        }
+    }
+    let mut selection_err = s.e.clone();
+    if let Some(b) = &case.bias {
+        Zip::indexed(&mut selection_err).for_each(|(ti, j), v| {
+            *v += u * (s.v[(ti, j)].abs() + *v + b[j].abs());
+        });
+    }
+    // Gates, weights, combine weights.
+    let mut w = T2::exact(Array2::zeros((t, k)));
+    let mut c = T2::exact(Array2::zeros((t, k)));
+    let alpha = Ev::exact(cfg.scaling_factor);
+    let mut gates_ev: Vec<Vec<Ev>> = Vec::with_capacity(t);
+    for ti in 0..t {
+        let idx = r.indices.row(ti);
+        let g: Vec<Ev> = match cfg.score {
+            ScoreFunction::TopkSoftmax => {
+                let d = (0..k).map(|j| z.e[(ti, idx[j])]).fold(0.0f64, f64::max);
+                let f = (2.0 * d).exp_m1() + gamma(k + FN_ULPS as usize + 1, u) * (2.0 * d).exp();
+                (0..k)
+                    .map(|j| Ev {
+                        v: r.gates[(ti, j)],
+                        e: r.gates[(ti, j)] * f,
+                    })
+                    .collect()
+            }
+            _ => (0..k).map(|j| s.at(ti, idx[j])).collect(),
+        };
+        for j in 0..k {
+            let wj = if cfg.normalises() {
+                let mut d = Ev::exact(cfg.norm_eps);
+                let m: f64 = g.iter().map(|x| x.mag()).sum::<f64>() + cfg.norm_eps;
+                d.v += g.iter().map(|x| x.v).sum::<f64>();
+                d.e += g.iter().map(|x| x.e).sum::<f64>() + gamma(k, u) * m;
+                g[j].div(d, u).mul(alpha, u)
+            } else {
+                g[j].mul(alpha, u)
+            };
+            w.v[(ti, j)] = wj.v;
+            w.e[(ti, j)] = wj.e;
+            if r.kept[(ti, j)] {
+                c.v[(ti, j)] = wj.v;
+                c.e[(ti, j)] = wj.e;
+            }
+        }
+        gates_ev.push(g);
+    }
+    // Experts.
+    let p = &fwd.perm;
+    let off = p.offsets();
+    let ffn = ffn_fwd(
+        T2::exact(fwd.xp.clone()),
+        case.w0.view(),
+        case.w1.view(),
+        case.wo.view(),
+        &off,
+        u,
+    );
+    let hidden = case.hidden();
+    let mut out = T2::exact(Array2::zeros((t, hidden)));
+    for ti in 0..t {
+        for col in 0..hidden {
+            let pairs: Vec<(Ev, Ev)> = (0..k)
+                .filter(|&j| r.kept[(ti, j)])
+                .map(|j| (c.at(ti, j), ffn.y.at(p.inverse[ti * k + j], col)))
+                .collect();
+            let o = Ev::dot(&pairs, u);
+            out.v[(ti, col)] = o.v;
+            out.e[(ti, col)] = o.e;
+        }
+    }
+    let shared_w = case.shared.as_ref().map(shared_as_group);
+    let all = [0, t];
+    let shared = shared_w.as_ref().map(|[w0, w1, wo]| {
+        ffn_fwd(
+            T2::exact(case.x.clone()),
+            w0.view(),
+            w1.view(),
+            wo.view(),
+            &all,
+            u,
+        )
+    });
+    if let Some(sf) = &shared {
+        out = out.zip(&sf.y, |a, b| a.add(b, u));
+    }
+    // Backward.
+    let dout = T2::exact(case.dout.clone());
+    let mut dyp = T2::exact(Array2::zeros((p.rows(), hidden)));
+    for rr in 0..p.rows_used() {
+        let a = p.order[rr];
+        let (ti, j) = (a / k, a % k);
+        for col in 0..hidden {
+            let v = c.at(ti, j).mul(dout.at(ti, col), u);
+            dyp.v[(rr, col)] = v.v;
+            dyp.e[(rr, col)] = v.e;
+        }
+    }
+    let mut dc = T2::exact(Array2::zeros((t, k)));
+    for ti in 0..t {
+        for j in 0..k {
+            if r.kept[(ti, j)] {
+                let rr = p.inverse[ti * k + j];
+                let pairs: Vec<(Ev, Ev)> = (0..hidden)
+                    .map(|col| (dout.at(ti, col), ffn.y.at(rr, col)))
+                    .collect();
+                let v = Ev::dot(&pairs, u);
+                dc.v[(ti, j)] = v.v;
+                dc.e[(ti, j)] = v.e;
+            }
+        }
+    }
+    let (dxp, dw0, dw1, dwo) = ffn_bwd(
+        &ffn,
+        &dyp,
+        case.w0.view(),
+        case.w1.view(),
+        case.wo.view(),
+        &off,
+        u,
+    );
+    let mut dx = T2::exact(Array2::zeros((t, hidden)));
+    for ti in 0..t {
+        for col in 0..hidden {
+            let mut acc = Ev::exact(0.0);
+            let mut m = 0.0;
+            for j in 0..k {
+                let x = dxp.at(p.inverse[ti * k + j], col);
+                acc.v += x.v;
+                acc.e += x.e;
+                m += x.mag();
+            }
+            acc.e += gamma(k, u) * m;
+            dx.v[(ti, col)] = acc.v;
+            dx.e[(ti, col)] = acc.e;
+        }
+    }
+    // Routing VJP.
+    let mut dz = T2::exact(Array2::zeros((t, e)));
+    for (ti, g) in gates_ev.iter().enumerate() {
+        let idx = r.indices.row(ti);
+        let dw: Vec<Ev> = (0..k).map(|j| dc.at(ti, j)).collect();
+        let dg: Vec<Ev> = if cfg.normalises() {
+            let m: f64 = g.iter().map(|x| x.mag()).sum::<f64>() + cfg.norm_eps;
+            let d = Ev {
+                v: g.iter().map(|x| x.v).sum::<f64>() + cfg.norm_eps,
+                e: g.iter().map(|x| x.e).sum::<f64>() + gamma(k, u) * m,
+            };
+            let pairs: Vec<(Ev, Ev)> = (0..k).map(|i| (dw[i], g[i])).collect();
+            let dot = Ev::dot(&pairs, u).div(d, u);
+            dw.iter()
+                .map(|x| alpha.mul(x.sub(dot, u), u).div(d, u))
+                .collect()
+        } else {
+            dw.iter().map(|x| alpha.mul(*x, u)).collect()
+        };
+        match cfg.score {
+            ScoreFunction::Softmax => {
+                let mut ds = vec![Ev::exact(0.0); e];
+                for j in 0..k {
+                    ds[idx[j]] = ds[idx[j]].add(dg[j], u);
+                }
+                let pairs: Vec<(Ev, Ev)> = (0..e).map(|f| (s.at(ti, f), ds[f])).collect();
+                let dot = Ev::dot(&pairs, u);
+                for (f, dsf) in ds.iter().enumerate() {
+                    let v = s.at(ti, f).mul(dsf.sub(dot, u), u);
+                    dz.v[(ti, f)] = v.v;
+                    dz.e[(ti, f)] = v.e;
+                }
+            }
+            ScoreFunction::Sigmoid => {
+                for j in 0..k {
+                    let sv = s.at(ti, idx[j]);
+                    let v = dg[j].mul(sv, u).mul(Ev::exact(1.0).sub(sv, u), u);
+                    dz.v[(ti, idx[j])] = v.v;
+                    dz.e[(ti, idx[j])] = v.e;
+                }
+            }
+            ScoreFunction::TopkSoftmax => {
+                let pairs: Vec<(Ev, Ev)> = (0..k).map(|i| (g[i], dg[i])).collect();
+                let dot = Ev::dot(&pairs, u);
+                for j in 0..k {
+                    let v = g[j].mul(dg[j].sub(dot, u), u);
+                    dz.v[(ti, idx[j])] = v.v;
+                    dz.e[(ti, idx[j])] = v.e;
+                }
+            }
+        }
+    }
+    let dx_router = mm_exact_rhs(&dz, case.wr.t(), u);
+    dx = dx.zip(&dx_router, |a, b| a.add(b, u));
+    let gt = gamma(t, u);
+    let ax = case.x.mapv(f64::abs);
+    let dwr_e = ax.t().dot(&dz.e) * (1.0 + gt) + ax.t().dot(&dz.v.mapv(f64::abs)) * gt;
+    let dwr_v = case.x.t().dot(&dz.v);
+    let mut dshared = None;
+    if let (Some(sf), Some([w0, w1, wo])) = (&shared, &shared_w) {
+        let (dxs, d0, d1, d_o) = ffn_bwd(sf, &dout, w0.view(), w1.view(), wo.view(), &all, u);
+        dx = dx.zip(&dxs, |a, b| a.add(b, u));
+        dshared = Some([d0, d1, d_o]);
+    }
+    let out3 =
+        |(v, e): (Array3<f64>, Array3<f64>)| (&e + &((v.mapv(f64::abs) + &e) * u_out)).into_dyn();
+    let mut tensors = vec![
+        (TensorId::Out, out.output(u_out).into_dyn()),
+        (TensorId::Dx, dx.output(u_out).into_dyn()),
+        (
+            TensorId::DwRouter,
+            T2 { v: dwr_v, e: dwr_e }.output(u_out).into_dyn(),
+        ),
+        (TensorId::Dw0, out3(dw0)),
+        (TensorId::Dw1, out3(dw1)),
+        (TensorId::Dwo, out3(dwo)),
+    ];
+    if let Some([d0, d1, d_o]) = dshared {
+        let first = |(v, e): (Array3<f64>, Array3<f64>)| out3((v, e)).index_axis_move(Axis(0), 0);
+        tensors.push((TensorId::DsharedW0, first(d0)));
+        tensors.push((TensorId::DsharedW1, first(d1)));
+        tensors.push((TensorId::DsharedWo, first(d_o)));
+    }
+    LayerBound {
+        tensors,
+        selection_err,
+        weight_err: w.e,
+    }
+}

@@ -1,0 +1,378 @@
+//! The MoE layer case, its forward pass, and the outputs an implementation returns.
+
+use ndarray::{Array1, Array2, Array3, ArrayD, ArrayView2, ArrayView3, Axis};
+use serde::{Deserialize, Serialize};
+
+use super::permute::Permutation;
+use crate::format::Format;
+use crate::gemm::grouped_fwd;
+use crate::routing::{route, Routing, RoutingCase, RoutingConfig};
+use crate::Error;
+
+/// The shared expert (DeepSeek-V3 `shared_experts`): one dense SwiGLU FFN on every token.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedExpert {
+    /// `(H, Fs)`
+    pub w0: Array2<f64>,
+    /// `(H, Fs)`
+    pub w1: Array2<f64>,
+    /// `(Fs, H)`
+    pub wo: Array2<f64>,
+}
+
+/// One MoE-layer problem: inputs, weights, the output gradient and the routing.
+///
+/// Values are f64 but, in generated cases, exactly representable in `dtype` (the format an
+/// implementation reads them in).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeCase {
+    /// `(T, H)`
+    pub x: Array2<f64>,
+    /// `(H, E)`
+    pub wr: Array2<f64>,
+    /// `(E,)`: selection-only bias.
+    pub bias: Option<Array1<f64>>,
+    /// `(E, H, F)`
+    pub w0: Array3<f64>,
+    /// `(E, H, F)`
+    pub w1: Array3<f64>,
+    /// `(E, F, H)`
+    pub wo: Array3<f64>,
+    pub shared: Option<SharedExpert>,
+    /// `(T, H)`: the gradient of the loss with respect to `out`.
+    pub dout: Array2<f64>,
+    pub routing: RoutingConfig,
+    /// The format every input value is representable in.
+    pub dtype: Format,
+}
+
+impl MoeCase {
+    pub fn tokens(&self) -> usize {
+        self.x.nrows()
+    }
+    pub fn hidden(&self) -> usize {
+        self.x.ncols()
+    }
+    pub fn experts(&self) -> usize {
+        self.wr.ncols()
+    }
+    pub fn ffn(&self) -> usize {
+        self.w0.shape()[2]
+    }
+    pub fn topk(&self) -> usize {
+        self.routing.topk
+    }
+
+    /// Checks every shape against `x (T, H)`, `W_r (H, E)` and `W0 (E, H, F)`, that every
+    /// value is finite, and the routing configuration. The error names the array.
+    pub fn validate(&self) -> Result<(), Error> {
+        let (t, h) = self.x.dim();
+        let e = self.wr.ncols();
+        let f = self.w0.shape()[2];
+        let shape = |what: &'static str, got: &[usize], want: Vec<usize>| {
+            if got == want.as_slice() {
+                Ok(())
+            } else {
+                Err(Error::ShapeMismatch {
+                    op: "moe_layer",
+                    what,
+                    expected: want,
+                    got: got.to_vec(),
+                })
+            }
+        };
+        shape("w_router", self.wr.shape(), vec![h, e])?;
+        shape("w0", self.w0.shape(), vec![e, h, f])?;
+        shape("w1", self.w1.shape(), vec![e, h, f])?;
+        shape("wo", self.wo.shape(), vec![e, f, h])?;
+        shape("dout", self.dout.shape(), vec![t, h])?;
+        if let Some(b) = &self.bias {
+            shape("bias", b.shape(), vec![e])?;
+        }
+        if let Some(s) = &self.shared {
+            let fs = s.w0.ncols();
+            shape("shared_w0", s.w0.shape(), vec![h, fs])?;
+            shape("shared_w1", s.w1.shape(), vec![h, fs])?;
+            shape("shared_wo", s.wo.shape(), vec![fs, h])?;
+        }
+        for (what, a) in self.named_inputs() {
+            if let Some((i, v)) = a.indexed_iter().find(|(_, v)| !v.is_finite()) {
+                return Err(Error::NonFinite {
+                    what,
+                    index: ndarray::Dimension::slice(&i).to_vec(),
+                    value: *v,
+                });
+            }
+        }
+        self.routing.validate(t, e)
+    }
+
+    /// Every input array with its protocol name (`x`, `w_router`, `bias`, `w0`, …, `dout`).
+    pub fn named_inputs(&self) -> Vec<(&'static str, ArrayD<f64>)> {
+        let mut v: Vec<(&'static str, ArrayD<f64>)> = vec![
+            ("x", self.x.clone().into_dyn()),
+            ("w_router", self.wr.clone().into_dyn()),
+            ("w0", self.w0.clone().into_dyn()),
+            ("w1", self.w1.clone().into_dyn()),
+            ("wo", self.wo.clone().into_dyn()),
+            ("dout", self.dout.clone().into_dyn()),
+        ];
+        if let Some(b) = &self.bias {
+            v.push(("bias", b.clone().into_dyn()));
+        }
+        if let Some(s) = &self.shared {
+            v.push(("shared_w0", s.w0.clone().into_dyn()));
+            v.push(("shared_w1", s.w1.clone().into_dyn()));
+            v.push(("shared_wo", s.wo.clone().into_dyn()));
+        }
+        v
+    }
+
+    /// The routing problem of this case with the given logits.
+    pub fn routing_case(&self, logits: Array2<f64>) -> RoutingCase {
+        RoutingCase {
+            logits,
+            bias: self.bias.clone(),
+            config: self.routing,
+        }
+    }
+}
+
+/// Which output of the layer (forward value or gradient).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TensorId {
+    /// `out (T, H)`
+    Out,
+    /// `dx (T, H)`
+    Dx,
+    /// `dw_router (H, E)`
+    DwRouter,
+    /// `dw0 (E, H, F)`
+    Dw0,
+    /// `dw1 (E, H, F)`
+    Dw1,
+    /// `dwo (E, F, H)`
+    Dwo,
+    /// `dshared_w0 (H, Fs)`
+    DsharedW0,
+    /// `dshared_w1 (H, Fs)`
+    DsharedW1,
+    /// `dshared_wo (Fs, H)`
+    DsharedWo,
+}
+
+impl TensorId {
+    pub const ALL: [TensorId; 9] = [
+        TensorId::Out,
+        TensorId::Dx,
+        TensorId::DwRouter,
+        TensorId::Dw0,
+        TensorId::Dw1,
+        TensorId::Dwo,
+        TensorId::DsharedW0,
+        TensorId::DsharedW1,
+        TensorId::DsharedWo,
+    ];
+
+    /// The file stem in a case directory (`out`, `dx`, `dw_router`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            TensorId::Out => "out",
+            TensorId::Dx => "dx",
+            TensorId::DwRouter => "dw_router",
+            TensorId::Dw0 => "dw0",
+            TensorId::Dw1 => "dw1",
+            TensorId::Dwo => "dwo",
+            TensorId::DsharedW0 => "dshared_w0",
+            TensorId::DsharedW1 => "dshared_w1",
+            TensorId::DsharedWo => "dshared_wo",
+        }
+    }
+
+    /// Whether the leading axis is the expert (per-expert statistics in reports).
+    pub fn per_expert(self) -> bool {
+        matches!(self, TensorId::Dw0 | TensorId::Dw1 | TensorId::Dwo)
+    }
+
+    pub fn is_shared(self) -> bool {
+        matches!(
+            self,
+            TensorId::DsharedW0 | TensorId::DsharedW1 | TensorId::DsharedWo
+        )
+    }
+
+    /// The tensors a case has (the shared-expert gradients only with a shared expert).
+    pub fn of_case(case: &MoeCase) -> Vec<TensorId> {
+        TensorId::ALL
+            .into_iter()
+            .filter(|t| !t.is_shared() || case.shared.is_some())
+            .collect()
+    }
+
+    /// The shape this tensor has for `case`.
+    pub fn shape(self, case: &MoeCase) -> Vec<usize> {
+        let (t, h, e, f) = (case.tokens(), case.hidden(), case.experts(), case.ffn());
+        let fs = case.shared.as_ref().map_or(0, |s| s.w0.ncols());
+        match self {
+            TensorId::Out | TensorId::Dx => vec![t, h],
+            TensorId::DwRouter => vec![h, e],
+            TensorId::Dw0 | TensorId::Dw1 => vec![e, h, f],
+            TensorId::Dwo => vec![e, f, h],
+            TensorId::DsharedW0 | TensorId::DsharedW1 => vec![h, fs],
+            TensorId::DsharedWo => vec![fs, h],
+        }
+    }
+}
+
+impl std::fmt::Display for TensorId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The layer output and every gradient, widened to f64. The shared-expert gradients are
+/// `None` without a shared expert.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeOutputs {
+    pub out: Array2<f64>,
+    pub dx: Array2<f64>,
+    pub dw_router: Array2<f64>,
+    pub dw0: Array3<f64>,
+    pub dw1: Array3<f64>,
+    pub dwo: Array3<f64>,
+    pub dshared: Option<[Array2<f64>; 3]>,
+}
+
+impl MoeOutputs {
+    /// The tensor `id` (dynamic shape), `None` for an absent shared gradient.
+    pub fn get(&self, id: TensorId) -> Option<ArrayD<f64>> {
+        Some(match id {
+            TensorId::Out => self.out.clone().into_dyn(),
+            TensorId::Dx => self.dx.clone().into_dyn(),
+            TensorId::DwRouter => self.dw_router.clone().into_dyn(),
+            TensorId::Dw0 => self.dw0.clone().into_dyn(),
+            TensorId::Dw1 => self.dw1.clone().into_dyn(),
+            TensorId::Dwo => self.dwo.clone().into_dyn(),
+            TensorId::DsharedW0 => self.dshared.as_ref()?[0].clone().into_dyn(),
+            TensorId::DsharedW1 => self.dshared.as_ref()?[1].clone().into_dyn(),
+            TensorId::DsharedWo => self.dshared.as_ref()?[2].clone().into_dyn(),
+        })
+    }
+}
+
+/// The intermediates of a SwiGLU FFN over grouped rows: `a = x·W0_g`, `b = x·W1_g`,
+/// `act = silu(a)`, `h = act ⊙ b`, `y = h·Wo_g`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FfnForward {
+    pub a: Array2<f64>,
+    pub b: Array2<f64>,
+    pub act: Array2<f64>,
+    pub h: Array2<f64>,
+    pub y: Array2<f64>,
+}
+
+/// `σ(x) = 1 / (1 + exp(−x))` in f64.
+pub fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// `silu(x) = x·σ(x)`.
+pub fn silu(x: f64) -> f64 {
+    x * sigmoid(x)
+}
+
+/// `silu'(x) = σ(x)·(1 + x·(1 − σ(x)))`.
+pub fn silu_grad(x: f64) -> f64 {
+    let s = sigmoid(x);
+    s * (1.0 + x * (1.0 - s))
+}
+
+/// The grouped SwiGLU FFN: rows `[off_g, off_g+1)` of `x (M, H)` through expert `g` of
+/// `w0, w1 (G, H, F)`, `wo (G, F, H)`; rows past `off_G` (the tail) give exactly 0 in every
+/// intermediate. Reads its arguments, returns new arrays.
+pub fn ffn_forward(
+    x: ArrayView2<f64>,
+    w0: ArrayView3<f64>,
+    w1: ArrayView3<f64>,
+    wo: ArrayView3<f64>,
+    off: &[usize],
+) -> FfnForward {
+    let a = grouped_fwd(x, w0, off);
+    let b = grouped_fwd(x, w1, off);
+    let act = a.mapv(silu);
+    let h = &act * &b;
+    let y = grouped_fwd(h.view(), wo, off);
+    FfnForward { a, b, act, h, y }
+}
+
+/// The shared expert's weights as one-group grouped weights `(1, ·, ·)`.
+pub fn shared_as_group(s: &SharedExpert) -> [Array3<f64>; 3] {
+    [
+        s.w0.clone().insert_axis(Axis(0)),
+        s.w1.clone().insert_axis(Axis(0)),
+        s.wo.clone().insert_axis(Axis(0)),
+    ]
+}
+
+/// Everything the forward computes, kept for the backward.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Forward {
+    /// `z = x·W_r (T, E)`
+    pub logits: Array2<f64>,
+    pub routing: Routing,
+    pub perm: Permutation,
+    /// `xp (T·k, H)`
+    pub xp: Array2<f64>,
+    /// The experts' FFN over the permuted rows.
+    pub ffn: FfnForward,
+    /// The shared expert's FFN over all tokens.
+    pub shared: Option<FfnForward>,
+    /// `out (T, H)`
+    pub out: Array2<f64>,
+}
+
+/// The layer forward in f64 (module documentation, steps 1–6). Validates `case`.
+pub fn forward(case: &MoeCase) -> Result<Forward, Error> {
+    case.validate()?;
+    let logits = case.x.dot(&case.wr);
+    forward_with_logits(case, logits)
+}
+
+/// The forward from given logits (the caller computed `z = x·W_r`).
+pub(crate) fn forward_with_logits(case: &MoeCase, logits: Array2<f64>) -> Result<Forward, Error> {
+    let routing = route(&case.routing_case(logits.clone()))?;
+    let perm = Permutation::new(&routing.indices, &routing.kept, case.experts())?;
+    let off = perm.offsets();
+    let xp = perm.permute(case.x.view());
+    let ffn = ffn_forward(
+        xp.view(),
+        case.w0.view(),
+        case.w1.view(),
+        case.wo.view(),
+        &off,
+    );
+    let mut out = perm.combine(ffn.y.view(), routing.combine.view());
+    let shared = case.shared.as_ref().map(|s| {
+        let [w0, w1, wo] = shared_as_group(s);
+        ffn_forward(
+            case.x.view(),
+            w0.view(),
+            w1.view(),
+            wo.view(),
+            &[0, case.tokens()],
+        )
+    });
+    if let Some(s) = &shared {
+        out += &s.y;
+    }
+    Ok(Forward {
+        logits,
+        routing,
+        perm,
+        xp,
+        ffn,
+        shared,
+        out,
+    })
+}

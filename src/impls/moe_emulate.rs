@@ -1,0 +1,275 @@
+//! `emulate` for op `moe_layer`: a CPU **model** of a fused MoE-layer kernel, with planted bugs.
+//!
+//! The model runs the same decomposition as the reference (`moecheck_reference::moe`) but
+//! rounds every intermediate to f32 as a kernel that keeps f32 intermediates does (router
+//! logits, combine weights, `a`, `b`, `silu(a)`, `h`, `y`, the combine, and every backward
+//! intermediate), so it also exercises the layer bound. It declares `compute = f32`,
+//! `output = f32`. It is never a GPU result.
+//!
+//! [`MoeBug`] plants one realistic defect of a hand-written MoE backward; `moecheck selftest`
+//! checks that the layer properties catch each of them.
+
+use ndarray::{Array2, Array3, ArrayView2, Axis};
+
+use moecheck_reference::format::{round_to, Format, Overflow};
+use moecheck_reference::gemm::{grouped_dgrad, grouped_fwd, grouped_wgrad};
+use moecheck_reference::implementation::RunError;
+use moecheck_reference::moe::backward::routing_vjp;
+use moecheck_reference::moe::layer::{shared_as_group, silu, silu_grad, FfnForward};
+use moecheck_reference::moe::{LayerPrecision, MoeCase, MoeLayer, MoeOutputs, Permutation};
+use moecheck_reference::routing::route;
+
+/// A defect that can be planted in [`MoeEmulate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MoeBug {
+    /// The backward of the sort decomposes assignment `a` slot-major, `(a mod T, a div T)`,
+    /// while the forward is token-major `(a div k, a mod k)`: the same for `k = 1`, not the
+    /// inverse permutation for `k > 1` (MaxText's custom-VJP sort bug).
+    SortBackwardNotInverse,
+    /// The backward recomputes the routing without capacity: dropped assignments get their
+    /// pre-drop weight and send gradient into the experts and `dx`.
+    DroppedLeakGradient,
+    /// The weight gradients of empty experts are never written: they keep the previous
+    /// expert's values (a stale workspace).
+    EmptyExpertStaleWgrad,
+    /// The combine-weight gradient `<dout, y>` is not computed (treated as zero): the router
+    /// gets no gradient from the main loss (MaxText `ring_ragged_unsort`, PR 5042).
+    CombineGradMissing,
+}
+
+impl MoeBug {
+    pub const ALL: [MoeBug; 4] = [
+        MoeBug::SortBackwardNotInverse,
+        MoeBug::DroppedLeakGradient,
+        MoeBug::EmptyExpertStaleWgrad,
+        MoeBug::CombineGradMissing,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MoeBug::SortBackwardNotInverse => "sort-backward-not-inverse",
+            MoeBug::DroppedLeakGradient => "dropped-leak-gradient",
+            MoeBug::EmptyExpertStaleWgrad => "empty-expert-stale-wgrad",
+            MoeBug::CombineGradMissing => "combine-grad-missing",
+        }
+    }
+
+    pub fn description(self) -> &'static str {
+        match self {
+            MoeBug::SortBackwardNotInverse => {
+                "the backward of the sort is not the inverse permutation for k > 1"
+            }
+            MoeBug::DroppedLeakGradient => "dropped assignments get gradient in the backward",
+            MoeBug::EmptyExpertStaleWgrad => "empty experts' dW0/dW1/dWo are stale, not zero",
+            MoeBug::CombineGradMissing => "the combine-weight gradient <dout, y> is missing",
+        }
+    }
+}
+
+impl std::fmt::Display for MoeBug {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for MoeBug {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        MoeBug::ALL
+            .into_iter()
+            .find(|b| b.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = MoeBug::ALL.iter().map(|b| b.name()).collect();
+                format!(
+                    "unknown layer bug '{s}' (expected one of: {})",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// The CPU model of a fused MoE-layer kernel.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MoeEmulate {
+    pub inject: Option<MoeBug>,
+}
+
+fn r32(v: f64) -> f64 {
+    round_to(v, Format::F32, Overflow::Ieee)
+}
+
+fn r<D: ndarray::Dimension>(a: ndarray::Array<f64, D>) -> ndarray::Array<f64, D> {
+    a.mapv(r32)
+}
+
+impl MoeEmulate {
+    fn has(&self, b: MoeBug) -> bool {
+        self.inject == Some(b)
+    }
+
+    /// `(token, slot)` of assignment `a` as the backward decomposes it.
+    fn bwd_slot(&self, a: usize, tokens: usize, k: usize) -> (usize, usize) {
+        if self.has(MoeBug::SortBackwardNotInverse) {
+            (a % tokens, a / tokens)
+        } else {
+            (a / k, a % k)
+        }
+    }
+
+    /// The backward of the sort: `dx[t] = Σ` of the rows the backward maps to `t`, in f32.
+    fn unsort_sum(&self, p: &Permutation, dxp: ArrayView2<f64>) -> Array2<f64> {
+        let mut dx = Array2::zeros((p.tokens, dxp.ncols()));
+        for r in 0..p.rows() {
+            let (t, _) = self.bwd_slot(p.order[r], p.tokens, p.topk);
+            dx.row_mut(t)
+                .zip_mut_with(&dxp.row(r), |d, v| *d = r32(*d + v));
+        }
+        dx
+    }
+
+    fn ffn(x: ArrayView2<f64>, w: [ndarray::ArrayView3<f64>; 3], off: &[usize]) -> FfnForward {
+        let a = r(grouped_fwd(x, w[0], off));
+        let b = r(grouped_fwd(x, w[1], off));
+        let act = a.mapv(|v| r32(silu(v)));
+        let h = r(&act * &b);
+        let y = r(grouped_fwd(h.view(), w[2], off));
+        FfnForward { a, b, act, h, y }
+    }
+
+    fn ffn_bwd(
+        x: ArrayView2<f64>,
+        w: [ndarray::ArrayView3<f64>; 3],
+        f: &FfnForward,
+        dy: ArrayView2<f64>,
+        off: &[usize],
+    ) -> (Array2<f64>, [Array3<f64>; 3]) {
+        let dh = r(grouped_dgrad(dy, w[2], off));
+        let dwo = r(grouped_wgrad(f.h.view(), dy, off));
+        let sg = f.a.mapv(|v| r32(silu_grad(v)));
+        let da = r(&r(&dh * &f.b) * &sg);
+        let db = r(&dh * &f.act);
+        let dx = r(r(grouped_dgrad(da.view(), w[0], off)) + r(grouped_dgrad(db.view(), w[1], off)));
+        let dw0 = r(grouped_wgrad(x, da.view(), off));
+        let dw1 = r(grouped_wgrad(x, db.view(), off));
+        (dx, [dw0, dw1, dwo])
+    }
+}
+
+impl MoeLayer for MoeEmulate {
+    fn name(&self) -> String {
+        match self.inject {
+            None => "emulate".into(),
+            Some(b) => format!("emulate[inject={b}]"),
+        }
+    }
+    fn is_model(&self) -> bool {
+        true
+    }
+    fn precision(&self, case: &MoeCase) -> LayerPrecision {
+        LayerPrecision {
+            input: case.dtype,
+            compute: Format::F32,
+            output: Format::F32,
+        }
+    }
+
+    fn run(&self, case: &MoeCase) -> Result<MoeOutputs, RunError> {
+        let err = |e: moecheck_reference::Error| RunError(e.to_string());
+        let (t, k, e) = (case.tokens(), case.topk(), case.experts());
+        let logits = r(case.x.dot(&case.wr));
+        let routing = route(&case.routing_case(logits)).map_err(err)?;
+        let combine = r(routing.combine.clone());
+        let perm = Permutation::new(&routing.indices, &routing.kept, e).map_err(err)?;
+        let experts = [case.w0.view(), case.w1.view(), case.wo.view()];
+        let off = perm.offsets();
+        let xp = perm.permute(case.x.view());
+        let ffn = Self::ffn(xp.view(), experts, &off);
+        let mut out = r(perm.combine(ffn.y.view(), combine.view()));
+        let shared_w = case.shared.as_ref().map(shared_as_group);
+        let all = [0, t];
+        let shared = shared_w
+            .as_ref()
+            .map(|[a, b, c]| Self::ffn(case.x.view(), [a.view(), b.view(), c.view()], &all));
+        if let Some(s) = &shared {
+            out = r(out + &s.y);
+        }
+        // Backward. With the leak bug it recomputes the routing without capacity.
+        let leak = self.has(MoeBug::DroppedLeakGradient);
+        let (bperm, bw, bffn, bxp);
+        if leak {
+            let all_kept = Array2::from_elem(routing.indices.dim(), true);
+            bperm = Permutation::new(&routing.indices, &all_kept, e).map_err(err)?;
+            bw = r(routing.weights.clone());
+            bxp = bperm.permute(case.x.view());
+            bffn = Self::ffn(bxp.view(), experts, &bperm.offsets());
+        } else {
+            bperm = perm.clone();
+            bw = combine.clone();
+            bxp = xp;
+            bffn = ffn;
+        }
+        let boff = bperm.offsets();
+        let mut dyp = Array2::zeros((bperm.rows(), case.hidden()));
+        let mut dc = Array2::zeros((t, k));
+        for rr in 0..bperm.rows_used() {
+            let (ti, s) = self.bwd_slot(bperm.order[rr], t, k);
+            let w = bw[(ti, s)];
+            dyp.row_mut(rr)
+                .assign(&case.dout.row(ti).mapv(|v| r32(w * v)));
+            if !self.has(MoeBug::CombineGradMissing) {
+                dc[(ti, s)] = r32(case.dout.row(ti).dot(&bffn.y.row(rr)));
+            }
+        }
+        let (dxp, mut dw) = Self::ffn_bwd(bxp.view(), experts, &bffn, dyp.view(), &boff);
+        if self.has(MoeBug::EmptyExpertStaleWgrad) {
+            for g in dw.iter_mut() {
+                for ex in 1..e {
+                    if bperm.group_sizes[ex] == 0 {
+                        let prev = g.index_axis(Axis(0), ex - 1).to_owned();
+                        g.index_axis_mut(Axis(0), ex).assign(&prev);
+                    }
+                }
+            }
+        }
+        let mut dx = self.unsort_sum(&bperm, dxp.view());
+        let dz = r(routing_vjp(&routing, dc.view()));
+        dx = r(dx + r(dz.dot(&case.wr.t())));
+        let dw_router = r(case.x.t().dot(&dz));
+        let dshared = match (&shared, &shared_w) {
+            (Some(sf), Some([a, b, c])) => {
+                let (dxs, [d0, d1, d_o]) = Self::ffn_bwd(
+                    case.x.view(),
+                    [a.view(), b.view(), c.view()],
+                    sf,
+                    case.dout.view(),
+                    &all,
+                );
+                dx = r(dx + dxs);
+                let first = |a: Array3<f64>| a.index_axis_move(Axis(0), 0);
+                Some([first(d0), first(d1), first(d_o)])
+            }
+            _ => None,
+        };
+        let [dw0, dw1, dwo] = dw;
+        Ok(MoeOutputs {
+            out,
+            dx,
+            dw_router,
+            dw0,
+            dw1,
+            dwo,
+            dshared,
+        })
+    }
+
+    fn permute_round_trip(&self, perm: &Permutation, x: &Array2<f64>) -> Option<Array3<f64>> {
+        let xp = perm.permute(x.view());
+        let mut u = Array3::zeros((perm.tokens, perm.topk, x.ncols()));
+        for rr in 0..perm.rows() {
+            let (t, s) = self.bwd_slot(perm.order[rr], perm.tokens, perm.topk);
+            u.slice_mut(ndarray::s![t, s, ..]).assign(&xp.row(rr));
+        }
+        Some(u)
+    }
+}
