@@ -179,23 +179,7 @@ pub fn routing_section(config: &RunConfig) -> Section {
 fn row(imp: &Emulate, bug: Option<Bug>, config: &RunConfig) -> Row {
     let cells = all()
         .iter()
-        .map(|p| match check(p, imp, config) {
-            Outcome::Passed { .. } => Cell {
-                property: p.name.to_string(),
-                failed: false,
-                reason: None,
-                minimal_case: None,
-            },
-            Outcome::Failed {
-                reason,
-                minimal_case,
-            } => Cell {
-                property: p.name.to_string(),
-                failed: true,
-                reason: Some(reason),
-                minimal_case: Some(minimal_case),
-            },
-        })
+        .map(|p| cell(p.name, check(p, imp, config)))
         .collect();
     Row {
         bug: bug.map(|b| b.name().to_string()),

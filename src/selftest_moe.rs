@@ -3,31 +3,15 @@
 //! [`MoeBug`], which at least one property must catch; every property must catch some bug.
 
 use moecheck_properties::moe::{check_layer, layer_properties};
-use moecheck_properties::{Outcome, RunConfig};
+use moecheck_properties::RunConfig;
 
 use crate::impls::moe_emulate::{MoeBug, MoeEmulate};
-use crate::selftest::{Cell, Row, Section};
+use crate::selftest::{cell, Row, Section};
 
 fn row(imp: &MoeEmulate, config: &RunConfig) -> Row {
     let cells = layer_properties()
         .iter()
-        .map(|p| match check_layer(p, imp, config) {
-            Outcome::Passed { .. } => Cell {
-                property: p.name.to_string(),
-                failed: false,
-                reason: None,
-                minimal_case: None,
-            },
-            Outcome::Failed {
-                reason,
-                minimal_case,
-            } => Cell {
-                property: p.name.to_string(),
-                failed: true,
-                reason: Some(reason),
-                minimal_case: Some(minimal_case),
-            },
-        })
+        .map(|p| cell(p.name, check_layer(p, imp, config)))
         .collect();
     Row {
         bug: imp.inject.map(|b| b.name().to_string()),
