@@ -20,6 +20,9 @@ pub mod cublas;
 pub mod device;
 #[cfg(feature = "cuda")]
 pub mod fp8;
+pub mod fp8_host;
+#[cfg(feature = "cuda")]
+pub mod fp8_impl;
 #[cfg(feature = "cuda")]
 pub mod gemm;
 #[cfg(feature = "cuda")]
