@@ -64,3 +64,42 @@ fn fp8_cuda_refuses_recipes_the_kernels_do_not_implement() {
         .code(2)
         .stderr(predicate::str::contains("--impl cublas"));
 }
+
+#[test]
+fn route_cuda_without_a_device_is_a_failed_case() {
+    if device_present() {
+        println!("a CUDA device is present: this test is about its absence");
+        return;
+    }
+    let out = moecheck()
+        .args([
+            "route", "--impl", "cuda", "--topk", "8", "--score", "sigmoid",
+        ])
+        .args([
+            "--tokens",
+            "64",
+            "--experts",
+            "32",
+            "--groups",
+            "4",
+            "--topk-groups",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("run failed: no CUDA device"), "{text}");
+}
+
+#[test]
+fn route_cuda_refuses_the_probs_policy() {
+    moecheck()
+        .args([
+            "route", "--impl", "cuda", "--topk", "2", "--score", "softmax",
+        ])
+        .args(["--capacity-factor", "1", "--drop-policy", "probs"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--drop-policy probs"));
+}

@@ -26,6 +26,8 @@ pub mod fp8_impl;
 #[cfg(feature = "cuda")]
 pub mod gemm;
 #[cfg(feature = "cuda")]
+pub mod route_impl;
+#[cfg(feature = "cuda")]
 pub mod routing;
 
 /// The implementations this backend adds to `--impl`, when compiled with the `cuda` feature.
