@@ -267,17 +267,23 @@ mod tests {
         let mut r = Fp8Recipe::default();
         r.lhs.format = Format::E5m2;
         assert!(supports(&r).unwrap_err().contains("--lhs-format"));
-        let mut r = Fp8Recipe::default();
-        r.saturate = false;
+        let r = Fp8Recipe {
+            saturate: false,
+            ..Fp8Recipe::default()
+        };
         assert!(supports(&r).unwrap_err().contains("--no-saturate"));
-        let mut r = Fp8Recipe::default();
-        r.accumulation = AccumModel::Fast;
+        let r = Fp8Recipe {
+            accumulation: AccumModel::Fast,
+            ..Fp8Recipe::default()
+        };
         assert!(supports(&r).unwrap_err().contains("--accum"));
-        let mut r = Fp8Recipe::default();
-        r.scaling = ScalingKind::Delayed {
-            history_len: 4,
-            algo: moecheck_reference::fp8::AmaxAlgo::Max,
-            margin: 0,
+        let r = Fp8Recipe {
+            scaling: ScalingKind::Delayed {
+                history_len: 4,
+                algo: moecheck_reference::fp8::AmaxAlgo::Max,
+                margin: 0,
+            },
+            ..Fp8Recipe::default()
         };
         assert!(supports(&r).unwrap_err().contains("--scaling"));
     }
