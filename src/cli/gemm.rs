@@ -61,7 +61,8 @@ pub struct GemmArgs {
     pub seed: u64,
     /// Implementation under test: reference | emulate | exec:CMD (CMD gets the case directory
     /// as its last argument, see docs/protocol.md) | cuda | cuda-tiled | cublas |
-    /// cublas-grouped (GPU; without a device the run fails saying "no CUDA device").
+    /// cublas-grouped (GPU; without a device the run fails saying "no CUDA device"). With
+    /// `--dtype fp8`: reference | emulate | exec:CMD | cuda.
     #[arg(long = "impl", default_value = "emulate")]
     pub implementation: String,
     /// Planted bug for `--impl emulate` (see `moecheck selftest`).

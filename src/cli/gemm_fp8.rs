@@ -248,6 +248,7 @@ pub fn run(a: GemmArgs) -> anyhow::Result<ExitCode> {
                 .transpose()?;
             Box::new(EmulateFp8 { inject })
         }
+        "cuda" => cuda_fp8(&recipe)?,
         name => match name.strip_prefix("exec:") {
             Some(cmd) if !cmd.trim().is_empty() => Box::new(ExecFp8(Exec {
                 command: cmd.to_string(),
@@ -255,7 +256,7 @@ pub fn run(a: GemmArgs) -> anyhow::Result<ExitCode> {
                 keep_dir: a.dump.clone(),
                 accumulator: Accumulator::any_order(Format::F32),
             })),
-            _ => bail!("--impl {name}: expected reference, emulate or exec:CMD"),
+            _ => bail!("--impl {name}: FP8 runs on reference, emulate, cuda or exec:CMD"),
         },
     };
     let spinner = spinner((spec.rows() * a.hidden * a.ffn) as u64, &imp.name());
@@ -283,6 +284,19 @@ pub fn run(a: GemmArgs) -> anyhow::Result<ExitCode> {
         pb.finish_and_clear();
     }
     finish(imp.name(), imp.is_model(), &case, &verdict, a.json)
+}
+
+/// `--impl cuda` for FP8: the recipe must be the one the kernels implement (exit 2 otherwise,
+/// naming the flag); without a device the run itself fails ("no CUDA device").
+#[cfg(feature = "cuda")]
+fn cuda_fp8(recipe: &Fp8Recipe) -> anyhow::Result<Box<dyn Fp8GroupedGemm>> {
+    moecheck::cuda::fp8_host::supports(recipe).map_err(anyhow::Error::msg)?;
+    Ok(Box::new(moecheck::cuda::fp8_impl::CudaFp8))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_fp8(_recipe: &Fp8Recipe) -> anyhow::Result<Box<dyn Fp8GroupedGemm>> {
+    bail!("--impl cuda: moecheck was built without the `cuda` feature")
 }
 
 /// A spinner on stderr for large shapes when stderr is a terminal.

@@ -79,6 +79,8 @@ pub struct RouteArgs {
     pub seed: u64,
     /// Also run an implementation and check it against the reference: reference | emulate |
     /// exec:CMD (CMD gets a routing case directory, docs/protocol.md "Op route").
+    /// `cuda`: the routing kernels (GPU; f32, index near-ties may legitimately differ;
+    /// without a device the run fails saying "no CUDA device").
     #[arg(long = "impl")]
     pub implementation: Option<String>,
     /// Planted routing bug for --impl emulate (see `moecheck selftest`).
@@ -195,6 +197,7 @@ fn build_router(a: &RouteArgs, name: &str) -> anyhow::Result<Box<dyn Router>> {
                 .transpose()?;
             Box::new(RouteEmulate { inject })
         }
+        "cuda" => cuda_router(a)?,
         _ => match name.strip_prefix("exec:") {
             Some(cmd) if !cmd.trim().is_empty() => Box::new(ExecRouter {
                 exec: Exec {
@@ -205,9 +208,23 @@ fn build_router(a: &RouteArgs, name: &str) -> anyhow::Result<Box<dyn Router>> {
                 },
                 compute: a.compute,
             }),
-            _ => bail!("--impl {name}: expected reference, emulate or exec:CMD"),
+            _ => bail!("--impl {name}: expected reference, emulate, cuda or exec:CMD"),
         },
     })
+}
+
+/// `--impl cuda`: the routing kernels (without a device the run fails, "no CUDA device").
+#[cfg(feature = "cuda")]
+fn cuda_router(a: &RouteArgs) -> anyhow::Result<Box<dyn Router>> {
+    if matches!(a.drop_policy, Some(DropArg::Probs)) {
+        bail!("--drop-policy probs: --impl cuda implements the position policy only");
+    }
+    Ok(Box::new(moecheck::cuda::route_impl::CudaRouter))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_router(_a: &RouteArgs) -> anyhow::Result<Box<dyn Router>> {
+    bail!("--impl cuda: moecheck was built without the `cuda` feature")
 }
 
 /// Names the input file in a reference validation error about `logits` or `bias`.

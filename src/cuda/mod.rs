@@ -20,8 +20,13 @@ pub mod cublas;
 pub mod device;
 #[cfg(feature = "cuda")]
 pub mod fp8;
+pub mod fp8_host;
+#[cfg(feature = "cuda")]
+pub mod fp8_impl;
 #[cfg(feature = "cuda")]
 pub mod gemm;
+#[cfg(feature = "cuda")]
+pub mod route_impl;
 #[cfg(feature = "cuda")]
 pub mod routing;
 
