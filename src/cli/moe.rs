@@ -16,11 +16,9 @@ use moecheck_properties::moe::MoeArgs;
 use moecheck_reference::format::Format;
 use moecheck_reference::gemm::Accumulator;
 use moecheck_reference::moe::{forward, tie_guard, verify_layer, MoeLayer, ReferenceLayer};
-use moecheck_reference::routing::{
-    Capacity, DropPolicy, GroupLimit, RoutingConfig, ScoreFunction, NORM_EPS,
-};
+use moecheck_reference::routing::{RoutingConfig, NORM_EPS};
 
-use super::route::{DropArg, ScoreArg};
+use super::route::{capacity, group_limit, DropArg, ScoreArg};
 
 /// Most cases drawn while looking for one without a near tie.
 const MAX_DRAWS: usize = 64;
@@ -106,32 +104,12 @@ pub struct MoeArgsCli {
 fn routing_config(a: &MoeArgsCli) -> RoutingConfig {
     RoutingConfig {
         topk: a.topk,
-        score: match a.score {
-            ScoreArg::Softmax => ScoreFunction::Softmax,
-            ScoreArg::TopkSoftmax => ScoreFunction::TopkSoftmax,
-            ScoreArg::Sigmoid => ScoreFunction::Sigmoid,
-        },
-        groups: match (a.groups, a.topk_groups) {
-            (Some(groups), Some(topk_groups)) => Some(GroupLimit {
-                groups,
-                topk_groups,
-            }),
-            _ => None,
-        },
+        score: a.score.into(),
+        groups: group_limit(a.groups, a.topk_groups),
         norm_topk: a.norm_topk,
         scaling_factor: a.scaling_factor,
         norm_eps: NORM_EPS,
-        capacity: match (a.capacity_factor, a.drop_policy) {
-            (Some(factor), Some(p)) => Some(Capacity {
-                factor,
-                policy: match p {
-                    DropArg::Position => DropPolicy::Position,
-                    DropArg::Probs => DropPolicy::Probs,
-                },
-                seq_len: a.seq_len,
-            }),
-            _ => None,
-        },
+        capacity: capacity(a.capacity_factor, a.drop_policy, a.seq_len),
     }
 }
 

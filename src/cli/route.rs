@@ -135,35 +135,49 @@ pub struct RouteCliReport {
     pub run_error: Option<String>,
 }
 
-fn config(a: &RouteArgs) -> RoutingConfig {
-    RoutingConfig {
-        topk: a.topk,
-        score: match a.score {
+impl From<ScoreArg> for ScoreFunction {
+    fn from(s: ScoreArg) -> Self {
+        match s {
             ScoreArg::Softmax => ScoreFunction::Softmax,
             ScoreArg::TopkSoftmax => ScoreFunction::TopkSoftmax,
             ScoreArg::Sigmoid => ScoreFunction::Sigmoid,
+        }
+    }
+}
+
+/// `--groups G --topk-groups TG` (clap requires both or neither).
+pub(super) fn group_limit(groups: Option<usize>, topk_groups: Option<usize>) -> Option<GroupLimit> {
+    Some(GroupLimit {
+        groups: groups?,
+        topk_groups: topk_groups?,
+    })
+}
+
+/// `--capacity-factor CF --drop-policy P [--seq-len S]` (clap requires the first two together).
+pub(super) fn capacity(
+    factor: Option<f64>,
+    policy: Option<DropArg>,
+    seq_len: Option<usize>,
+) -> Option<Capacity> {
+    Some(Capacity {
+        factor: factor?,
+        policy: match policy? {
+            DropArg::Position => DropPolicy::Position,
+            DropArg::Probs => DropPolicy::Probs,
         },
-        groups: match (a.groups, a.topk_groups) {
-            (Some(groups), Some(topk_groups)) => Some(GroupLimit {
-                groups,
-                topk_groups,
-            }),
-            _ => None,
-        },
+        seq_len,
+    })
+}
+
+fn config(a: &RouteArgs) -> RoutingConfig {
+    RoutingConfig {
+        topk: a.topk,
+        score: a.score.into(),
+        groups: group_limit(a.groups, a.topk_groups),
         norm_topk: a.norm_topk,
         scaling_factor: a.scaling_factor,
         norm_eps: NORM_EPS,
-        capacity: match (a.capacity_factor, a.drop_policy) {
-            (Some(factor), Some(p)) => Some(Capacity {
-                factor,
-                policy: match p {
-                    DropArg::Position => DropPolicy::Position,
-                    DropArg::Probs => DropPolicy::Probs,
-                },
-                seq_len: a.seq_len,
-            }),
-            _ => None,
-        },
+        capacity: capacity(a.capacity_factor, a.drop_policy, a.seq_len),
     }
 }
 
