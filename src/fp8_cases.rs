@@ -1,6 +1,6 @@
 //! Generated FP8 grouped-GEMM cases for `moecheck gemm --dtype fp8`.
 //!
-//! The routed case of [`crate::cases::generate`] (float32 values, per-expert weight
+//! The routed case of [`crate::generate::gemm::generate`] (float32 values, per-expert weight
 //! magnitudes over 2^±6, empty experts first/last/middle, dropped tail rows), then:
 //! every group's `lhs` rows and `dout` rows are multiplied by their own power of two in
 //! `2^-8 ..= 2^8` (so per-group scales differ and a scale taken from the wrong group shows),
@@ -20,7 +20,7 @@ use moecheck_reference::fp8::{
 };
 use moecheck_reference::gemm::{GroupedGemmCase, Passes};
 
-use crate::cases::{generate, GemmSpec};
+use crate::generate::gemm::{generate, GemmSpec};
 
 /// The FP8 case of `spec` (whose dtype must be f32) under `recipe`.
 pub fn generate_fp8(spec: &GemmSpec, recipe: Fp8Recipe) -> Fp8GemmCase {

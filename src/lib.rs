@@ -5,13 +5,17 @@
 //! thin layer over this library; the numerics live in [`moecheck_reference`] and the
 //! properties in [`moecheck_properties`].
 
-pub mod cases;
 pub mod cuda;
 pub mod curves;
 pub mod fp8_cases;
+pub mod generate;
 pub mod impls;
 pub mod moe_report;
+pub mod npy;
+pub mod pipeline;
+pub mod progress;
 pub mod protocol;
+pub mod registry;
 pub mod report;
 pub mod selftest;
 pub mod selftest_fp8;

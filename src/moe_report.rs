@@ -145,16 +145,20 @@ impl MoeReport {
             let worst = t
                 .worst_slice()
                 .and_then(|sl| {
-                    sl.worst.as_ref().map(|w| {
+                    sl.stats.worst.as_ref().map(|w| {
                         let e = sl
                             .expert
                             .map(|e| format!("expert {e}, "))
                             .unwrap_or_default();
-                        format!("({e}{:?})", w.index)
+                        format!("({e}{:?})", w.at.index)
                     })
                 })
                 .unwrap_or_else(|| "-".into());
-            let calc = t.slices.iter().map(|g| g.calc_diff).fold(0.0f64, f64::max);
+            let calc = t
+                .slices
+                .iter()
+                .map(|g| g.stats.calc_diff)
+                .fold(0.0f64, f64::max);
             let _ = writeln!(
                 s_,
                 "{:<11} {:<5} {:>9} {:>11.3e} {:>10.3} {:>9.2} {:>10.2e} {:>5}  {}",
@@ -165,15 +169,16 @@ impl MoeReport {
                 t.max_of(|g| g.max_bound_ratio),
                 t.max_of(|g| g.max_ulp),
                 calc,
-                t.slices.iter().map(|g| g.nan).sum::<usize>(),
+                t.slices.iter().map(|g| g.stats.nan).sum::<usize>(),
                 worst
             );
             if let Some(e) = &t.error {
                 let _ = writeln!(s_, "            {e}");
             }
-            let bad: Vec<_> = t.slices.iter().filter(|g| g.failed > 0).collect();
+            let bad: Vec<_> = t.slices.iter().filter(|g| g.stats.failed > 0).collect();
             for g in bad.iter().take(8) {
                 let w = g
+                    .stats
                     .worst
                     .as_ref()
                     .expect("a failed slice has a worst element");
@@ -184,7 +189,7 @@ impl MoeReport {
                 let _ = writeln!(
                     s_,
                     "            {at}: {} of {} elements outside the bound; worst {:?}: got {:e}, want {:e}, bound {:.3e}",
-                    g.failed, g.elements, w.index, w.got, w.want, w.bound
+                    g.stats.failed, g.stats.elements, w.at.index, w.got, w.want, w.bound
                 );
             }
             if bad.len() > 8 {

@@ -1,14 +1,19 @@
-//! `moecheck selftest`: do the properties catch the bugs planted in `emulate`?
+//! `moecheck selftest`: do the properties catch the bugs planted in the CPU models?
 //!
-//! Every property runs against the correct model (`Emulate { inject: None }`), which must
-//! pass all of them, and against each [`Bug`], which at least one property must catch.
-//! Every property must also catch at least one bug, or it checks nothing the others do not.
+//! One section per operation: every property of the operation runs against its correct model
+//! (no bug), which must pass all of them, and against each planted bug, which at least one
+//! property must catch. Every property must also catch at least one bug, or it checks nothing
+//! the others do not.
 
-use moecheck_properties::{all, check, Outcome, RunConfig};
+use moecheck_properties::{check, Outcome, PropertyOp, RunConfig};
+use moecheck_reference::gemm::Gemm;
+use moecheck_reference::op::VerdictKind;
 use serde::Serialize;
 
-use crate::impls::emulate::{Bug, Emulate};
 use crate::impls::route_emulate::{RouteBug, RouteEmulate};
+use crate::impls::PlantedBug;
+use crate::registry::Backends;
+use crate::report::Report;
 use moecheck_properties::routing::{all_route, check_route};
 
 /// One property against one implementation.
@@ -43,27 +48,18 @@ impl Row {
 /// The whole selftest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SelftestReport {
+    /// `pass` when every section is ok, else `fail`.
+    pub verdict: VerdictKind,
     pub cases: usize,
     pub seed: u64,
-    pub properties: Vec<String>,
-    /// The correct model: every cell must pass.
-    pub correct: Row,
-    /// One row per bug: some cell must fail.
-    pub bugs: Vec<Row>,
-    /// Bugs no property caught.
-    pub uncaught_bugs: Vec<String>,
-    /// Properties that caught no bug.
-    pub idle_properties: Vec<String>,
-    pub ok: bool,
-    /// Further sections with their own properties and planted bugs (routing, …), each held
-    /// to the same rule as the grouped-GEMM table above.
+    /// One per operation: grouped gemm, fp8, routing, moe layer.
     pub sections: Vec<Section>,
 }
 
-/// One more selftest table: its own properties against its own correct model and bugs.
+/// One operation's table: its properties against its correct model and each planted bug.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Section {
-    /// `routing`, …
+    /// `grouped gemm`, `fp8`, `routing`, `moe layer`.
     pub name: String,
     pub properties: Vec<String>,
     pub correct: Row,
@@ -100,31 +96,82 @@ impl Section {
         }
     }
 
-    /// The section's table, in the layout of [`SelftestReport::render_table`].
+    /// The section's table: a bug × property grid (`caught` / `-`), the correct model's row,
+    /// then the minimal case of the first property that caught each bug.
     pub fn render(&self, cases: usize, seed: u64) -> String {
-        let as_report = SelftestReport {
-            cases,
-            seed,
-            properties: self.properties.clone(),
-            correct: self.correct.clone(),
-            bugs: self.bugs.clone(),
-            uncaught_bugs: self.uncaught_bugs.clone(),
-            idle_properties: self.idle_properties.clone(),
-            ok: self.ok,
-            sections: Vec::new(),
+        use std::fmt::Write;
+        let mut s = format!("\n== {} ==\n", self.name);
+        let first = self
+            .bugs
+            .iter()
+            .filter_map(|r| r.bug.as_ref().map(String::len))
+            .chain(std::iter::once("correct (no bug)".len()))
+            .max()
+            .unwrap_or(0);
+        let widths: Vec<usize> = self.properties.iter().map(|p| p.len().max(6)).collect();
+        let _ = write!(s, "{:first$}", "bug \\ property");
+        for (p, w) in self.properties.iter().zip(&widths) {
+            let _ = write!(s, "  {p:w$}");
+        }
+        s.push('\n');
+        let line = |s: &mut String, label: &str, row: &Row, mark: &str| {
+            let _ = write!(s, "{label:first$}");
+            for (c, w) in row.cells.iter().zip(&widths) {
+                let _ = write!(s, "  {:w$}", if c.failed { mark } else { "-" });
+            }
+            s.push('\n');
         };
-        let table = as_report.render_table();
-        let body = table
-            .trim_end()
-            .rsplit_once('\n')
-            .map_or(table.as_str(), |(head, _)| head);
-        format!(
-            "\n== {} ==\n{}\n{}: {}\n",
-            self.name,
-            body.trim_end(),
+        for r in &self.bugs {
+            line(&mut s, r.bug.as_deref().unwrap_or(""), r, "caught");
+        }
+        line(&mut s, "correct (no bug)", &self.correct, "FAILED");
+        let _ = writeln!(s, "\n{cases} cases per property, seed {seed}");
+        for r in &self.bugs {
+            match r.cells.iter().find(|c| c.failed) {
+                Some(c) => {
+                    let _ = writeln!(
+                        s,
+                        "\n{} ({}): caught by {}\n  reason: {}\n  minimal case: {}",
+                        r.bug.as_deref().unwrap_or(""),
+                        r.description,
+                        c.property,
+                        c.reason.as_deref().unwrap_or(""),
+                        c.minimal_case.as_deref().unwrap_or("")
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        s,
+                        "\n{} ({}): NOT CAUGHT",
+                        r.bug.as_deref().unwrap_or(""),
+                        r.description
+                    );
+                }
+            }
+        }
+        for c in self.correct.cells.iter().filter(|c| c.failed) {
+            let _ = writeln!(
+                s,
+                "\ncorrect model FAILED {}\n  reason: {}\n  minimal case: {}",
+                c.property,
+                c.reason.as_deref().unwrap_or(""),
+                c.minimal_case.as_deref().unwrap_or("")
+            );
+        }
+        if !self.idle_properties.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nproperties that caught no bug: {}",
+                self.idle_properties.join(", ")
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\n{}: {}",
             self.name,
             if self.ok { "ok" } else { "FAILED" }
-        )
+        );
+        s
     }
 }
 
@@ -176,148 +223,80 @@ pub fn routing_section(config: &RunConfig) -> Section {
     Section::new("routing", properties, correct, bugs)
 }
 
-fn row(imp: &Emulate, bug: Option<Bug>, config: &RunConfig) -> Row {
-    let cells = all()
-        .iter()
-        .map(|p| cell(p.name, check(p, imp, config)))
-        .collect();
+/// One model (correct, or with `bug` planted) against every property of `O`.
+fn row<O: PropertyOp + Backends>(bug: Option<O::Bug>, config: &RunConfig) -> Row {
+    let imp = O::emulate(bug).expect("selftest runs operations that have a CPU model");
     Row {
         bug: bug.map(|b| b.name().to_string()),
-        implementation: moecheck_reference::implementation::GroupedGemm::name(imp),
+        implementation: imp.name(),
         description: bug
             .map_or("the correct model", |b| b.description())
             .to_string(),
-        cells,
+        cells: O::properties()
+            .iter()
+            .map(|p| cell(p.name, check(p, imp.as_ref(), config)))
+            .collect(),
     }
 }
 
-/// Runs every property with `cases` cases from `seed` against the correct model and each bug.
+/// The section of operation `O`: every property against its correct model and each bug.
+pub fn section<O: PropertyOp + Backends>(name: &str, config: &RunConfig) -> Section {
+    let properties = O::properties().iter().map(|p| p.name.to_string()).collect();
+    let correct = row::<O>(None, config);
+    let bugs = O::Bug::ALL
+        .iter()
+        .map(|&b| row::<O>(Some(b), config))
+        .collect();
+    Section::new(name, properties, correct, bugs)
+}
+
+/// Runs every section with `cases` cases per property from `seed`.
 pub fn run(cases: usize, seed: u64) -> SelftestReport {
     let config = RunConfig::new(cases.min(u32::MAX as usize) as u32, seed);
-    let properties: Vec<String> = all().iter().map(|p| p.name.to_string()).collect();
-    let correct = row(&Emulate::default(), None, &config);
-    let bugs: Vec<Row> = Bug::ALL
-        .iter()
-        .map(|&b| row(&Emulate::with_bug(Some(b)), Some(b), &config))
-        .collect();
-    let uncaught_bugs = bugs
-        .iter()
-        .filter(|r| !r.caught())
-        .filter_map(|r| r.bug.clone())
-        .collect();
-    let idle_properties = properties
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !bugs.iter().any(|r| r.cells[*i].failed))
-        .map(|(_, p)| p.clone())
-        .collect();
-    let mut report = SelftestReport {
+    let sections = vec![
+        section::<Gemm>("grouped gemm", &config),
+        crate::selftest_fp8::fp8_section(&config),
+        routing_section(&config),
+        crate::selftest_moe::section(&config),
+    ];
+    let ok = sections.iter().all(|s| s.ok);
+    SelftestReport {
+        verdict: if ok {
+            VerdictKind::Pass
+        } else {
+            VerdictKind::Fail
+        },
         cases,
         seed,
-        properties,
-        correct,
-        bugs,
-        uncaught_bugs,
-        idle_properties,
-        ok: false,
-        sections: vec![
-            crate::selftest_fp8::fp8_section(&config),
-            routing_section(&config),
-            crate::selftest_moe::section(&config),
-        ],
-    };
-    report.ok = report.compute_ok();
-    report
+        sections,
+    }
 }
 
 impl SelftestReport {
-    fn compute_ok(&self) -> bool {
-        !self.correct.caught()
-            && self.uncaught_bugs.is_empty()
-            && self.idle_properties.is_empty()
-            && self.sections.iter().all(|s| s.ok)
-    }
-
-    /// The correct model passes every property, every bug is caught by some property, and
-    /// every property catches some bug.
+    /// Every section is ok: the correct models pass every property, every bug is caught by
+    /// some property, and every property catches some bug.
     pub fn ok(&self) -> bool {
-        self.compute_ok()
+        self.verdict == VerdictKind::Pass
     }
+}
 
-    /// A bug × property table (`caught` / `-`), then the correct model's row, then the
-    /// minimal case of the first property that caught each bug.
-    pub fn render_table(&self) -> String {
-        use std::fmt::Write;
+impl Report for SelftestReport {
+    fn text(&self) -> String {
         let mut s = String::new();
-        let first = self
-            .bugs
-            .iter()
-            .filter_map(|r| r.bug.as_ref().map(String::len))
-            .chain(std::iter::once("correct (no bug)".len()))
-            .max()
-            .unwrap_or(0);
-        let widths: Vec<usize> = self.properties.iter().map(|p| p.len().max(6)).collect();
-        let _ = write!(s, "{:first$}", "bug \\ property");
-        for (p, w) in self.properties.iter().zip(&widths) {
-            let _ = write!(s, "  {p:w$}");
-        }
-        s.push('\n');
-        let line = |s: &mut String, label: &str, row: &Row, mark: &str| {
-            let _ = write!(s, "{label:first$}");
-            for (c, w) in row.cells.iter().zip(&widths) {
-                let _ = write!(s, "  {:w$}", if c.failed { mark } else { "-" });
-            }
-            s.push('\n');
-        };
-        for r in &self.bugs {
-            line(&mut s, r.bug.as_deref().unwrap_or(""), r, "caught");
-        }
-        line(&mut s, "correct (no bug)", &self.correct, "FAILED");
-        let _ = writeln!(s, "\n{} cases per property, seed {}", self.cases, self.seed);
-        for r in &self.bugs {
-            match r.cells.iter().find(|c| c.failed) {
-                Some(c) => {
-                    let _ = writeln!(
-                        s,
-                        "\n{} ({}): caught by {}\n  reason: {}\n  minimal case: {}",
-                        r.bug.as_deref().unwrap_or(""),
-                        r.description,
-                        c.property,
-                        c.reason.as_deref().unwrap_or(""),
-                        c.minimal_case.as_deref().unwrap_or("")
-                    );
-                }
-                None => {
-                    let _ = writeln!(
-                        s,
-                        "\n{} ({}): NOT CAUGHT",
-                        r.bug.as_deref().unwrap_or(""),
-                        r.description
-                    );
-                }
-            }
-        }
-        for c in self.correct.cells.iter().filter(|c| c.failed) {
-            let _ = writeln!(
-                s,
-                "\ncorrect model FAILED {}\n  reason: {}\n  minimal case: {}",
-                c.property,
-                c.reason.as_deref().unwrap_or(""),
-                c.minimal_case.as_deref().unwrap_or("")
-            );
-        }
-        if !self.idle_properties.is_empty() {
-            let _ = writeln!(
-                s,
-                "\nproperties that caught no bug: {}",
-                self.idle_properties.join(", ")
-            );
-        }
         for section in &self.sections {
             s.push_str(&section.render(self.cases, self.seed));
         }
-        let _ = writeln!(s, "\nselftest: {}", if self.ok() { "ok" } else { "FAILED" });
+        s.push_str(&format!(
+            "\nselftest: {}\n",
+            if self.ok() { "ok" } else { "FAILED" }
+        ));
         s
+    }
+    fn json(&self) -> serde_json::Result<String> {
+        serde_json::to_string_pretty(self)
+    }
+    fn exit_code(&self) -> u8 {
+        self.verdict.exit_code()
     }
 }
 
@@ -336,7 +315,8 @@ mod tests {
     #[test]
     fn selftest_catches_every_bug() {
         let r = run(48, 1);
-        eprintln!("{}", r.render_table());
-        assert!(r.ok(), "{}", r.render_table());
+        eprintln!("{}", r.text());
+        assert!(r.ok(), "{}", r.text());
+        assert_eq!(r.sections.len(), 4);
     }
 }

@@ -15,7 +15,7 @@
 #[cfg(feature = "cuda")]
 use moecheck::cuda::{build, unavailable_reason, IMPL_NAMES};
 #[cfg(feature = "cuda")]
-use moecheck_properties::{all, check, RunConfig};
+use moecheck_properties::{check, PropertyOp, RunConfig};
 #[cfg(feature = "cuda")]
 use moecheck_reference::format::Format;
 
@@ -83,7 +83,7 @@ fn every_property_on_every_gpu_implementation() -> Vec<String> {
     let (mut passed, mut failures) = (0usize, Vec::new());
     for name in names {
         let imp = build(name).expect("every IMPL_NAMES entry builds");
-        for p in all() {
+        for p in moecheck_reference::gemm::Gemm::properties() {
             let o = check(&p, imp.as_ref(), &config);
             println!(
                 "{name:16} {:28} {}",

@@ -15,9 +15,9 @@
 
 use std::time::Instant;
 
-use moecheck::cases::{generate, GemmSpec, Routing};
 use moecheck::cuda::device::last_compute_ms;
 use moecheck::cuda::{build, unavailable_reason};
+use moecheck::generate::gemm::{generate, GemmSpec, Spread};
 use moecheck_reference::format::Format;
 use moecheck_reference::gemm::{Pass, Passes, TailContract};
 
@@ -43,11 +43,12 @@ fn throughput_table() {
         ffn: env_usize("MOECHECK_BENCH_FFN", 2048),
         dtype: Format::Bf16,
         out_dtype: Format::F32,
-        routing: Routing::Skewed,
+        spread: Spread::Skewed,
         empty: 2,
         drop_frac: 0.05,
         seed: 0,
         tail: TailContract::Zero,
+        passes: Passes::ALL,
     };
     let reps = env_usize("MOECHECK_BENCH_REPS", 3).max(1);
     let warmup = env_usize("MOECHECK_BENCH_WARMUP", 1);

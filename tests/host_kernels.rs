@@ -14,12 +14,13 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use moecheck::cuda::plan::{grid_1d, plan_tiles};
-use moecheck_properties::{all, check, RunConfig};
+use moecheck_properties::{check, PropertyOp, RunConfig};
 use moecheck_reference::format::{decode_fp8, encode_fp8, round_to, Format, Overflow};
+use moecheck_reference::gemm::Gemm;
 use moecheck_reference::gemm::{
     Accumulator, GemmOutputs, GroupedGemmCase, Pass, Passes, Precision,
 };
-use moecheck_reference::implementation::{GroupedGemm, RunError};
+use moecheck_reference::op::{Implementation, RunError};
 use ndarray::{Array2, Array3};
 
 fn skip() -> bool {
@@ -176,7 +177,7 @@ struct HostKernels {
     mma: bool,
 }
 
-impl GroupedGemm for HostKernels {
+impl Implementation<Gemm> for HostKernels {
     fn name(&self) -> String {
         "cuda-kernels-on-cpu".into()
     }
@@ -303,7 +304,7 @@ fn every_property_holds_on_the_tiled_kernel_source() {
     }
     // A launch is 256 OS threads here: keep the case count modest.
     let cases = RunConfig::default().cases.min(10);
-    for p in all() {
+    for p in Gemm::properties() {
         let o = check(
             &p,
             &HostKernels {
@@ -325,7 +326,7 @@ fn every_property_holds_on_the_mma_kernel_source() {
     // The mma instruction itself is emulated from the PTX fragment layout; everything around
     // it (staging, fragment loads, bounds, stores, tails) is the kernel's own code.
     let cases = RunConfig::default().cases.min(8);
-    for p in all() {
+    for p in Gemm::properties() {
         let o = check(
             &p,
             &HostKernels {
@@ -350,7 +351,7 @@ fn a_planted_kernel_bug_is_caught() {
         return;
     }
     use moecheck_reference::gemm::TailContract;
-    use moecheck_reference::implementation::verify;
+    use moecheck_reference::op::verify;
     let (m, k, n) = (9usize, 20usize, 5usize);
     let v = |i: usize| ((i * 7 % 9) as f32) - 4.0;
     let case = GroupedGemmCase {
@@ -370,7 +371,7 @@ fn a_planted_kernel_bug_is_caught() {
         &case,
         Passes::FWD,
     )
-    .unwrap();
+    .verdict;
     assert!(good.passed(), "{:?}", good.failure());
     let bad = verify(
         &HostKernels {
@@ -380,7 +381,7 @@ fn a_planted_kernel_bug_is_caught() {
         &case,
         Passes::FWD,
     )
-    .unwrap();
+    .verdict;
     assert!(!bad.passed(), "the planted partial-K bug went unnoticed");
 }
 

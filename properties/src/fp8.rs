@@ -17,8 +17,8 @@ use moecheck_reference::gemm::{GroupedGemmCase, Pass, Passes, TailContract};
 use ndarray::{Array2, Array3};
 use proptest::prelude::*;
 
-use crate::props::{Outcome, RunConfig};
-use crate::strategies::group_sizes;
+use crate::gemm::group_sizes;
+use crate::runner::{Outcome, RunConfig};
 
 /// Largest K of a generated FP8 case.
 pub const FP8_MAX_K: usize = 72;
@@ -428,5 +428,5 @@ fn scale_invariance(imp: &dyn Fp8GroupedGemm, args: &Fp8CaseArgs) -> Result<(), 
 
 /// Checks an FP8 property like [`crate::check`] does a grouped-GEMM one.
 pub fn check_fp8(prop: &Fp8Property, imp: &dyn Fp8GroupedGemm, config: &RunConfig) -> Outcome {
-    crate::props::run_property(&(prop.strategy)(), |args| (prop.test)(imp, args), config)
+    crate::runner::run_property(&(prop.strategy)(), |args| (prop.test)(imp, args), config)
 }

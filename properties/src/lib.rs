@@ -1,29 +1,32 @@
 //! # moecheck-properties
 //!
-//! proptest strategies ([`strategies`]) and properties ([`props`]) for grouped-GEMM
-//! implementations, generic over the implementation under test
-//! ([`moecheck_reference::implementation::GroupedGemm`]); in [`routing`], the same for routing
-//! implementations ([`moecheck_reference::routing::Router`]).
+//! proptest strategies and properties for every operation moecheck checks, generic over the
+//! implementation under test ([`moecheck_reference::op::Implementation`]).
 //!
-//! [`moe`] holds the strategies and properties of whole MoE-layer implementations
-//! ([`moecheck_reference::moe::MoeLayer`]).
+//! * [`property`]: the one property type, [`Property<O>`](Property), and [`PropertyOp`], what
+//!   an operation adds to join: its case arguments and its properties.
+//! * [`runner`]: the one property loop (deterministic seeds, redrawn rejects, quiet
+//!   shrinking).
+//! * Per operation, its strategies and properties: [`gemm`], [`fp8`], [`routing`], [`moe`].
 //!
 //! ```no_run
-//! use moecheck_properties::{all, check, RunConfig};
-//! use moecheck_reference::implementation::Reference;
-//! for p in all() {
+//! use moecheck_properties::{check, PropertyOp, RunConfig};
+//! use moecheck_reference::gemm::Gemm;
+//! use moecheck_reference::op::Reference;
+//! for p in Gemm::properties() {
 //!     assert!(check(&p, &Reference, &RunConfig::default()).passed(), "{}", p.name);
 //! }
 //! ```
 
 pub mod fp8;
+pub mod gemm;
 pub mod moe;
-pub mod props;
+pub mod property;
 pub mod routing;
-pub mod strategies;
+pub mod runner;
 
-pub use props::{
-    all, by_name, check, run_property, run_property_with_rejects, CaseResult, Outcome, Property,
-    RunConfig, DEFAULT_CASES, DEFAULT_SEED,
+pub use property::{by_name, check, verified, Property, PropertyOp};
+pub use runner::{
+    run_property, run_property_with_rejects, CaseResult, Outcome, RunConfig, DEFAULT_CASES,
+    DEFAULT_SEED,
 };
-pub use strategies::{any_case, case_args, CaseArgs, Require};

@@ -20,7 +20,7 @@ use moecheck_reference::routing::{Capacity, DropPolicy, GroupLimit, RoutingConfi
 use ndarray::{Array1, Array2, Array3, ArrayD, Axis, Dimension};
 use proptest::prelude::*;
 
-use crate::props::{Outcome, RunConfig};
+use crate::runner::{Outcome, RunConfig};
 
 /// Most tokens in a case.
 pub const MAX_TOKENS: usize = 12;
@@ -198,7 +198,7 @@ pub fn moe_args(req: MoeRequire) -> BoxedStrategy<MoeArgs> {
         .boxed()
 }
 
-pub use crate::props::CaseResult;
+pub use crate::runner::CaseResult;
 
 /// A property of an MoE-layer implementation.
 #[derive(Clone, Copy)]
@@ -545,7 +545,7 @@ pub fn check_layer(prop: &LayerProperty, imp: &dyn MoeLayer, config: &RunConfig)
         ..*config
     };
     let max_rejects = 64 * config.cases.max(16);
-    crate::props::run_property_with_rejects(
+    crate::runner::run_property_with_rejects(
         &(prop.strategy)(),
         |args| (prop.test)(imp, args),
         &config,

@@ -1,9 +1,9 @@
 //! The properties hold for the reference and fail for deliberately wrong implementations.
 
-use moecheck_properties::strategies::{any_case, case_args, Require};
-use moecheck_properties::{all, check, Outcome, RunConfig};
-use moecheck_reference::gemm::{GemmOutputs, GroupedGemmCase, Passes, Precision};
-use moecheck_reference::implementation::{GroupedGemm, Reference, RunError};
+use moecheck_properties::gemm::{any_case, case_args, Require};
+use moecheck_properties::{check, verified, Outcome, PropertyOp, RunConfig};
+use moecheck_reference::gemm::{Gemm, GemmOutputs, GroupedGemmCase, Passes, Precision};
+use moecheck_reference::op::{Implementation, Reference, RunError};
 use proptest::prelude::*;
 
 proptest! {
@@ -13,7 +13,7 @@ proptest! {
     #[test]
     fn reference_matches_itself_on_every_pass(args in any_case()) {
         let case = args.build();
-        let r = moecheck_properties::props::verify_passes(&Reference, &case, Passes::ALL);
+        let r = verified::<Gemm>(&Reference, &case, Passes::ALL);
         prop_assert!(r.is_ok(), "{}", r.unwrap_err());
     }
 
@@ -32,7 +32,7 @@ fn config() -> RunConfig {
 
 #[test]
 fn every_property_passes_on_the_reference() {
-    for p in all() {
+    for p in Gemm::properties() {
         let o = check(&p, &Reference, &config());
         assert!(o.passed(), "{} failed on the reference: {o:?}", p.name);
     }
@@ -44,7 +44,7 @@ struct Wrong {
     f: fn(&GroupedGemmCase, &mut GemmOutputs),
 }
 
-impl GroupedGemm for Wrong {
+impl Implementation<Gemm> for Wrong {
     fn name(&self) -> String {
         self.name.into()
     }
@@ -52,10 +52,10 @@ impl GroupedGemm for Wrong {
         true
     }
     fn precision(&self, case: &GroupedGemmCase) -> Precision {
-        Reference.precision(case)
+        Implementation::<Gemm>::precision(&Reference, case)
     }
     fn run(&self, case: &GroupedGemmCase, passes: Passes) -> Result<GemmOutputs, RunError> {
-        let mut o = Reference.run(case, passes)?;
+        let mut o = Implementation::<Gemm>::run(&Reference, case, passes)?;
         (self.f)(case, &mut o);
         Ok(o)
     }
@@ -108,7 +108,7 @@ fn every_property_fails_on_garbage() {
         name: "garbage",
         f: add_garbage,
     };
-    for p in all() {
+    for p in Gemm::properties() {
         let o = check(&p, &imp, &config());
         assert!(!o.passed(), "{} did not catch garbage", p.name);
         let (reason, minimal) = failure(o);
@@ -153,7 +153,7 @@ fn checks_are_deterministic_for_a_seed() {
 #[test]
 fn run_errors_are_failures() {
     struct Broken;
-    impl GroupedGemm for Broken {
+    impl Implementation<Gemm> for Broken {
         fn name(&self) -> String {
             "broken".into()
         }
@@ -161,13 +161,13 @@ fn run_errors_are_failures() {
             true
         }
         fn precision(&self, case: &GroupedGemmCase) -> Precision {
-            Reference.precision(case)
+            Implementation::<Gemm>::precision(&Reference, case)
         }
         fn run(&self, _: &GroupedGemmCase, _: Passes) -> Result<GemmOutputs, RunError> {
             Err(RunError("boom".into()))
         }
     }
-    for p in all() {
+    for p in Gemm::properties() {
         let (reason, _) = failure(check(&p, &Broken, &config()));
         assert!(reason.contains("boom"), "{}: {reason}", p.name);
     }
@@ -190,7 +190,7 @@ fn strategies_reach_n_zero_and_finite_f16_outputs() {
         if args.out_dtype == Format::F16 {
             f16_out += 1;
             let case = args.build();
-            let o = Reference.run(&case, Passes::ALL).unwrap();
+            let o = Implementation::<Gemm>::run(&Reference, &case, Passes::ALL).unwrap();
             let arrays = [o.out.map(|a| a.into_dyn()), o.dlhs.map(|a| a.into_dyn())];
             let largest = arrays
                 .into_iter()
@@ -216,7 +216,7 @@ fn shrink_budget_ends_shrinking_and_is_reported() {
         name: "garbage",
         f: add_garbage,
     };
-    let p = &all()[0];
+    let p = &Gemm::properties()[0];
     let tight = RunConfig {
         max_shrink_iters: 1,
         ..config()

@@ -12,7 +12,12 @@
 //!   dropping), in f64, with the routing implementation trait.
 //! * [`moe`]: the whole MoE layer (permute, SwiGLU experts, combine, shared expert), its
 //!   hand-written VJP, the dense formulation, finite differences and the layer error bound.
-//! * [`implementation`]: the one trait behind which every implementation under test sits.
+//! * [`op`]: the one vocabulary every operation above speaks — the [`op::Op`] trait, the
+//!   [`op::Implementation`] trait behind which every implementation under test sits, the
+//!   [`op::Verdict`] and [`op::verify`]; with [`protocol`] (the case directory as data) and
+//!   [`report`] (the text and JSON of a run), the same for every operation.
+//! * [`stats`]: element-by-element statistics shared by the comparisons; [`seed`]: the one
+//!   seed-mixing function.
 //!
 //! This crate is pure: no I/O, no CUDA, no randomness.
 
@@ -20,8 +25,12 @@ pub mod error;
 pub mod format;
 pub mod fp8;
 pub mod gemm;
-pub mod implementation;
 pub mod moe;
+pub mod op;
+pub mod protocol;
+pub mod report;
 pub mod routing;
+pub mod seed;
+pub mod stats;
 
 pub use error::Error;

@@ -11,7 +11,7 @@ use ndarray::{Array2, Array3};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use moecheck::cases::{group_sizes, GemmSpec, Routing};
+use moecheck::generate::gemm::{group_sizes, GemmSpec, Spread};
 use moecheck_reference::format::Format;
 use moecheck_reference::gemm::{case::offsets, grouped_fwd, grouped_fwd_into, TailContract};
 
@@ -33,7 +33,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 16)]
     pub empty: usize,
     #[arg(long, value_enum, default_value = "skewed")]
-    pub routing: Routing,
+    pub routing: Spread,
     /// Interleaved repetitions of each side; the median ratio is reported.
     #[arg(long, default_value_t = 7)]
     pub reps: usize,
@@ -90,7 +90,8 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
         ffn: a.n,
         dtype: Format::F32,
         out_dtype: Format::F32,
-        routing: a.routing,
+        spread: a.routing,
+        passes: moecheck_reference::gemm::Passes::ALL,
         empty: a.empty,
         drop_frac: 0.0,
         seed: 1,

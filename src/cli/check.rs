@@ -1,23 +1,25 @@
-//! `moecheck check DIR`: re-verify a case directory holding inputs and outputs.
+//! `moecheck check DIR`: re-verify a case directory holding inputs and outputs, whatever
+//! operation wrote it (`case.json` says).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
 
-use moecheck::report::GemmReport;
+use moecheck::{pipeline, protocol, report};
 use moecheck_reference::format::Format;
-use moecheck_reference::gemm::{compare_outputs, reference, Accumulator, Precision};
-use moecheck_reference::implementation::Verdict;
+use moecheck_reference::gemm::{Accumulator, Gemm};
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// The case directory (case.json, inputs, and the outputs out.npy / dlhs.npy / drhs.npy).
-    /// An FP8 case (case.json with an `fp8` object) is checked recipe-exact.
+    /// The case directory (case.json, inputs, and the outputs: out.npy / dlhs.npy /
+    /// drhs.npy for a grouped GEMM). An FP8 case (case.json with an `fp8` object) is checked
+    /// recipe-exact.
     pub dir: PathBuf,
-    /// Declared accumulator format of the implementation that wrote the outputs.
-    #[arg(long, default_value = "f32", value_parser = super::gemm::parse_format)]
-    pub acc: Format,
+    /// Declared accumulator format of the implementation that wrote the outputs (grouped
+    /// GEMM) [default: f32].
+    #[arg(long, value_parser = super::parse_format)]
+    pub acc: Option<Format>,
     /// Declared K-block size of the accumulator; omit for "any order".
     #[arg(long)]
     pub acc_block: Option<usize>,
@@ -30,19 +32,20 @@ pub fn run(a: CheckArgs) -> anyhow::Result<ExitCode> {
     if let Some((case, passes)) = moecheck::protocol::fp8::read_fp8_case(&a.dir)? {
         return super::gemm_fp8::check(&a.dir, case, passes, a.json);
     }
-    let (case, passes) = moecheck::protocol::read_case(&a.dir)?;
-    let got = moecheck::protocol::read_outputs(&a.dir, &case, passes)?;
-    let want = reference(&case, passes)?;
-    let precision = Precision {
-        input: case.dtype,
-        accumulator: Accumulator {
-            format: a.acc,
+    let header = protocol::read_header(&a.dir)?;
+    if header.is::<Gemm>() {
+        if a.acc_block == Some(0) {
+            anyhow::bail!("--acc-block 0: a K block holds at least one product");
+        }
+        let acc = Accumulator {
+            format: a.acc.unwrap_or(Format::F32),
             block: a.acc_block,
-        },
-        output: case.out_dtype,
-    };
-    let verdict = Verdict::Compared(compare_outputs(&case, passes, &precision, &want, &got));
-    let name = format!("outputs in {}", a.dir.display());
-    let report = GemmReport::new(name, false, &case, precision, &verdict);
-    super::finish(&report, a.json)
+        };
+        return report::finish(&pipeline::check_dir::<Gemm>(&a.dir, &acc)?, a.json);
+    }
+    anyhow::bail!(
+        "{}: op '{}' is not supported (expected grouped_gemm)",
+        a.dir.join("case.json").display(),
+        header.op
+    )
 }

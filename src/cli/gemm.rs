@@ -1,22 +1,21 @@
-//! `moecheck gemm`: generate, run, check.
+//! `moecheck gemm`: the flags of a generated grouped-GEMM check (the FP8 flags are
+//! `gemm_fp8`'s); the work is the pipeline's.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
-use anyhow::{bail, Context};
 use clap::Args;
 
-use moecheck::cases::{generate, GemmSpec, Routing};
-use moecheck::impls::emulate::{Bug, Emulate};
-use moecheck::impls::exec::Exec;
-use moecheck::report::GemmReport;
+use moecheck::generate::gemm::{GemmSpec, Spread};
+use moecheck::registry::{self, Choice};
+use moecheck::{pipeline, report};
 use moecheck_reference::format::Format;
-use moecheck_reference::gemm::{compare_outputs, reference, Accumulator, Passes, TailContract};
-use moecheck_reference::implementation::{GroupedGemm, Reference, Verdict};
+use moecheck_reference::gemm::{Accumulator, Gemm, Passes, TailContract};
+
+use super::ImplFlags;
 
 #[derive(Debug, Args)]
-pub struct GemmArgs {
+pub struct GemmFlags {
     /// Number of experts G.
     #[arg(long, default_value_t = 8)]
     pub experts: usize,
@@ -38,46 +37,37 @@ pub struct GemmArgs {
     #[arg(long, default_value = "bf16", value_parser = super::gemm_fp8::parse_gemm_dtype)]
     pub dtype: Format,
     /// Output dtype the implementation writes: f32, bf16, f16, f64.
-    #[arg(long, default_value = "f32", value_parser = parse_format)]
+    #[arg(long, default_value = "f32", value_parser = super::parse_format)]
     pub out_dtype: Format,
-    /// Declared accumulator format (the bound is derived from it).
-    #[arg(long, default_value = "f32", value_parser = parse_format)]
-    pub acc: Format,
-    /// Declared K-block size of the accumulator (partials over this many products, then summed);
-    /// omit for "any order".
+    /// Accumulator format an exec: implementation declares (the bound is derived from it)
+    /// [default: f32]. Built-in implementations declare their own.
+    #[arg(long, value_parser = super::parse_format)]
+    pub acc: Option<Format>,
+    /// K-block size of an exec: implementation's accumulator (partials over this many
+    /// products, then summed); omit for "any order".
     #[arg(long)]
     pub acc_block: Option<usize>,
     /// How rows are spread over experts.
-    #[arg(long, value_enum, default_value = "skewed")]
-    pub routing: Routing,
+    #[arg(long = "routing", value_enum, default_value = "skewed")]
+    pub spread: Spread,
     /// Experts forced empty (the first, the last and the middle one first).
     #[arg(long, default_value_t = 2)]
     pub empty: usize,
     /// Fraction of rows dropped (tail rows past sum(group_sizes)).
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
     pub drop_frac: f64,
     /// Seed of the generated case.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Implementation under test: reference | emulate | exec:CMD (CMD gets the case directory
-    /// as its last argument, see docs/protocol.md) | cuda | cuda-tiled | cublas |
-    /// cublas-grouped (GPU; without a device the run fails saying "no CUDA device"). With
-    /// `--dtype fp8`: reference | emulate | exec:CMD | cuda.
-    #[arg(long = "impl", default_value = "emulate")]
-    pub implementation: String,
-    /// Planted bug for `--impl emulate` (see `moecheck selftest`).
-    #[arg(long)]
-    pub inject: Option<String>,
+    #[command(flatten)]
+    pub imp: ImplFlags,
     /// Passes to run.
     #[arg(long, default_value = "fwd,dgrad,wgrad", value_parser = Passes::parse)]
     pub passes: Passes,
     /// Tail contract: zero (tail rows of out/dlhs must be exactly 0) or ignored.
     #[arg(long, value_enum, default_value = "zero")]
     pub tail: TailArg,
-    /// Timeout in seconds for exec: implementations.
-    #[arg(long, default_value_t = 600.0)]
-    pub timeout: f64,
-    /// Write the case and the implementation's outputs to DIR (protocol layout).
+    /// Write the case and the outputs that were checked to DIR (protocol layout).
     #[arg(long)]
     pub dump: Option<PathBuf>,
     /// Machine-readable report on stdout, with a top-level "verdict".
@@ -102,152 +92,62 @@ impl From<TailArg> for TailContract {
     }
 }
 
-pub fn parse_format(s: &str) -> Result<Format, String> {
-    Format::parse(s).map_err(|e| e.to_string())
-}
-
-/// Builds the implementation named by `--impl`.
-pub fn build_impl(
-    name: &str,
-    inject: Option<&str>,
-    acc: Accumulator,
-    timeout: f64,
-) -> anyhow::Result<Box<dyn GroupedGemm>> {
-    if inject.is_some() && name != "emulate" {
-        bail!("--inject needs --impl emulate (got --impl {name})");
-    }
-    if !(timeout > 0.0 && timeout.is_finite()) {
-        bail!("--timeout {timeout} must be a positive number of seconds");
-    }
-    Ok(match name {
-        "reference" => Box::new(Reference),
-        "emulate" => {
-            let inject = inject
-                .map(|b| {
-                    b.parse::<Bug>()
-                        .map_err(|e| anyhow::anyhow!("--inject {b}: {e}"))
-                })
-                .transpose()?;
-            Box::new(Emulate {
-                inject,
-                ..Emulate::default()
-            })
+impl GemmFlags {
+    /// The case spec, with `dtype` as the input format.
+    pub fn spec(&self, dtype: Format) -> GemmSpec {
+        GemmSpec {
+            experts: self.experts,
+            tokens: self.tokens,
+            topk: self.topk,
+            hidden: self.hidden,
+            ffn: self.ffn,
+            dtype,
+            out_dtype: self.out_dtype,
+            spread: self.spread,
+            empty: self.empty,
+            drop_frac: self.drop_frac,
+            seed: self.seed,
+            tail: self.tail.into(),
+            passes: self.passes,
         }
-        _ if moecheck::cuda::IMPL_NAMES.contains(&name) => match moecheck::cuda::build(name) {
-            Some(imp) => imp,
-            None => bail!("--impl {name}: moecheck was built without the `cuda` feature"),
-        },
-        _ => match name.strip_prefix("exec:") {
-            Some(cmd) if !cmd.trim().is_empty() => Box::new(Exec {
-                command: cmd.to_string(),
-                timeout: Duration::from_secs_f64(timeout),
-                keep_dir: None,
-                accumulator: acc,
-            }),
-            _ => bail!(
-                "--impl {name}: expected reference, emulate, exec:CMD, cuda, cuda-tiled, cublas or cublas-grouped"
-            ),
-        },
-    })
+    }
+
+    /// `--acc`, `--acc-block`: the declared accumulator, and the flags that were given.
+    pub fn accumulator(&self) -> anyhow::Result<(Accumulator, Vec<&'static str>)> {
+        if self.acc_block == Some(0) {
+            anyhow::bail!("--acc-block 0: a K block holds at least one product");
+        }
+        let mut given = Vec::new();
+        if self.acc.is_some() {
+            given.push("--acc");
+        }
+        if self.acc_block.is_some() {
+            given.push("--acc-block");
+        }
+        let acc = Accumulator {
+            format: self.acc.unwrap_or(Format::F32),
+            block: self.acc_block,
+        };
+        Ok((acc, given))
+    }
 }
 
-pub fn run(a: GemmArgs) -> anyhow::Result<ExitCode> {
+pub fn run(a: GemmFlags) -> anyhow::Result<ExitCode> {
     if matches!(a.dtype, Format::E4m3 | Format::E5m2) {
         return super::gemm_fp8::run(a);
     }
     if let Some(flag) = a.fp8.first_given() {
-        bail!("{flag} needs --dtype fp8");
+        anyhow::bail!("{flag} needs --dtype fp8");
     }
-    let spec = GemmSpec {
-        experts: a.experts,
-        tokens: a.tokens,
-        topk: a.topk,
-        hidden: a.hidden,
-        ffn: a.ffn,
-        dtype: a.dtype,
-        out_dtype: a.out_dtype,
-        routing: a.routing,
-        empty: a.empty,
-        drop_frac: a.drop_frac,
-        seed: a.seed,
-        tail: a.tail.into(),
+    let spec = a.spec(a.dtype);
+    spec.validate().map_err(|e| anyhow::anyhow!(e.as_flag()))?;
+    let (declaration, declared_by) = a.accumulator()?;
+    let choice = Choice::<Gemm> {
+        declaration,
+        declared_by,
+        ..a.imp.choice()
     };
-    spec.validate().map_err(anyhow::Error::msg)?;
-    if a.passes.is_empty() {
-        bail!("--passes is empty");
-    }
-    let acc = Accumulator {
-        format: a.acc,
-        block: a.acc_block,
-    };
-    let imp = build_impl(&a.implementation, a.inject.as_deref(), acc, a.timeout)?;
-
-    let work = (spec.rows() * a.hidden * a.ffn) as u64;
-    let progress = Progress::new(work, 3);
-    progress.stage("generating the case");
-    let case = generate(&spec);
-    progress.stage("computing the f64 reference");
-    let want = reference(&case, a.passes).context("generated case")?;
-    progress.stage(&format!("running {}", imp.name()));
-    let precision = imp.precision(&case);
-    let verdict = match imp.run(&case, a.passes) {
-        Ok(got) => {
-            if let Some(dir) = &a.dump {
-                dump(dir, &case, a.passes, &got)?;
-            }
-            Verdict::Compared(compare_outputs(&case, a.passes, &precision, &want, &got))
-        }
-        Err(e) => Verdict::RunFailed(e),
-    };
-    progress.done();
-    let report = GemmReport::new(imp.name(), imp.is_model(), &case, precision, &verdict);
-    super::finish(&report, a.json)
-}
-
-fn dump(
-    dir: &std::path::Path,
-    case: &moecheck_reference::gemm::GroupedGemmCase,
-    passes: Passes,
-    got: &moecheck_reference::gemm::GemmOutputs,
-) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("--dump {}", dir.display()))?;
-    moecheck::protocol::write_case(dir, case, passes)
-        .with_context(|| format!("--dump {}", dir.display()))?;
-    moecheck::protocol::write_outputs(dir, got)
-        .with_context(|| format!("--dump {}", dir.display()))?;
-    Ok(())
-}
-
-/// A stage spinner on stderr for large shapes when stderr is a terminal.
-struct Progress(Option<indicatif::ProgressBar>);
-
-impl Progress {
-    fn new(work: u64, stages: u64) -> Progress {
-        use std::io::IsTerminal;
-        if work < 200_000_000 || !std::io::stderr().is_terminal() {
-            return Progress(None);
-        }
-        let pb = indicatif::ProgressBar::new(stages);
-        pb.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {pos}/{len} {msg}",
-            )
-            .expect("valid template"),
-        );
-        pb.enable_steady_tick(Duration::from_millis(120));
-        Progress(Some(pb))
-    }
-    fn stage(&self, msg: &str) {
-        if let Some(pb) = &self.0 {
-            if !pb.message().is_empty() {
-                pb.inc(1);
-            }
-            pb.set_message(msg.to_string());
-        }
-    }
-    fn done(&self) {
-        if let Some(pb) = &self.0 {
-            pb.finish_and_clear();
-        }
-    }
+    let imp = registry::build(&choice).map_err(anyhow::Error::msg)?;
+    let run = pipeline::run(&spec, Some(imp.as_ref()), a.dump.as_deref())?;
+    report::finish(&pipeline::report(&run), a.json)
 }

@@ -8,21 +8,24 @@ use anyhow::{bail, Context};
 use clap::Args;
 use serde::Serialize;
 
-use moecheck::cases::GemmSpec;
 use moecheck::fp8_cases::generate_fp8;
+use moecheck::generate::gemm::GemmSpec;
 use moecheck::impls::emulate_fp8::{EmulateFp8, Fp8Bug};
-use moecheck::impls::exec::Exec;
+use moecheck::impls::exec::Program;
 use moecheck::impls::exec_fp8::ExecFp8;
-use moecheck::report::GemmReport;
 use moecheck_reference::format::Format;
 use moecheck_reference::fp8::{
     compare_fp8, fp8_precision, AccumModel, AmaxAlgo, Fp8GemmCase, Fp8GroupedGemm, Fp8Recipe,
     Fp8Reference, Fp8Verdict, HighPrecisionStats, ScalingKind, ScopeKind,
 };
-use moecheck_reference::gemm::{Accumulator, Passes};
-use moecheck_reference::implementation::Verdict;
+use moecheck_reference::gemm::Gemm;
+use moecheck_reference::gemm::GemmReport;
+use moecheck_reference::gemm::Passes;
+use moecheck_reference::op::{Verdict, VerdictKind};
+use moecheck_reference::report::{Implemented, Reported, RunInfo};
 
-use super::gemm::{parse_format, GemmArgs};
+use super::gemm::GemmFlags;
+use super::parse_format;
 
 /// `--dtype`: a number format, or `fp8` (= E4M3 forward operands, the FP8 path).
 pub fn parse_gemm_dtype(s: &str) -> Result<Format, String> {
@@ -197,7 +200,7 @@ struct Fp8Json<'a> {
     fp8: Fp8Extra,
 }
 
-pub fn run(a: GemmArgs) -> anyhow::Result<ExitCode> {
+pub fn run(a: GemmFlags) -> anyhow::Result<ExitCode> {
     if matches!(a.out_dtype, Format::E4m3 | Format::E5m2) {
         bail!(
             "--out-dtype {}: FP8 GEMM outputs are f32 or bf16",
@@ -213,7 +216,8 @@ pub fn run(a: GemmArgs) -> anyhow::Result<ExitCode> {
         ffn: a.ffn,
         dtype: Format::F32,
         out_dtype: a.out_dtype,
-        routing: a.routing,
+        spread: a.spread,
+        passes: a.passes,
         empty: a.empty,
         drop_frac: a.drop_frac,
         seed: a.seed,
@@ -223,22 +227,23 @@ pub fn run(a: GemmArgs) -> anyhow::Result<ExitCode> {
     if a.passes.is_empty() {
         bail!("--passes is empty");
     }
-    if !(a.timeout > 0.0 && a.timeout.is_finite()) {
-        bail!(
-            "--timeout {} must be a positive number of seconds",
-            a.timeout
-        );
+    let timeout = a.imp.timeout.unwrap_or(600.0);
+    if !(timeout > 0.0 && timeout.is_finite()) {
+        bail!("--timeout {timeout} must be a positive number of seconds");
     }
-    if a.inject.is_some() && a.implementation != "emulate" {
-        bail!(
-            "--inject needs --impl emulate (got --impl {})",
-            a.implementation
-        );
+    let implementation = a
+        .imp
+        .implementation
+        .clone()
+        .unwrap_or_else(|| "emulate".into());
+    if a.imp.inject.is_some() && implementation != "emulate" {
+        bail!("--inject needs --impl emulate (got --impl {implementation})");
     }
-    let imp: Box<dyn Fp8GroupedGemm> = match a.implementation.as_str() {
+    let imp: Box<dyn Fp8GroupedGemm> = match implementation.as_str() {
         "reference" => Box::new(Fp8Reference),
         "emulate" => {
             let inject = a
+                .imp
                 .inject
                 .as_deref()
                 .map(|b| {
@@ -250,11 +255,9 @@ pub fn run(a: GemmArgs) -> anyhow::Result<ExitCode> {
         }
         "cuda" => cuda_fp8(&recipe)?,
         name => match name.strip_prefix("exec:") {
-            Some(cmd) if !cmd.trim().is_empty() => Box::new(ExecFp8(Exec {
+            Some(cmd) if !cmd.trim().is_empty() => Box::new(ExecFp8(Program {
                 command: cmd.to_string(),
-                timeout: Duration::from_secs_f64(a.timeout),
-                keep_dir: a.dump.clone(),
-                accumulator: Accumulator::any_order(Format::F32),
+                timeout: Duration::from_secs_f64(timeout),
             })),
             _ => bail!("--impl {name}: FP8 runs on reference, emulate, cuda or exec:CMD"),
         },
@@ -273,7 +276,7 @@ pub fn run(a: GemmArgs) -> anyhow::Result<ExitCode> {
                     .with_context(|| format!("--dump {}", dir.display()))?;
                 moecheck::protocol::fp8::write_fp8_case(dir, &case, a.passes)
                     .with_context(|| format!("--dump {}", dir.display()))?;
-                moecheck::protocol::write_outputs(dir, &got)
+                moecheck::protocol::write_outputs::<Gemm>(dir, &got)
                     .with_context(|| format!("--dump {}", dir.display()))?;
             }
             Fp8Verdict::Compared(Box::new(compare_fp8(&case, a.passes, &got)?))
@@ -322,7 +325,7 @@ pub fn check(
     passes: Passes,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let got = moecheck::protocol::read_outputs(dir, &case.gemm, passes)?;
+    let got = moecheck::protocol::read_outputs::<Gemm>(dir, &case.gemm, passes)?;
     let verdict = Fp8Verdict::Compared(Box::new(compare_fp8(&case, passes, &got)?));
     finish(
         format!("outputs in {}", dir.display()),
@@ -343,12 +346,26 @@ fn finish(
     let recipe = case.recipe;
     let (plain, hp) = match verdict {
         Fp8Verdict::Compared(r) => (
-            Verdict::Compared(r.recipe_exact.clone()),
+            Verdict::of(r.recipe_exact.clone()),
             r.high_precision.clone(),
         ),
         Fp8Verdict::RunFailed(e) => (Verdict::RunFailed(e.clone()), Vec::new()),
     };
-    let report = GemmReport::new(name, is_model, &case.gemm, fp8_precision(case), &plain);
+    let implemented = Implemented { name, is_model };
+    let unused = moecheck_reference::gemm::ReferenceResult {
+        value: Default::default(),
+        magnitude: Default::default(),
+    };
+    let report = <Gemm as Reported>::document(&RunInfo {
+        implementation: Some(&implemented),
+        case: &case.gemm,
+        ask: Passes::ALL,
+        expected: &unused,
+        precision: &fp8_precision(case),
+        verdict: Some(&plain),
+        draws: 1,
+        reference_seconds: 0.0,
+    });
     if json {
         let j = Fp8Json {
             report: &report,
@@ -362,7 +379,7 @@ fn finish(
     } else {
         print!("{}", render(&report, &recipe, &hp));
     }
-    Ok(if report.verdict == "pass" {
+    Ok(if report.verdict == VerdictKind::Pass {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(super::EXIT_FAIL)
@@ -397,7 +414,7 @@ fn render(report: &GemmReport, r: &Fp8Recipe, hp: &[HighPrecisionStats]) -> Stri
         r.accumulation
     );
     let _ = writeln!(s, "verdict below: recipe-exact (the GEMM of the recipe's dequantised operands, bound from the accumulation model)");
-    s.push_str(&report.render());
+    s.push_str(&<Gemm as Reported>::render(report));
     if !hp.is_empty() {
         let _ = writeln!(
             s,

@@ -13,7 +13,10 @@ mod selftest;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+
+use moecheck::registry::Choice;
+use moecheck_reference::format::Format;
 
 /// Exit status of a check that found a mismatch.
 pub const EXIT_FAIL: u8 = 1;
@@ -34,7 +37,7 @@ pub struct Cli {
 pub enum Command {
     /// Generate a routed grouped-GEMM case, run an implementation on it, and check every
     /// element of fwd/dgrad/wgrad against its derived error bound.
-    Gemm(gemm::GemmArgs),
+    Gemm(gemm::GemmFlags),
     /// Re-verify a case directory (protocol v1) that holds inputs and outputs.
     Check(check::CheckArgs),
     /// Run every property against the correct emulation and every planted bug.
@@ -81,18 +84,38 @@ pub fn run() -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Prints a report as JSON or as the table, and returns the exit code of its verdict.
-pub fn finish(report: &moecheck::report::GemmReport, json: bool) -> anyhow::Result<ExitCode> {
-    if json {
-        println!("{}", serde_json::to_string_pretty(report)?);
-    } else {
-        print!("{}", report.render());
+/// `--impl`, `--inject`, `--timeout`: which implementation runs (the registry builds it).
+#[derive(Debug, Args)]
+pub struct ImplFlags {
+    /// Implementation under test: reference | emulate (a CPU model of a kernel, never a GPU
+    /// result) | exec:CMD (any program: CMD gets the case directory as its last argument,
+    /// docs/protocol.md) | a GPU implementation: cuda, cuda-tiled, cublas, cublas-grouped
+    /// (gemm), cuda (gemm --dtype fp8, route); without a device a GPU run fails saying "no
+    /// CUDA device" [default: emulate; route: none, the reference only].
+    #[arg(long = "impl")]
+    pub implementation: Option<String>,
+    /// Planted bug for --impl emulate (`moecheck selftest` lists them).
+    #[arg(long)]
+    pub inject: Option<String>,
+    /// Seconds an exec: implementation may run [default: 600].
+    #[arg(long, allow_negative_numbers = true)]
+    pub timeout: Option<f64>,
+}
+
+impl ImplFlags {
+    /// The registry's choice, `--impl` defaulting to `emulate`.
+    pub fn choice<O: moecheck_reference::op::Op>(&self) -> Choice<O> {
+        Choice {
+            inject: self.inject.clone(),
+            timeout: self.timeout,
+            ..Choice::named(self.implementation.as_deref().unwrap_or("emulate"))
+        }
     }
-    Ok(if report.verdict == "pass" {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(EXIT_FAIL)
-    })
+}
+
+/// A number format flag (`f32`, `bf16`, ...).
+pub fn parse_format(s: &str) -> Result<Format, String> {
+    Format::parse(s).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

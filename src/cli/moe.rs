@@ -8,13 +8,12 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Args;
 
-use moecheck::impls::exec::Exec;
+use moecheck::impls::exec::Program;
 use moecheck::impls::moe_emulate::{MoeBug, MoeEmulate};
 use moecheck::impls::moe_exec::MoeExec;
 use moecheck::moe_report::MoeReport;
 use moecheck_properties::moe::MoeArgs;
 use moecheck_reference::format::Format;
-use moecheck_reference::gemm::Accumulator;
 use moecheck_reference::moe::{forward, tie_guard, verify_layer, MoeLayer, ReferenceLayer};
 use moecheck_reference::routing::{RoutingConfig, NORM_EPS};
 
@@ -71,14 +70,14 @@ pub struct MoeArgsCli {
     #[arg(long, requires = "drop_policy")]
     pub seq_len: Option<usize>,
     /// Input dtype: every input value is exactly representable in it (bf16 or f32).
-    #[arg(long, default_value = "bf16", value_parser = super::gemm::parse_format)]
+    #[arg(long, default_value = "bf16", value_parser = super::parse_format)]
     pub dtype: Format,
     /// Declared compute format of an exec: implementation (every operation, GEMM
     /// accumulation included).
-    #[arg(long, default_value = "f32", value_parser = super::gemm::parse_format)]
+    #[arg(long, default_value = "f32", value_parser = super::parse_format)]
     pub compute: Format,
     /// Declared output format of an exec: implementation.
-    #[arg(long, default_value = "f32", value_parser = super::gemm::parse_format)]
+    #[arg(long, default_value = "f32", value_parser = super::parse_format)]
     pub out_dtype: Format,
     /// Seed of the generated case.
     #[arg(long, default_value_t = 0)]
@@ -139,11 +138,9 @@ fn build_impl(a: &MoeArgsCli) -> anyhow::Result<Box<dyn MoeLayer>> {
         }
         _ => match name.strip_prefix("exec:") {
             Some(cmd) if !cmd.trim().is_empty() => Box::new(MoeExec {
-                exec: Exec {
+                exec: Program {
                     command: cmd.to_string(),
                     timeout: Duration::from_secs_f64(a.timeout),
-                    keep_dir: None,
-                    accumulator: Accumulator::any_order(a.compute),
                 },
                 compute: a.compute,
                 output: a.out_dtype,

@@ -11,12 +11,11 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use moecheck::impls::exec::Exec;
+use moecheck::impls::exec::Program;
 use moecheck::impls::exec_route::ExecRouter;
 use moecheck::impls::route_emulate::{RouteBug, RouteEmulate};
 use moecheck::protocol::route::{read_bias, read_logits, write_route_case, write_route_outputs};
 use moecheck_reference::format::Format;
-use moecheck_reference::gemm::Accumulator;
 use moecheck_reference::routing::{
     compare_routing, route, Capacity, DropPolicy, GroupLimit, ReferenceRouter, RouteReport, Router,
     Routing, RoutingCase, RoutingConfig, ScoreFunction, NORM_EPS,
@@ -88,7 +87,7 @@ pub struct RouteArgs {
     pub inject: Option<String>,
     /// The format an exec: implementation computes scores and weights in (the weight bound
     /// is derived from it).
-    #[arg(long, default_value = "f32", value_parser = super::gemm::parse_format)]
+    #[arg(long, default_value = "f32", value_parser = super::parse_format)]
     pub compute: Format,
     /// Timeout in seconds for exec: implementations.
     #[arg(long, default_value_t = 600.0)]
@@ -214,11 +213,9 @@ fn build_router(a: &RouteArgs, name: &str) -> anyhow::Result<Box<dyn Router>> {
         "cuda" => cuda_router(a)?,
         _ => match name.strip_prefix("exec:") {
             Some(cmd) if !cmd.trim().is_empty() => Box::new(ExecRouter {
-                exec: Exec {
+                exec: Program {
                     command: cmd.to_string(),
                     timeout: Duration::from_secs_f64(a.timeout),
-                    keep_dir: None,
-                    accumulator: Accumulator::any_order(a.compute),
                 },
                 compute: a.compute,
             }),

@@ -31,14 +31,5 @@ pub fn run(a: SelftestArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--cases must be at least 1");
     }
     let report = moecheck::selftest::run(cases, a.seed);
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", report.render_table());
-    }
-    Ok(if report.ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(super::EXIT_FAIL)
-    })
+    moecheck::report::finish(&report, a.json)
 }

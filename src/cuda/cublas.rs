@@ -25,10 +25,11 @@ use cudarc::cublas::sys as cb;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaSlice, DevicePtr};
 use moecheck_reference::format::Format;
+use moecheck_reference::gemm::Gemm;
 use moecheck_reference::gemm::{
     Accumulator, GemmOutputs, GroupedGemmCase, Pass, Passes, Precision,
 };
-use moecheck_reference::implementation::{GroupedGemm, RunError};
+use moecheck_reference::op::{Implementation, RunError};
 use ndarray::{Array2, Array3};
 
 use super::device::{device, timed, CudaError, Device};
@@ -101,7 +102,7 @@ fn check(what: &str, s: cb::cublasStatus_t) -> Result<(), CudaError> {
     }
 }
 
-impl GroupedGemm for Cublas {
+impl Implementation<Gemm> for Cublas {
     fn name(&self) -> String {
         match (self.grouped, self.ptr_arrays) {
             (false, _) => "cublas".into(),

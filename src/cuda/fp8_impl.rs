@@ -14,7 +14,7 @@ use moecheck_reference::fp8::{
     ColumnWise, Fp8GemmCase, Fp8GroupedGemm, Fp8Operands, Quantized as RefQuantized,
 };
 use moecheck_reference::gemm::{GemmOutputs, Pass, Passes};
-use moecheck_reference::implementation::RunError;
+use moecheck_reference::op::RunError;
 use ndarray::{Array2, Array3};
 
 use super::device::CudaError;

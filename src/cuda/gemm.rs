@@ -4,10 +4,11 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
 use moecheck_reference::format::{round_to, Format, Overflow};
+use moecheck_reference::gemm::Gemm;
 use moecheck_reference::gemm::{
     Accumulator, GemmOutputs, GroupedGemmCase, Pass, Passes, Precision,
 };
-use moecheck_reference::implementation::{GroupedGemm, RunError};
+use moecheck_reference::op::{Implementation, RunError};
 use ndarray::{Array2, Array3};
 
 use super::device::{device, timed, CudaError, Device};
@@ -178,7 +179,7 @@ pub(crate) fn download(
     }))
 }
 
-impl GroupedGemm for CudaGemm {
+impl Implementation<Gemm> for CudaGemm {
     fn name(&self) -> String {
         Self::name_for(self.variant).into()
     }

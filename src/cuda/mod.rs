@@ -36,7 +36,9 @@ pub const IMPL_NAMES: [&str; 4] = ["cuda", "cuda-tiled", "cublas", "cublas-group
 /// The implementation called `name`, if it is one of [`IMPL_NAMES`]. Building one never
 /// touches CUDA; running it without a device is a failed case saying "no CUDA device".
 #[cfg(feature = "cuda")]
-pub fn build(name: &str) -> Option<Box<dyn moecheck_reference::implementation::GroupedGemm>> {
+pub fn build(
+    name: &str,
+) -> Option<Box<dyn moecheck_reference::op::Implementation<moecheck_reference::gemm::Gemm>>> {
     use gemm::{CudaGemm, Variant};
     Some(match name {
         "cuda" => Box::new(CudaGemm {
@@ -59,7 +61,9 @@ pub fn build(name: &str) -> Option<Box<dyn moecheck_reference::implementation::G
 
 /// Without the `cuda` feature every CUDA implementation is refused with this reason.
 #[cfg(not(feature = "cuda"))]
-pub fn build(name: &str) -> Option<Box<dyn moecheck_reference::implementation::GroupedGemm>> {
+pub fn build(
+    name: &str,
+) -> Option<Box<dyn moecheck_reference::op::Implementation<moecheck_reference::gemm::Gemm>>> {
     let _ = name;
     None
 }

@@ -12,7 +12,7 @@
 //! position capacity policy; the probs policy and a non-default `ε` are refused.
 
 use moecheck_reference::format::Format;
-use moecheck_reference::implementation::RunError;
+use moecheck_reference::op::RunError;
 use moecheck_reference::routing::{
     position_capacity, DropPolicy, RouteOutputs, RoutePrecision, Router, RoutingCase,
     ScoreFunction, NORM_EPS,

@@ -17,7 +17,7 @@ use moecheck_reference::fp8::{
     Fp8Operands, Quantized, Scope,
 };
 use moecheck_reference::gemm::{GemmOutputs, Passes};
-use moecheck_reference::implementation::RunError;
+use moecheck_reference::op::RunError;
 use ndarray::{s, Array2, Array3, ArrayView2};
 
 /// A defect that can be injected into [`EmulateFp8`].

@@ -7,75 +7,59 @@
 //! included), never a panic.
 
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use wait_timeout::ChildExt;
 
-use moecheck_reference::gemm::{Accumulator, GemmOutputs, GroupedGemmCase, Passes, Precision};
-use moecheck_reference::implementation::{GroupedGemm, RunError};
+use moecheck_reference::op::{Implementation, Op, RunError};
+use moecheck_reference::protocol::Protocol;
 
 use crate::protocol;
 
-/// An external implementation.
+/// An external program, run by `sh -c` with the case directory appended, within a timeout.
 #[derive(Debug, Clone)]
-pub struct Exec {
-    /// The command, run by `sh -c`, with the case directory appended.
+pub struct Program {
+    /// The command (it may carry its own arguments).
     pub command: String,
     pub timeout: Duration,
-    /// Use (and keep) this directory instead of a temporary one.
-    pub keep_dir: Option<PathBuf>,
-    /// The accumulator the program declares (the bound is derived from it).
-    pub accumulator: Accumulator,
 }
 
-impl GroupedGemm for Exec {
+/// An external implementation of `O`, declaring its precision with `declaration`.
+#[derive(Debug, Clone)]
+pub struct Exec<O: Op> {
+    pub program: Program,
+    /// What the program declares (its accumulator, its compute format).
+    pub declaration: O::Declaration,
+}
+
+impl<O: Protocol> Implementation<O> for Exec<O> {
     fn name(&self) -> String {
-        format!("exec:{}", self.command)
+        format!("exec:{}", self.program.command)
     }
     fn is_model(&self) -> bool {
         false
     }
-    fn precision(&self, case: &GroupedGemmCase) -> Precision {
-        Precision {
-            input: case.dtype,
-            accumulator: self.accumulator,
-            output: case.out_dtype,
-        }
+    fn precision(&self, case: &O::Case) -> O::Precision {
+        O::declared_precision(case, &self.declaration)
     }
-    fn run(&self, case: &GroupedGemmCase, passes: Passes) -> Result<GemmOutputs, RunError> {
-        let (_tmp, dir) = self.case_dir()?;
-        protocol::write_case(&dir, case, passes).map_err(|e| RunError(e.to_string()))?;
-        self.run_in(&dir)?;
-        protocol::read_outputs(&dir, case, passes).map_err(|e| RunError(e.to_string()))
+    fn run(&self, case: &O::Case, ask: O::Ask) -> Result<O::Outputs, RunError> {
+        let tmp = tempfile::Builder::new()
+            .prefix("moecheck-case-")
+            .tempdir()
+            .map_err(|e| RunError(format!("cannot create a case directory: {e}")))?;
+        let dir = tmp.path();
+        protocol::write_case::<O>(dir, case, ask).map_err(|e| RunError(e.to_string()))?;
+        self.program.run_in(dir)?;
+        protocol::read_outputs::<O>(dir, case, ask).map_err(|e| RunError(e.to_string()))
     }
 }
 
-impl Exec {
-    /// The case directory: `keep_dir` (created if needed), or a fresh temporary directory that
-    /// lives as long as the returned guard.
-    pub fn case_dir(&self) -> Result<(Option<tempfile::TempDir>, PathBuf), RunError> {
-        match &self.keep_dir {
-            Some(d) => {
-                std::fs::create_dir_all(d)
-                    .map_err(|e| RunError(format!("{}: {e}", d.display())))?;
-                Ok((None, d.clone()))
-            }
-            None => {
-                let tmp = tempfile::Builder::new()
-                    .prefix("moecheck-case-")
-                    .tempdir()
-                    .map_err(|e| RunError(format!("cannot create a case directory: {e}")))?;
-                let dir = tmp.path().to_path_buf();
-                Ok((Some(tmp), dir))
-            }
-        }
-    }
-
+impl Program {
     /// Runs the command on the case directory `dir` (any op): `sh -c 'CMD "$1"' sh DIR`, with
     /// the timeout; a non-zero exit or a timeout is a [`RunError`] with the last stderr line.
-    pub fn run_in(&self, dir: &std::path::Path) -> Result<(), RunError> {
+    pub fn run_in(&self, dir: &Path) -> Result<(), RunError> {
         let mut child = Command::new("sh")
             .arg("-c")
             .arg(format!("{} \"$1\"", self.command))

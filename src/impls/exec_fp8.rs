@@ -3,14 +3,14 @@
 
 use moecheck_reference::fp8::{Fp8GemmCase, Fp8GroupedGemm};
 use moecheck_reference::gemm::{GemmOutputs, Passes};
-use moecheck_reference::implementation::RunError;
+use moecheck_reference::op::RunError;
 
-use super::exec::Exec;
+use super::exec::Program;
 use crate::protocol;
 
 /// An external FP8 implementation (`exec:CMD`).
 #[derive(Debug, Clone)]
-pub struct ExecFp8(pub Exec);
+pub struct ExecFp8(pub Program);
 
 impl Fp8GroupedGemm for ExecFp8 {
     fn name(&self) -> String {
@@ -20,9 +20,14 @@ impl Fp8GroupedGemm for ExecFp8 {
         false
     }
     fn run(&self, case: &Fp8GemmCase, passes: Passes) -> Result<GemmOutputs, RunError> {
-        let (_tmp, dir) = self.0.case_dir()?;
+        let _tmp = tempfile::Builder::new()
+            .prefix("moecheck-case-")
+            .tempdir()
+            .map_err(|e| RunError(format!("cannot create a case directory: {e}")))?;
+        let dir = _tmp.path().to_path_buf();
         protocol::fp8::write_fp8_case(&dir, case, passes).map_err(|e| RunError(e.to_string()))?;
         self.0.run_in(&dir)?;
-        protocol::read_outputs(&dir, &case.gemm, passes).map_err(|e| RunError(e.to_string()))
+        protocol::legacy::read_outputs(&dir, &case.gemm, passes)
+            .map_err(|e| RunError(e.to_string()))
     }
 }

@@ -3,16 +3,16 @@
 //! [`Exec`]'s.
 
 use moecheck_reference::format::Format;
-use moecheck_reference::implementation::RunError;
+use moecheck_reference::op::RunError;
 use moecheck_reference::routing::{RouteOutputs, RoutePrecision, Router, RoutingCase};
 
-use super::exec::Exec;
+use super::exec::Program;
 use crate::protocol::route::{read_route_outputs, write_route_case};
 
 /// An external routing implementation.
 #[derive(Debug, Clone)]
 pub struct ExecRouter {
-    pub exec: Exec,
+    pub exec: Program,
     /// The format the program declares it computes scores and weights in (`--compute`); the
     /// output format is the dtype of the `weights.npy` it writes.
     pub compute: Format,
@@ -34,7 +34,11 @@ impl Router for ExecRouter {
         }
     }
     fn route(&self, case: &RoutingCase) -> Result<RouteOutputs, RunError> {
-        let (_tmp, dir) = self.exec.case_dir()?;
+        let _tmp = tempfile::Builder::new()
+            .prefix("moecheck-case-")
+            .tempdir()
+            .map_err(|e| RunError(format!("cannot create a case directory: {e}")))?;
+        let dir = _tmp.path().to_path_buf();
         write_route_case(&dir, case).map_err(|e| RunError(e.to_string()))?;
         self.exec.run_in(&dir)?;
         read_route_outputs(&dir, case)

@@ -13,10 +13,10 @@ use ndarray::{Array2, Array3, ArrayView2, Axis};
 
 use moecheck_reference::format::{round_to, Format, Overflow};
 use moecheck_reference::gemm::{grouped_dgrad, grouped_fwd, grouped_wgrad};
-use moecheck_reference::implementation::RunError;
 use moecheck_reference::moe::backward::routing_vjp;
 use moecheck_reference::moe::layer::{shared_as_group, silu, silu_grad, FfnForward};
 use moecheck_reference::moe::{LayerPrecision, MoeCase, MoeLayer, MoeOutputs, Permutation};
+use moecheck_reference::op::RunError;
 use moecheck_reference::routing::route;
 
 /// A defect that can be planted in [`MoeEmulate`].

@@ -7,7 +7,7 @@
 //! one-hot cumulative count (`position`) or a per-expert sort (`probs`).
 
 use moecheck_reference::format::Format;
-use moecheck_reference::implementation::RunError;
+use moecheck_reference::op::RunError;
 use moecheck_reference::routing::{
     position_capacity, probs_capacity, DropPolicy, RouteOutputs, RoutePrecision, Router,
     RoutingCase, ScoreFunction,

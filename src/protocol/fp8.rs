@@ -17,7 +17,7 @@ use super::{file_err, read_shaped, write_npy, ProtocolError};
 
 /// Writes an FP8 case: the v1 files, `case.json` with the `fp8` object, and the given scales.
 pub fn write_fp8_case(dir: &Path, case: &Fp8GemmCase, passes: Passes) -> Result<(), ProtocolError> {
-    super::write_case(dir, &case.gemm, passes)?;
+    super::legacy::write_case(dir, &case.gemm, passes)?;
     let path = dir.join("case.json");
     let text = std::fs::read_to_string(&path).map_err(|e| file_err(&path, e))?;
     let mut json: serde_json::Value =
@@ -49,7 +49,7 @@ pub fn read_fp8_case(dir: &Path) -> Result<Option<(Fp8GemmCase, Passes)>, Protoc
     let recipe: Fp8Recipe =
         serde_json::from_value(fp8.clone()).map_err(|e| file_err(&path, format!("fp8: {e}")))?;
     recipe.validate().map_err(|e| file_err(&path, e))?;
-    let (gemm, passes) = super::read_case(dir)?;
+    let (gemm, passes) = super::legacy::read_case(dir)?;
     let mut case = Fp8GemmCase {
         gemm,
         recipe,

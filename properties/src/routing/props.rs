@@ -14,7 +14,7 @@ use ndarray::Array2;
 use proptest::strategy::BoxedStrategy;
 
 use super::strategies::{route_args, RouteArgs, RouteRequire};
-use crate::props::{Outcome, RunConfig};
+use crate::runner::{Outcome, RunConfig};
 
 /// A property of a routing implementation.
 #[derive(Clone, Copy)]
@@ -407,5 +407,5 @@ pub fn check_route(prop: &RouteProperty, imp: &dyn Router, config: &RunConfig) -
         route(&args.build()).map_err(|e| format!("invalid generated case: {e}"))?;
         (prop.test)(imp, args)
     };
-    crate::props::run_property(&(prop.strategy)(), test, config)
+    crate::runner::run_property(&(prop.strategy)(), test, config)
 }

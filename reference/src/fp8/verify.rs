@@ -18,7 +18,7 @@ use crate::gemm::{
     compare_outputs_with_bound, reference, Accumulator, CaseReport, GemmOutputs, Pass, Passes,
     Precision,
 };
-use crate::implementation::RunError;
+use crate::op::RunError;
 use crate::Error;
 
 /// An FP8 grouped-GEMM implementation under test: it reads float32 inputs and the recipe, and

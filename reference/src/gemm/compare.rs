@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 use super::bound::{ErrorBound, Precision};
 use super::case::{GemmOutputs, GroupedGemmCase, Pass, Passes, TailContract};
 use super::grouped::ReferenceResult;
-use crate::format::{ulp, Format};
+use crate::format::Format;
+use crate::stats::{max_of, worst_slice, ElementStats, StatsAcc, WorstElement};
 
 /// Which rows an element belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -33,130 +34,59 @@ impl std::fmt::Display for GroupId {
     }
 }
 
-/// The element with the largest error/bound ratio (NaN counts as infinitely bad).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Worst {
+/// Where a grouped-GEMM element is: the group, and its row and column (for `drhs`, the `k`
+/// index of expert `group`'s weight gradient).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GemmAt {
     pub group: GroupId,
     /// Row of `out`/`dlhs` (global index), or the `k` index of `drhs[g]`.
     pub row: usize,
     /// Column.
     pub col: usize,
-    pub got: f64,
-    pub want: f64,
-    pub bound: f64,
 }
+
+/// The worst element of a group.
+pub type Worst = WorstElement<GemmAt>;
 
 /// Statistics of one group of one pass.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GroupStats {
     pub group: GroupId,
-    /// Number of elements in the group.
-    pub elements: usize,
-    /// Elements checked (0 for a tail under [`TailContract::Ignored`]).
-    pub checked: usize,
-    /// Checked elements outside their bound (NaN included).
-    pub failed: usize,
-    pub max_abs_err: f64,
-    /// `max |ŷ - y| / bound` (∞ where the bound is 0 and the error is not, or NaN was read).
-    pub max_bound_ratio: f64,
-    /// `max |ŷ - y| / ulp_out(y)`.
-    pub max_ulp: f64,
-    /// DeepGEMM's `calc_diff`: `1 - 2Σŷy / Σ(ŷ² + y²)` (0 when both are all zero).
-    pub calc_diff: f64,
-    pub nan: usize,
-    pub inf: usize,
-    pub worst: Option<Worst>,
+    #[serde(flatten)]
+    pub stats: ElementStats<GemmAt>,
 }
 
 impl GroupStats {
-    fn new(group: GroupId) -> GroupStats {
-        GroupStats {
-            group,
-            elements: 0,
-            checked: 0,
-            failed: 0,
-            max_abs_err: 0.0,
-            max_bound_ratio: 0.0,
-            max_ulp: 0.0,
-            calc_diff: 0.0,
-            nan: 0,
-            inf: 0,
-            worst: None,
-        }
-    }
     pub fn passed(&self) -> bool {
-        self.failed == 0
+        self.stats.passed()
     }
 }
 
 /// Accumulates one group's statistics.
 struct Acc {
-    stats: GroupStats,
-    sum_xy: f64,
-    sum_sq: f64,
+    group: GroupId,
+    acc: StatsAcc<GemmAt>,
 }
 
 impl Acc {
-    fn new(group: GroupId) -> Acc {
+    fn new(group: GroupId, out: Format) -> Acc {
         Acc {
-            stats: GroupStats::new(group),
-            sum_xy: 0.0,
-            sum_sq: 0.0,
+            group,
+            acc: StatsAcc::new(out),
         }
     }
 
-    fn push(&mut self, row: usize, col: usize, got: f64, want: f64, bound: f64, out: Format) {
-        let s = &mut self.stats;
-        s.elements += 1;
-        s.checked += 1;
-        if got.is_nan() {
-            s.nan += 1;
-        } else if got.is_infinite() {
-            s.inf += 1;
-        }
-        let err = (got - want).abs();
-        let ok = err <= bound; // false for NaN
-        let ratio = if err.is_nan() {
-            f64::INFINITY
-        } else if bound > 0.0 {
-            err / bound
-        } else if err == 0.0 {
-            0.0
-        } else {
-            f64::INFINITY
-        };
-        if !ok {
-            s.failed += 1;
-        }
-        if err.is_nan() || err > s.max_abs_err {
-            s.max_abs_err = if err.is_nan() { f64::NAN } else { err };
-        }
-        let u = err / ulp(want, out);
-        if u.is_nan() || u > s.max_ulp {
-            s.max_ulp = u;
-        }
-        if s.worst.is_none() || ratio > s.max_bound_ratio {
-            s.max_bound_ratio = ratio;
-            s.worst = Some(Worst {
-                group: s.group,
-                row,
-                col,
-                got,
-                want,
-                bound,
-            });
-        }
-        self.sum_xy += got * want;
-        self.sum_sq += got * got + want * want;
+    fn push(&mut self, row: usize, col: usize, got: f64, want: f64, bound: f64) {
+        let group = self.group;
+        self.acc
+            .push(|| GemmAt { group, row, col }, got, want, bound);
     }
 
-    fn finish(mut self) -> GroupStats {
-        self.stats.calc_diff = if self.sum_sq == 0.0 {
-            0.0
-        } else {
-            1.0 - 2.0 * self.sum_xy / self.sum_sq
-        };
-        self.stats
+    fn finish(self) -> GroupStats {
+        GroupStats {
+            group: self.group,
+            stats: self.acc.finish(),
+        }
     }
 }
 
@@ -185,24 +115,15 @@ impl PassReport {
         self.error.is_none() && self.groups.iter().all(GroupStats::passed)
     }
     pub fn failed_elements(&self) -> usize {
-        self.groups.iter().map(|g| g.failed).sum()
+        self.groups.iter().map(|g| g.stats.failed).sum()
     }
     /// The group whose worst element has the largest bound ratio.
     pub fn worst_group(&self) -> Option<&GroupStats> {
-        self.groups
-            .iter()
-            .filter(|g| g.worst.is_some())
-            .max_by(|a, b| a.max_bound_ratio.total_cmp(&b.max_bound_ratio))
+        worst_slice(&self.groups, |g| &g.stats)
     }
     /// Max over groups of a statistic (NaN-propagating).
-    pub fn max_of(&self, f: impl Fn(&GroupStats) -> f64) -> f64 {
-        self.groups.iter().map(f).fold(0.0, |a, b| {
-            if a.is_nan() || b.is_nan() {
-                f64::NAN
-            } else {
-                a.max(b)
-            }
-        })
+    pub fn max_of(&self, f: impl Fn(&ElementStats<GemmAt>) -> f64) -> f64 {
+        max_of(self.groups.iter().map(|g| &g.stats), f)
     }
 }
 
@@ -228,11 +149,11 @@ impl CaseReport {
             .groups
             .iter()
             .filter(|g| !g.passed())
-            .max_by(|a, b| a.max_bound_ratio.total_cmp(&b.max_bound_ratio))?;
-        let w = g.worst?;
+            .max_by(|a, b| a.stats.max_bound_ratio.total_cmp(&b.stats.max_bound_ratio))?;
+        let w = g.stats.worst.as_ref()?;
         Some(format!(
             "{}: {} of {} elements of {} outside the bound; worst at row {} col {}: got {:e}, want {:e}, bound {:e}",
-            p.pass, g.failed, g.checked, g.group, w.row, w.col, w.got, w.want, w.bound
+            p.pass, g.stats.failed, g.stats.checked, g.group, w.at.row, w.at.col, w.got, w.want, w.bound
         ))
     }
 }
@@ -388,15 +309,18 @@ fn compare_rows(
         } else {
             (GroupId::Tail, off[groups], m)
         };
-        let mut acc = Acc::new(id);
         if id == GroupId::Tail && !tail_checked {
-            acc.stats.elements = (hi - lo) * want.ncols();
-        } else {
-            for r in lo..hi {
-                for c in 0..want.ncols() {
-                    let (y, s) = (want[(r, c)], mag[(r, c)]);
-                    acc.push(r, c, got[(r, c)], y, bound.at(s, y), out);
-                }
+            stats.push(GroupStats {
+                group: id,
+                stats: ElementStats::unchecked((hi - lo) * want.ncols()),
+            });
+            continue;
+        }
+        let mut acc = Acc::new(id, out);
+        for r in lo..hi {
+            for c in 0..want.ncols() {
+                let (y, s) = (want[(r, c)], mag[(r, c)]);
+                acc.push(r, c, got[(r, c)], y, bound.at(s, y));
             }
         }
         stats.push(acc.finish());
@@ -429,11 +353,11 @@ fn compare_experts(
         let bound = bound_of(size);
         vacuous |= bound.is_vacuous();
         depth = depth.max(bound.depth);
-        let mut acc = Acc::new(GroupId::Expert(g));
+        let mut acc = Acc::new(GroupId::Expert(g), precision.output);
         for r in 0..k {
             for c in 0..n {
                 let (y, s) = (want[(g, r, c)], mag[(g, r, c)]);
-                acc.push(r, c, got[(g, r, c)], y, bound.at(s, y), precision.output);
+                acc.push(r, c, got[(g, r, c)], y, bound.at(s, y));
             }
         }
         stats.push(acc.finish());

@@ -27,14 +27,21 @@
 pub mod bound;
 pub mod case;
 pub mod compare;
+mod files;
 mod grouped;
 pub mod kernel;
+mod op;
+mod report;
 
 pub use bound::{Accumulator, ErrorBound, Precision};
 pub use case::{GemmOutputs, GroupedGemmCase, Pass, Passes, TailContract};
 pub use compare::{
-    compare_outputs, compare_outputs_with_bound, CaseReport, GroupId, GroupStats, PassReport, Worst,
+    compare_outputs, compare_outputs_with_bound, CaseReport, GemmAt, GroupId, GroupStats,
+    PassReport, Worst,
 };
+pub use files::{read_group_sizes, GemmJson};
 pub use grouped::{
     grouped_dgrad, grouped_fwd, grouped_fwd_into, grouped_wgrad, reference, ReferenceResult, CHUNK,
 };
+pub use op::Gemm;
+pub use report::{render_passes, GemmReport, Shape};

@@ -6,35 +6,25 @@ use serde::{Deserialize, Serialize};
 
 use super::bound::{LayerBound, LayerPrecision};
 use super::layer::{MoeCase, MoeOutputs, TensorId};
-use crate::format::{ulp, Format};
+use crate::format::Format;
+use crate::stats::{max_of, worst_slice, ElementStats, StatsAcc};
 
-/// The element with the largest error/bound ratio.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WorstElement {
+/// Where a layer element is: its index in the tensor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayerAt {
     pub index: Vec<usize>,
-    pub got: f64,
-    pub want: f64,
-    pub bound: f64,
 }
+
+/// The worst element of a slice.
+pub type WorstElement = crate::stats::WorstElement<LayerAt>;
 
 /// Statistics of one tensor, or of one expert's slice of a per-expert tensor.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SliceStats {
     /// The expert, for per-expert tensors; `None` for the whole tensor.
     pub expert: Option<usize>,
-    pub elements: usize,
-    /// Elements outside their bound (NaN included).
-    pub failed: usize,
-    pub max_abs_err: f64,
-    /// `max |ŷ − y| / bound` (∞ where the bound is 0 and the error is not).
-    pub max_bound_ratio: f64,
-    /// `max |ŷ − y| / ulp_out(y)`.
-    pub max_ulp: f64,
-    /// DeepGEMM's `calc_diff`: `1 − 2Σŷy / Σ(ŷ² + y²)`.
-    pub calc_diff: f64,
-    pub nan: usize,
-    pub inf: usize,
-    pub worst: Option<WorstElement>,
+    #[serde(flatten)]
+    pub stats: ElementStats<LayerAt>,
 }
 
 /// One output tensor's comparison.
@@ -50,26 +40,17 @@ pub struct TensorReport {
 
 impl TensorReport {
     pub fn passed(&self) -> bool {
-        self.error.is_none() && self.slices.iter().all(|s| s.failed == 0)
+        self.error.is_none() && self.slices.iter().all(|s| s.stats.failed == 0)
     }
     pub fn failed_elements(&self) -> usize {
-        self.slices.iter().map(|s| s.failed).sum()
+        self.slices.iter().map(|s| s.stats.failed).sum()
     }
-    pub fn max_of(&self, f: impl Fn(&SliceStats) -> f64) -> f64 {
-        self.slices.iter().map(f).fold(0.0, |a, b| {
-            if a.is_nan() || b.is_nan() {
-                f64::NAN
-            } else {
-                a.max(b)
-            }
-        })
+    pub fn max_of(&self, f: impl Fn(&ElementStats<LayerAt>) -> f64) -> f64 {
+        max_of(self.slices.iter().map(|s| &s.stats), f)
     }
     /// The slice whose worst element has the largest bound ratio.
     pub fn worst_slice(&self) -> Option<&SliceStats> {
-        self.slices
-            .iter()
-            .filter(|s| s.worst.is_some())
-            .max_by(|a, b| a.max_bound_ratio.total_cmp(&b.max_bound_ratio))
+        worst_slice(&self.slices, |s| &s.stats)
     }
 }
 
@@ -93,16 +74,16 @@ impl LayerReport {
         let s = t
             .slices
             .iter()
-            .filter(|s| s.failed > 0)
-            .max_by(|a, b| a.max_bound_ratio.total_cmp(&b.max_bound_ratio))?;
-        let w = s.worst.as_ref()?;
+            .filter(|s| s.stats.failed > 0)
+            .max_by(|a, b| a.stats.max_bound_ratio.total_cmp(&b.stats.max_bound_ratio))?;
+        let w = s.stats.worst.as_ref()?;
         let at = s
             .expert
             .map(|e| format!(" of expert {e}"))
             .unwrap_or_default();
         Some(format!(
             "{}{at}: {} of {} elements outside the bound; worst at {:?}: got {:e}, want {:e}, bound {:e}",
-            t.tensor, s.failed, s.elements, w.index, w.got, w.want, w.bound
+            t.tensor, s.stats.failed, s.stats.elements, w.at.index, w.got, w.want, w.bound
         ))
     }
 }
@@ -112,61 +93,14 @@ fn stats(
     items: impl Iterator<Item = (Vec<usize>, f64, f64, f64)>,
     out: Format,
 ) -> SliceStats {
-    let mut s = SliceStats {
-        expert,
-        elements: 0,
-        failed: 0,
-        max_abs_err: 0.0,
-        max_bound_ratio: 0.0,
-        max_ulp: 0.0,
-        calc_diff: 0.0,
-        nan: 0,
-        inf: 0,
-        worst: None,
-    };
-    let (mut xy, mut sq) = (0.0, 0.0);
+    let mut acc = StatsAcc::new(out);
     for (index, got, want, bound) in items {
-        s.elements += 1;
-        if got.is_nan() {
-            s.nan += 1;
-        } else if got.is_infinite() {
-            s.inf += 1;
-        }
-        let err = (got - want).abs();
-        let ok = err <= bound; // false for NaN
-        if !ok {
-            s.failed += 1;
-        }
-        let ratio = if err.is_nan() {
-            f64::INFINITY
-        } else if bound > 0.0 {
-            err / bound
-        } else if err == 0.0 {
-            0.0
-        } else {
-            f64::INFINITY
-        };
-        if err.is_nan() || err > s.max_abs_err {
-            s.max_abs_err = if err.is_nan() { f64::NAN } else { err };
-        }
-        let u = err / ulp(want, out);
-        if u.is_nan() || u > s.max_ulp {
-            s.max_ulp = u;
-        }
-        if s.worst.is_none() || ratio > s.max_bound_ratio {
-            s.max_bound_ratio = ratio;
-            s.worst = Some(WorstElement {
-                index,
-                got,
-                want,
-                bound,
-            });
-        }
-        xy += got * want;
-        sq += got * got + want * want;
+        acc.push(|| LayerAt { index }, got, want, bound);
     }
-    s.calc_diff = if sq == 0.0 { 0.0 } else { 1.0 - 2.0 * xy / sq };
-    s
+    SliceStats {
+        expert,
+        stats: acc.finish(),
+    }
 }
 
 fn compare_tensor(

@@ -9,7 +9,7 @@ use super::fd::near_tie;
 use super::layer::{forward, MoeCase, MoeOutputs};
 use super::permute::Permutation;
 use crate::format::Format;
-use crate::implementation::RunError;
+use crate::op::RunError;
 use crate::Error;
 
 /// An MoE-layer implementation under test (op `moe_layer`).

@@ -47,7 +47,7 @@ pub mod permute;
 
 pub use backward::{backward, routing_vjp, Backward};
 pub use bound::{layer_bound, LayerBound, LayerPrecision};
-pub use compare::{compare_layer, LayerReport, SliceStats, TensorReport};
+pub use compare::{compare_layer, LayerAt, LayerReport, SliceStats, TensorReport, WorstElement};
 pub use dense::dense_layer;
 pub use implementation::{tie_guard, verify_layer, LayerVerdict, MoeLayer, ReferenceLayer};
 pub use layer::{forward, Forward, MoeCase, MoeOutputs, SharedExpert, TensorId};

@@ -213,7 +213,7 @@ fn an_exact_tie_is_refused_by_both_guards() {
 #[test]
 fn bf16_rounded_outputs_fail_an_f32_declaration() {
     use crate::format::{round_to, Overflow};
-    use crate::implementation::RunError;
+    use crate::op::RunError;
 
     struct Rounded(Format);
     impl MoeLayer for Rounded {

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::compare::{compare_routing, RouteReport};
 use super::route::{route, Routing, RoutingCase};
 use crate::format::Format;
-use crate::implementation::RunError;
+use crate::op::RunError;
 use crate::Error;
 
 /// What an implementation returns for a routing case.

@@ -1,11 +1,11 @@
-//! Generated grouped-GEMM cases for `moecheck gemm`: a routing of tokens to experts and
-//! values that look like real activations and weights.
+//! Generated grouped-GEMM cases for `moecheck gemm`: tokens spread over experts and values
+//! that look like real activations and weights.
 //!
 //! Rows: `M = tokens · topk` (one row per (token, slot) assignment, already permuted by
 //! expert). The last `round(drop_frac · M)` rows are dropped tokens (the tail). `empty` experts
 //! get no rows, chosen to include the first, the last and one in the middle, so the
 //! "offset after an empty group" and "scale of the wrong expert" failure modes are exercised.
-//! The kept rows go to the other experts by `routing`.
+//! The kept rows go to the other experts by `spread`.
 //!
 //! Values are mixed-sign and exactly representable in the declared dtype: uniform in (-1, 1)
 //! times a per-expert power of two for the weights (magnitudes that differ by up to 2^12 across
@@ -16,12 +16,15 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use moecheck_reference::format::{round_to, Format, Overflow};
-use moecheck_reference::gemm::{GroupedGemmCase, TailContract};
+use moecheck_reference::gemm::{Gemm, GroupedGemmCase, Passes, TailContract};
 
-/// How kept rows are spread over the non-empty experts.
+use super::ParamError;
+use crate::pipeline::{Generate, Generated};
+
+/// How kept rows are spread over the non-empty experts (`--routing`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Routing {
+pub enum Spread {
     /// Every non-empty expert equally likely.
     Uniform,
     /// Zipf-like (`p ∝ 1/rank^1.2`, ranks shuffled): a few hot experts, many small ones.
@@ -31,7 +34,7 @@ pub enum Routing {
 }
 
 /// Everything that defines a generated case.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone)]
 pub struct GemmSpec {
     pub experts: usize,
     pub tokens: usize,
@@ -42,49 +45,61 @@ pub struct GemmSpec {
     pub ffn: usize,
     pub dtype: Format,
     pub out_dtype: Format,
-    pub routing: Routing,
+    pub spread: Spread,
     pub empty: usize,
     pub drop_frac: f64,
     pub seed: u64,
     pub tail: TailContract,
+    /// The passes asked.
+    pub passes: Passes,
 }
 
 impl GemmSpec {
-    /// Checks the flags against each other; the error names the flag.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the parameters against each other; the error names the parameter.
+    pub fn validate(&self) -> Result<(), ParamError> {
         if self.experts == 0 {
-            return Err("--experts must be at least 1".into());
+            return Err(ParamError::new("experts", "must be at least 1"));
         }
         if self.topk == 0 {
-            return Err("--topk must be at least 1".into());
+            return Err(ParamError::new("topk", "must be at least 1"));
         }
         if self.topk > self.experts {
-            return Err(format!(
-                "--topk {} exceeds --experts {}",
-                self.topk, self.experts
+            return Err(ParamError::new(
+                "topk",
+                format!("{} exceeds the {} experts", self.topk, self.experts),
             ));
         }
         if self.empty > self.experts {
-            return Err(format!(
-                "--empty {} exceeds --experts {}",
-                self.empty, self.experts
+            return Err(ParamError::new(
+                "empty",
+                format!("{} exceeds the {} experts", self.empty, self.experts),
             ));
         }
         if !(0.0..=1.0).contains(&self.drop_frac) {
-            return Err(format!("--drop-frac {} is not in [0, 1]", self.drop_frac));
-        }
-        if self.empty == self.experts && self.drop_frac < 1.0 && self.tokens > 0 {
-            return Err(format!(
-                "--empty {} makes every expert empty, so every row is dropped: pass --drop-frac 1",
-                self.empty
+            return Err(ParamError::new(
+                "drop-frac",
+                format!("{} is not in [0, 1]", self.drop_frac),
             ));
         }
-        for (flag, f) in [("--dtype", self.dtype), ("--out-dtype", self.out_dtype)] {
+        if self.empty == self.experts && self.drop_frac < 1.0 && self.tokens > 0 {
+            return Err(ParamError::new(
+                "empty",
+                format!(
+                    "{} makes every expert empty, so every row is dropped: pass --drop-frac 1",
+                    self.empty
+                ),
+            ));
+        }
+        for (param, f) in [("dtype", self.dtype), ("out-dtype", self.out_dtype)] {
             if matches!(f, Format::E4m3 | Format::E5m2) {
-                return Err(format!(
-                    "{flag} {f}: FP8 inputs need scaling (use --dtype fp8); outputs are f32, bf16 or f16"
+                return Err(ParamError::new(
+                    param,
+                    format!("{f}: FP8 inputs need scaling (use --dtype fp8); outputs are f32, bf16 or f16"),
                 ));
             }
+        }
+        if self.passes.is_empty() {
+            return Err(ParamError::new("passes", "is empty"));
         }
         let elems = [
             self.tokens
@@ -95,13 +110,34 @@ impl GemmSpec {
                 .and_then(|x| x.checked_mul(self.ffn)),
         ];
         if elems.iter().any(|e| e.is_none_or(|e| e > 1 << 31)) {
-            return Err("the shape is too large (more than 2^31 elements in one array)".into());
+            return Err(ParamError::new(
+                "experts",
+                "the shape is too large (more than 2^31 elements in one array)",
+            ));
         }
         Ok(())
     }
 
     pub fn rows(&self) -> usize {
         self.tokens * self.topk
+    }
+
+    /// Multiply-adds of one pass.
+    pub fn work(&self) -> u64 {
+        (self.rows() as u64) * (self.hidden as u64) * (self.ffn as u64)
+    }
+}
+
+impl Generate<Gemm> for GemmSpec {
+    fn work(&self) -> u64 {
+        GemmSpec::work(self)
+    }
+    fn generate(
+        &self,
+        _: &dyn Fn(&GroupedGemmCase) -> moecheck_reference::gemm::Precision,
+    ) -> anyhow::Result<Generated<Gemm>> {
+        self.validate().map_err(|e| anyhow::anyhow!(e.as_flag()))?;
+        Ok(Generated::once(generate(self), self.passes))
     }
 }
 
@@ -132,14 +168,14 @@ pub fn group_sizes(spec: &GemmSpec, rng: &mut ChaCha8Rng) -> Vec<usize> {
     if live.is_empty() || kept == 0 {
         return sizes;
     }
-    let weights: Vec<f64> = match spec.routing {
-        Routing::Uniform => vec![1.0; live.len()],
-        Routing::OneExpert => {
+    let weights: Vec<f64> = match spec.spread {
+        Spread::Uniform => vec![1.0; live.len()],
+        Spread::OneExpert => {
             let mut w = vec![0.0; live.len()];
             w[rng.random_range(0..live.len())] = 1.0;
             w
         }
-        Routing::Skewed => {
+        Spread::Skewed => {
             let mut ranks: Vec<usize> = (1..=live.len()).collect();
             shuffle(&mut ranks, rng);
             ranks.iter().map(|r| (*r as f64).powf(-1.2)).collect()
@@ -210,11 +246,12 @@ mod tests {
             ffn: 4,
             dtype: Format::Bf16,
             out_dtype: Format::F32,
-            routing: Routing::Skewed,
+            spread: Spread::Skewed,
             empty: 3,
             drop_frac: 0.1,
             seed: 7,
             tail: TailContract::Zero,
+            passes: Passes::ALL,
         }
     }
 
@@ -226,8 +263,7 @@ mod tests {
         assert_eq!(case.group_sizes[0], 0);
         assert_eq!(case.group_sizes[15], 0);
         assert_eq!(case.rows_used(), 180);
-        case.validate(moecheck_reference::gemm::Passes::ALL)
-            .unwrap();
+        case.validate(Passes::ALL).unwrap();
     }
 
     #[test]

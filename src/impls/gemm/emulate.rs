@@ -10,8 +10,12 @@
 //! properties catch every one of them.
 
 use moecheck_reference::format::{round_to, Format, Overflow};
-use moecheck_reference::gemm::{Accumulator, GemmOutputs, GroupedGemmCase, Passes, Precision};
-use moecheck_reference::implementation::{GroupedGemm, RunError};
+use moecheck_reference::gemm::{
+    Accumulator, Gemm, GemmOutputs, GroupedGemmCase, Passes, Precision,
+};
+use moecheck_reference::op::{Implementation, RunError};
+
+use crate::impls::{model_name, PlantedBug};
 use ndarray::{Array2, Array3};
 
 /// A defect that can be injected into [`Emulate`].
@@ -36,8 +40,8 @@ pub enum Bug {
     KZeroGarbage,
 }
 
-impl Bug {
-    pub const ALL: [Bug; 8] = [
+impl PlantedBug for Bug {
+    const ALL: &'static [Bug] = &[
         Bug::EmptyExpertWgradNotZeroed,
         Bug::TailRowsUninitialised,
         Bug::GroupOffsetAfterEmpty,
@@ -48,8 +52,7 @@ impl Bug {
         Bug::KZeroGarbage,
     ];
 
-    /// The kebab-case name used in `--inject`.
-    pub fn name(self) -> &'static str {
+    fn name(self) -> &'static str {
         match self {
             Bug::EmptyExpertWgradNotZeroed => "empty-expert-wgrad-not-zeroed",
             Bug::TailRowsUninitialised => "tail-rows-uninitialised",
@@ -62,8 +65,7 @@ impl Bug {
         }
     }
 
-    /// One line on what the defect does.
-    pub fn description(self) -> &'static str {
+    fn description(self) -> &'static str {
         match self {
             Bug::EmptyExpertWgradNotZeroed => "drhs of empty experts is left uninitialised",
             Bug::TailRowsUninitialised => "tail rows of out and dlhs are left uninitialised",
@@ -76,23 +78,6 @@ impl Bug {
             Bug::WgradReadsTail => "tail rows' dout are added into the last expert's drhs",
             Bug::KZeroGarbage => "with K = 0, out is left uninitialised",
         }
-    }
-}
-
-impl std::fmt::Display for Bug {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Bug {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let s = s.trim();
-        Bug::ALL.into_iter().find(|b| b.name() == s).ok_or_else(|| {
-            let names: Vec<_> = Bug::ALL.iter().map(|b| b.name()).collect();
-            format!("unknown bug '{s}' (expected one of: {})", names.join(", "))
-        })
     }
 }
 
@@ -191,12 +176,9 @@ impl Emulate {
     }
 }
 
-impl GroupedGemm for Emulate {
+impl Implementation<Gemm> for Emulate {
     fn name(&self) -> String {
-        match self.inject {
-            None => "emulate".into(),
-            Some(b) => format!("emulate[inject={}]", b.name()),
-        }
+        model_name(self.inject)
     }
 
     fn is_model(&self) -> bool {

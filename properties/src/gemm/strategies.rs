@@ -12,6 +12,7 @@
 
 use moecheck_reference::format::{pow2, round_to, Format, Overflow};
 use moecheck_reference::gemm::{GroupedGemmCase, TailContract};
+use moecheck_reference::seed::mix;
 use ndarray::{Array2, Array3};
 use proptest::prelude::*;
 
@@ -48,7 +49,7 @@ pub struct Require {
 /// element, so shrinking works on the shape (fewer groups, smaller K, fewer tail rows) and
 /// on the value range, and the minimal case prints in one line.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CaseArgs {
+pub struct GemmArgs {
     pub dtype: Format,
     pub out_dtype: Format,
     pub group_sizes: Vec<usize>,
@@ -68,15 +69,7 @@ pub struct CaseArgs {
     pub value_seed: u64,
 }
 
-/// splitmix64.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-impl CaseArgs {
+impl GemmArgs {
     pub fn m(&self) -> usize {
         self.group_sizes.iter().sum::<usize>() + self.tail_rows
     }
@@ -278,7 +271,7 @@ fn exp_range_for(dtype: Format, out_dtype: Format, wide: i32) -> std::ops::Range
 }
 
 /// Cases meeting `req`.
-pub fn case_args(req: Require) -> BoxedStrategy<CaseArgs> {
+pub fn case_args(req: Require) -> BoxedStrategy<GemmArgs> {
     (
         formats(),
         group_sizes(req.empty_expert),
@@ -315,7 +308,7 @@ pub fn case_args(req: Require) -> BoxedStrategy<CaseArgs> {
                 int_max,
                 value_seed,
             )| {
-                CaseArgs {
+                GemmArgs {
                     dtype,
                     out_dtype,
                     group_sizes,
@@ -334,6 +327,6 @@ pub fn case_args(req: Require) -> BoxedStrategy<CaseArgs> {
 }
 
 /// Any case.
-pub fn any_case() -> BoxedStrategy<CaseArgs> {
+pub fn any_case() -> BoxedStrategy<GemmArgs> {
     case_args(Require::default())
 }

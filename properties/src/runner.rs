@@ -1,0 +1,202 @@
+//! The one property loop: draws cases deterministically from a seed, runs a test on each,
+//! redraws rejected cases, and shrinks the first failure quietly within a step budget. Every
+//! property of every operation runs through [`run_property_with_rejects`].
+
+use proptest::strategy::{BoxedStrategy, Strategy, ValueTree};
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+
+/// How many cases, from which seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunConfig {
+    pub cases: u32,
+    pub seed: u64,
+    /// Most shrink steps after a failure (each step runs the property once). When they run
+    /// out, the run stops quietly and the minimal case says so; nothing goes to stderr
+    /// (`tests/cli.rs` checks the selftest's stderr).
+    pub max_shrink_iters: u32,
+}
+
+/// Cases when `PROPTEST_CASES` is not set.
+pub const DEFAULT_CASES: u32 = 64;
+/// Seed when none is given.
+pub const DEFAULT_SEED: u64 = 0x6d6f_6563_6865_636b; // "moecheck"
+
+impl RunConfig {
+    pub fn new(cases: u32, seed: u64) -> RunConfig {
+        RunConfig {
+            cases,
+            seed,
+            max_shrink_iters: 1024,
+        }
+    }
+}
+
+impl Default for RunConfig {
+    /// `PROPTEST_CASES` (or 64) cases from [`DEFAULT_SEED`].
+    fn default() -> Self {
+        let cases = std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(DEFAULT_CASES);
+        RunConfig::new(cases, DEFAULT_SEED)
+    }
+}
+
+/// The result of checking one property.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Passed {
+        cases: u32,
+    },
+    Failed {
+        reason: String,
+        minimal_case: String,
+    },
+}
+
+impl Outcome {
+    pub fn passed(&self) -> bool {
+        matches!(self, Outcome::Passed { .. })
+    }
+}
+
+/// The 32-byte ChaCha seed for `seed`.
+pub(crate) fn seed_bytes(seed: u64) -> [u8; 32] {
+    let mut b = [0u8; 32];
+    for (i, chunk) in b.chunks_mut(8).enumerate() {
+        let v = seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        chunk.copy_from_slice(&v.to_le_bytes());
+    }
+    b
+}
+
+/// A property's verdict on one case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum CaseResult {
+    Pass,
+    /// The implementation violates the property.
+    Fail(String),
+    /// The case cannot test the property (near a non-differentiable boundary, or lacking what
+    /// the property needs): draw another. While shrinking, a rejected case counts as not failing.
+    Reject(String),
+}
+
+impl From<Result<(), String>> for CaseResult {
+    fn from(r: Result<(), String>) -> CaseResult {
+        match r {
+            Ok(()) => CaseResult::Pass,
+            Err(reason) => CaseResult::Fail(reason),
+        }
+    }
+}
+
+/// Runs `test` on `config.cases` values drawn deterministically from `config.seed` and shrinks
+/// the first failure within [`RunConfig::max_shrink_iters`] steps, silently.
+///
+/// Shrinking is proptest's own walk (`simplify` after a failing case, `complicate` after a
+/// passing one), driven here rather than by `TestRunner::run` so that its step budget ends it
+/// silently: when the budget runs out the minimal case says so, instead of proptest printing
+/// "Aborting shrinking" to stderr. A panic inside the implementation counts as a failure of
+/// the case.
+/// Every property family (grouped GEMM, FP8, routing, MoE layer) runs through this one loop.
+pub fn run_property<A: std::fmt::Debug>(
+    strategy: &BoxedStrategy<A>,
+    test: impl Fn(&A) -> Result<(), String>,
+    config: &RunConfig,
+) -> Outcome {
+    let test = |args: &A| match test(args) {
+        Ok(()) => CaseResult::Pass,
+        Err(reason) => CaseResult::Fail(reason),
+    };
+    run_property_with_rejects(strategy, test, config, 0)
+}
+
+/// [`run_property`] for properties that may reject a case: a rejected case is redrawn and does
+/// not count; more than `max_rejects` rejections in all end the run as a failure ("aborted"),
+/// so a property that rejects everything cannot pass vacuously.
+pub fn run_property_with_rejects<A: std::fmt::Debug>(
+    strategy: &BoxedStrategy<A>,
+    test: impl Fn(&A) -> CaseResult,
+    config: &RunConfig,
+    max_rejects: u32,
+) -> Outcome {
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes(config.seed));
+    let cfg = Config {
+        cases: config.cases,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new_with_rng(cfg, rng);
+    let test = |args: &A| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| test(args))).unwrap_or_else(
+            |panic| {
+                let msg = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "non-string panic payload".into());
+                CaseResult::Fail(format!("panicked: {msg}"))
+            },
+        )
+    };
+    let (mut passed, mut rejects) = (0u32, 0u32);
+    while passed < config.cases {
+        let mut tree = match strategy.new_tree(&mut runner) {
+            Ok(tree) => tree,
+            Err(reason) => {
+                return Outcome::Failed {
+                    reason: format!("aborted: {reason}"),
+                    minimal_case: String::new(),
+                }
+            }
+        };
+        let mut reason = match test(&tree.current()) {
+            CaseResult::Pass => {
+                passed += 1;
+                continue;
+            }
+            CaseResult::Reject(why) => {
+                rejects += 1;
+                if rejects > max_rejects {
+                    return Outcome::Failed {
+                        reason: format!(
+                            "aborted: {rejects} cases rejected after {passed} passed (last: {why})"
+                        ),
+                        minimal_case: String::new(),
+                    };
+                }
+                continue;
+            }
+            CaseResult::Fail(reason) => reason,
+        };
+        let mut minimal = tree.current();
+        let mut steps = 0u32;
+        let mut more = tree.simplify();
+        while more {
+            if steps >= config.max_shrink_iters {
+                return Outcome::Failed {
+                    reason,
+                    minimal_case: format!(
+                        "{minimal:?} (shrinking stopped after {steps} steps, the budget)"
+                    ),
+                };
+            }
+            steps += 1;
+            match test(&tree.current()) {
+                CaseResult::Fail(r) => {
+                    (reason, minimal) = (r, tree.current());
+                    more = tree.simplify();
+                }
+                CaseResult::Pass | CaseResult::Reject(_) => more = tree.complicate(),
+            }
+        }
+        return Outcome::Failed {
+            reason,
+            minimal_case: format!("{minimal:?}"),
+        };
+    }
+    Outcome::Passed {
+        cases: config.cases,
+    }
+}

@@ -1,0 +1,149 @@
+//! The grouped GEMM's case directory (docs/protocol.md, op `grouped_gemm`).
+//!
+//! Inputs: `case.json`, `lhs.npy (M,K) f32`, `rhs.npy (G,K,N) f32`, `group_sizes.npy (G,)
+//! i32` and, when a backward pass is asked, `dout.npy (M,N) f32`. Outputs: `out.npy (M,N)`,
+//! `dlhs.npy (M,K)`, `drhs.npy (G,K,N)`, float32 or float64.
+
+use ndarray::{Array1, Ix2, Ix3};
+use serde::{Deserialize, Serialize};
+
+use super::case::{GemmOutputs, GroupedGemmCase, Pass, Passes, TailContract};
+use super::op::Gemm;
+use crate::format::Format;
+use crate::protocol::{dims, FileError, Files, Protocol, Stored};
+
+/// The `case.json` fields of a grouped GEMM.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GemmJson {
+    /// The passes the implementation must compute: any of `"fwd"`, `"dgrad"`, `"wgrad"`.
+    pub passes: Vec<Pass>,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub groups: usize,
+    /// Every input value is exactly representable in this format (`f32`, `bf16`, `f16`).
+    pub dtype: Format,
+    /// The format the implementation is expected to compute its outputs in.
+    pub out_dtype: Format,
+    /// `"zero"`: tail rows of out/dlhs must be 0; `"ignored"`: they are not checked.
+    pub tail: TailContract,
+}
+
+/// Reads `(G,)` non-negative group sizes from `file`.
+pub fn read_group_sizes(
+    files: &mut dyn Files,
+    file: &str,
+    groups: usize,
+) -> Result<Vec<usize>, FileError> {
+    let raw = files.int(file, &[groups])?;
+    raw.iter()
+        .enumerate()
+        .map(|(g, &s)| {
+            usize::try_from(s)
+                .map_err(|_| FileError::new(file, format!("group {g} has negative size {s}")))
+        })
+        .collect()
+}
+
+impl Protocol for Gemm {
+    const PROTOCOL_OP: &'static str = "grouped_gemm";
+    type CaseJson = GemmJson;
+
+    fn case_json(case: &GroupedGemmCase, passes: Passes) -> GemmJson {
+        GemmJson {
+            passes: passes.iter().collect(),
+            m: case.m(),
+            k: case.k(),
+            n: case.n(),
+            groups: case.groups(),
+            dtype: case.dtype,
+            out_dtype: case.out_dtype,
+            tail: case.tail,
+        }
+    }
+
+    fn input_files(case: &GroupedGemmCase, passes: Passes) -> Vec<(String, Stored)> {
+        let sizes: Array1<i32> = case.group_sizes.iter().map(|s| *s as i32).collect();
+        let mut files = vec![
+            ("lhs.npy".into(), Stored::F32(case.lhs.clone().into_dyn())),
+            ("rhs.npy".into(), Stored::F32(case.rhs.clone().into_dyn())),
+            ("group_sizes.npy".into(), Stored::I32(sizes.into_dyn())),
+        ];
+        if let (true, Some(d)) = (passes.needs_dout(), &case.dout) {
+            files.push(("dout.npy".into(), Stored::F32(d.clone().into_dyn())));
+        }
+        files
+    }
+
+    fn read_case(
+        json: GemmJson,
+        files: &mut dyn Files,
+    ) -> Result<(GroupedGemmCase, Passes), FileError> {
+        let mut passes = Passes::default();
+        json.passes.iter().for_each(|p| passes.insert(*p));
+        if passes.is_empty() {
+            return Err(FileError::new("case.json", "passes is empty"));
+        }
+        let (m, k, n, g) = (json.m, json.k, json.n, json.groups);
+        let lhs = dims::<Ix2, _>("lhs.npy", files.f32("lhs.npy", &[m, k])?)?;
+        let rhs = dims::<Ix3, _>("rhs.npy", files.f32("rhs.npy", &[g, k, n])?)?;
+        let group_sizes = read_group_sizes(files, "group_sizes.npy", g)?;
+        let dout = match passes.needs_dout() {
+            true => Some(dims::<Ix2, _>("dout.npy", files.f32("dout.npy", &[m, n])?)?),
+            false => None,
+        };
+        let case = GroupedGemmCase {
+            lhs,
+            rhs,
+            group_sizes,
+            dout,
+            dtype: json.dtype,
+            out_dtype: json.out_dtype,
+            tail: json.tail,
+        };
+        Ok((case, passes))
+    }
+
+    /// Widened outputs are written as float64.
+    fn output_files(got: &GemmOutputs) -> Vec<(String, Stored)> {
+        let mut files = Vec::new();
+        if let Some(a) = &got.out {
+            files.push(("out.npy".into(), Stored::F64(a.clone().into_dyn())));
+        }
+        if let Some(a) = &got.dlhs {
+            files.push(("dlhs.npy".into(), Stored::F64(a.clone().into_dyn())));
+        }
+        if let Some(a) = &got.drhs {
+            files.push(("drhs.npy".into(), Stored::F64(a.clone().into_dyn())));
+        }
+        files
+    }
+
+    fn read_outputs(
+        case: &GroupedGemmCase,
+        passes: Passes,
+        files: &mut dyn Files,
+    ) -> Result<GemmOutputs, FileError> {
+        let (m, k, n, g) = (case.m(), case.k(), case.n(), case.groups());
+        let mut got = GemmOutputs::default();
+        if passes.fwd {
+            got.out = Some(dims::<Ix2, _>(
+                "out.npy",
+                files.float("out.npy", &[m, n])?.0,
+            )?);
+        }
+        if passes.dgrad {
+            got.dlhs = Some(dims::<Ix2, _>(
+                "dlhs.npy",
+                files.float("dlhs.npy", &[m, k])?.0,
+            )?);
+        }
+        if passes.wgrad {
+            got.drhs = Some(dims::<Ix3, _>(
+                "drhs.npy",
+                files.float("drhs.npy", &[g, k, n])?.0,
+            )?);
+        }
+        Ok(got)
+    }
+}

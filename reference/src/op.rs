@@ -1,0 +1,332 @@
+//! The one vocabulary every checked operation speaks: [`Op`], [`Implementation`], [`Verdict`]
+//! and [`verify`].
+//!
+//! moecheck checks several operations — the grouped GEMM ([`crate::gemm::Gemm`]), the FP8
+//! grouped GEMM ([`crate::fp8::Fp8Gemm`]), routing ([`crate::routing::Route`]) and the whole
+//! MoE layer ([`crate::moe::MoeLayer`]). Each is an [`Op`]: a type that names its case, what an
+//! implementation is asked for and declares, its outputs, the reference it is compared with
+//! and the report of that comparison. Everything that is the same for every operation — the
+//! implementation trait, the reference as an implementation, the verdict and `verify` — is
+//! written once, here.
+//!
+//! The data flow of one check:
+//!
+//! ```text
+//! case, ask ──> Op::validate ──> Op::expected (the f64 reference) ──────────────┐
+//!      └──────> Implementation::run ──> outputs ──> Op::compare(precision) ─────┴─> Verdict
+//! ```
+//!
+//! An invalid case is [`Verdict::BadInput`] (the caller's error: exit 2), a crashed or
+//! timed-out implementation is [`Verdict::RunFailed`] (a failed case: exit 1), and otherwise
+//! the comparison decides between [`Verdict::Pass`] and [`Verdict::Fail`].
+
+use std::fmt::Debug;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+
+/// An operation moecheck checks.
+///
+/// Implementors are marker types (`struct Gemm;`); every method is an associated function of
+/// the operation, never of a value.
+pub trait Op: Sized + 'static {
+    /// The short name of the operation in reports and on the command line (`gemm`, `fp8`,
+    /// `route`, `moe`).
+    const NAME: &'static str;
+
+    /// A validated-on-use input of one check: what an implementation runs on.
+    type Case: Clone + Debug + Send + Sync;
+    /// What the caller asks of an implementation besides the case (the passes of a grouped
+    /// GEMM); `()` where there is nothing to choose.
+    type Ask: Copy + Debug + PartialEq + Send + Sync;
+    /// What the user declares about an external implementation's arithmetic (its accumulator,
+    /// its compute format), from which [`Op::declared_precision`] derives the precision the
+    /// bound is computed for. Built-in implementations declare their own precision.
+    type Declaration: Clone + Debug + Default + PartialEq + Send + Sync;
+    /// The precision an implementation declares for a case: the error bound is derived from
+    /// it.
+    type Precision: Clone + Debug + PartialEq + Serialize + Send + Sync;
+    /// What an implementation returns, widened to f64 where it holds values.
+    type Outputs: Clone + Debug + Send + Sync;
+    /// What the reference computes once per case for the comparison (values, magnitudes,
+    /// the reference routing, the layer's forward state, ...).
+    type Expected: Send + Sync;
+    /// The comparison of one implementation's outputs with the reference.
+    type Report: Comparison;
+    /// What an implementation may expose of its inner steps for the properties that check
+    /// them (the FP8 operands it quantised, the MoE layer's permute round trip); `()` for
+    /// operations with none.
+    type Internals;
+
+    /// Checks that `case` is a legal input for `ask` (shapes, representable values, a routing
+    /// configuration that fits). The error names the input and the problem.
+    fn validate(case: &Self::Case, ask: Self::Ask) -> Result<(), Error>;
+
+    /// The precision an external implementation declares with `declaration` for `case`.
+    fn declared_precision(case: &Self::Case, declaration: &Self::Declaration) -> Self::Precision;
+
+    /// The precision of the f64 reference itself (what [`Reference`] declares).
+    fn reference_precision(case: &Self::Case) -> Self::Precision;
+
+    /// Computes the reference for `case` (validating it first).
+    fn expected(case: &Self::Case, ask: Self::Ask) -> Result<Self::Expected, Error>;
+
+    /// The reference's own outputs, as an implementation would return them.
+    fn reference_outputs(
+        case: &Self::Case,
+        ask: Self::Ask,
+        expected: Self::Expected,
+    ) -> Self::Outputs;
+
+    /// Compares `got` with `expected` for an implementation that declared `precision`. `Err`
+    /// only for an invalid case; a wrong, missing or ill-shaped output is a failing report.
+    fn compare(
+        case: &Self::Case,
+        ask: Self::Ask,
+        precision: &Self::Precision,
+        expected: &Self::Expected,
+        got: &Self::Outputs,
+    ) -> Result<Self::Report, Error>;
+
+    /// The reference's internals, for [`Reference::internals`].
+    fn reference_internals(case: &Self::Case, ask: Self::Ask) -> Option<Self::Internals> {
+        let _ = (case, ask);
+        None
+    }
+}
+
+/// What every comparison report answers.
+pub trait Comparison: Clone + Debug + Serialize + Send + Sync {
+    /// Whether every checked element and rule held.
+    fn passed(&self) -> bool;
+    /// One line on the first (worst) failure, `None` when it passed.
+    fn first_failure(&self) -> Option<String>;
+}
+
+/// Why an implementation produced no usable result (a crash, a timeout, a missing file): one
+/// line, naming what went wrong. It is a failed case, not an input error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RunError(pub String);
+
+/// An implementation of `O` under test: the reference itself, a CPU model with planted bugs,
+/// an external program, a CUDA kernel.
+pub trait Implementation<O: Op> {
+    /// A short name for reports (`reference`, `emulate`, `emulate[inject=…]`, `exec:CMD`).
+    fn name(&self) -> String;
+
+    /// Whether this is a CPU model of a kernel rather than the real thing. Reports say so, and
+    /// a model's result is never presented as a GPU result.
+    fn is_model(&self) -> bool;
+
+    /// The precision this implementation declares for `case`; the bound is derived from it.
+    fn precision(&self, case: &O::Case) -> O::Precision;
+
+    /// `Err(reason)` when this implementation cannot run `case` as declared (a recipe or a
+    /// policy it does not implement). Checked before it runs; the reason names the setting.
+    fn supports(&self, case: &O::Case, ask: O::Ask) -> Result<(), String> {
+        let _ = (case, ask);
+        Ok(())
+    }
+
+    /// Runs `case` (already validated).
+    fn run(&self, case: &O::Case, ask: O::Ask) -> Result<O::Outputs, RunError>;
+
+    /// Its internals for `case`, when it can expose them (a CPU model can; an external program
+    /// does not have to). Properties that need them say so when they are missing.
+    fn internals(&self, case: &O::Case, ask: O::Ask) -> Option<O::Internals> {
+        let _ = (case, ask);
+        None
+    }
+}
+
+/// The f64 reference as an implementation of every operation (a self-check: it must pass
+/// every property of every operation).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Reference;
+
+impl<O: Op> Implementation<O> for Reference {
+    fn name(&self) -> String {
+        "reference".into()
+    }
+    fn is_model(&self) -> bool {
+        false
+    }
+    fn precision(&self, case: &O::Case) -> O::Precision {
+        O::reference_precision(case)
+    }
+    fn run(&self, case: &O::Case, ask: O::Ask) -> Result<O::Outputs, RunError> {
+        O::expected(case, ask)
+            .map(|e| O::reference_outputs(case, ask, e))
+            .map_err(|e| RunError(e.to_string()))
+    }
+    fn internals(&self, case: &O::Case, ask: O::Ask) -> Option<O::Internals> {
+        O::reference_internals(case, ask)
+    }
+}
+
+/// The outcome of checking one implementation on one case.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict<R> {
+    /// Every element inside its bound, every rule held.
+    Pass(R),
+    /// The comparison found a failure; `reason` is its one line.
+    Fail { report: R, reason: String },
+    /// The implementation produced no result (a failed case).
+    RunFailed(RunError),
+    /// The case itself is invalid (the caller's input error, not the implementation's).
+    BadInput(Error),
+}
+
+impl<R: Comparison> Verdict<R> {
+    /// The verdict of a finished comparison.
+    pub fn of(report: R) -> Verdict<R> {
+        match report.first_failure() {
+            None if report.passed() => Verdict::Pass(report),
+            reason => Verdict::Fail {
+                reason: reason.unwrap_or_else(|| "failed (no detail)".into()),
+                report,
+            },
+        }
+    }
+}
+
+impl<R> Verdict<R> {
+    pub fn passed(&self) -> bool {
+        matches!(self, Verdict::Pass(_))
+    }
+
+    /// One line on why it did not pass, `None` when it passed.
+    pub fn failure(&self) -> Option<String> {
+        match self {
+            Verdict::Pass(_) => None,
+            Verdict::Fail { reason, .. } => Some(reason.clone()),
+            Verdict::RunFailed(e) => Some(format!("run failed: {e}")),
+            Verdict::BadInput(e) => Some(format!("invalid case: {e}")),
+        }
+    }
+
+    /// The comparison, when there was one.
+    pub fn report(&self) -> Option<&R> {
+        match self {
+            Verdict::Pass(r) | Verdict::Fail { report: r, .. } => Some(r),
+            Verdict::RunFailed(_) | Verdict::BadInput(_) => None,
+        }
+    }
+
+    /// The failed run, when the implementation produced nothing.
+    pub fn run_error(&self) -> Option<&RunError> {
+        match self {
+            Verdict::RunFailed(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// What a report calls this verdict.
+    pub fn kind(&self) -> VerdictKind {
+        match self {
+            Verdict::Pass(_) => VerdictKind::Pass,
+            Verdict::Fail { .. } | Verdict::RunFailed(_) => VerdictKind::Fail,
+            Verdict::BadInput(_) => VerdictKind::BadInput,
+        }
+    }
+}
+
+/// A verdict as reports spell it (`"pass"`, `"fail"`, ...), with the exit status it maps to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VerdictKind {
+    /// Exit 0.
+    Pass,
+    /// A mismatch, or the implementation failed: exit 1.
+    Fail,
+    /// Nothing was checked (a reference-only run, e.g. `moecheck route` without `--impl`):
+    /// exit 0.
+    Done,
+    /// The input was invalid: exit 2.
+    BadInput,
+}
+
+impl VerdictKind {
+    /// The process exit status of this verdict (documented in the README).
+    pub fn exit_code(self) -> u8 {
+        match self {
+            VerdictKind::Pass | VerdictKind::Done => 0,
+            VerdictKind::Fail => 1,
+            VerdictKind::BadInput => 2,
+        }
+    }
+
+    /// `PASS`, `FAIL`, `DONE`, `BAD INPUT`: the last line of a text report.
+    pub fn shout(self) -> &'static str {
+        match self {
+            VerdictKind::Pass => "PASS",
+            VerdictKind::Fail => "FAIL",
+            VerdictKind::Done => "DONE",
+            VerdictKind::BadInput => "BAD INPUT",
+        }
+    }
+}
+
+/// What [`verify`] found: the precision the implementation declared, the outputs that were
+/// checked (so a dump writes exactly those) and the verdict.
+#[derive(Debug, Clone)]
+pub struct Verified<O: Op> {
+    pub precision: O::Precision,
+    /// `None` when the implementation produced nothing (or the case was invalid).
+    pub outputs: Option<O::Outputs>,
+    pub verdict: Verdict<O::Report>,
+}
+
+/// Computes the reference, runs `imp` once and compares.
+pub fn verify<O: Op>(imp: &dyn Implementation<O>, case: &O::Case, ask: O::Ask) -> Verified<O> {
+    let precision = imp.precision(case);
+    match O::expected(case, ask) {
+        Ok(expected) => verify_against(imp, case, ask, &expected),
+        Err(e) => Verified {
+            precision,
+            outputs: None,
+            verdict: Verdict::BadInput(e),
+        },
+    }
+}
+
+/// [`verify`] against an already computed reference `expected` of `case`.
+pub fn verify_against<O: Op>(
+    imp: &dyn Implementation<O>,
+    case: &O::Case,
+    ask: O::Ask,
+    expected: &O::Expected,
+) -> Verified<O> {
+    let precision = imp.precision(case);
+    let (outputs, verdict) = match imp.run(case, ask) {
+        Err(e) => (None, Verdict::RunFailed(e)),
+        Ok(got) => {
+            let verdict = match O::compare(case, ask, &precision, expected, &got) {
+                Ok(report) => Verdict::of(report),
+                Err(e) => Verdict::BadInput(e),
+            };
+            (Some(got), verdict)
+        }
+    };
+    Verified {
+        precision,
+        outputs,
+        verdict,
+    }
+}
+
+/// Checks the outputs `got` that some implementation wrote (a case directory under `moecheck
+/// check`), declared at `precision`.
+pub fn verify_outputs<O: Op>(
+    case: &O::Case,
+    ask: O::Ask,
+    precision: &O::Precision,
+    got: &O::Outputs,
+) -> Verdict<O::Report> {
+    match O::expected(case, ask).and_then(|e| O::compare(case, ask, precision, &e, got)) {
+        Ok(report) => Verdict::of(report),
+        Err(e) => Verdict::BadInput(e),
+    }
+}

@@ -1,0 +1,191 @@
+//! What a finished check looks like to its reader: [`Reported`] turns one run of one operation
+//! into its `--json` document and its text table, with the building blocks every operation's
+//! report shares (the header lines, the statistics table, the verdict line).
+//!
+//! Rendering is pure string formatting; printing, exit statuses and `--json` live in the CLI
+//! crate (`src/report.rs`).
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::op::{Op, Verdict, VerdictKind};
+use crate::stats::ElementStats;
+
+/// The implementation a report is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Implemented {
+    /// `reference`, `emulate[inject=…]`, `exec:CMD`, `outputs in DIR`.
+    pub name: String,
+    /// A CPU model of a kernel: never reported as a GPU result.
+    pub is_model: bool,
+}
+
+/// One run of one operation, as the reports see it.
+#[derive(Debug)]
+pub struct RunInfo<'a, O: Op> {
+    /// `None` for a reference-only run (nothing was checked).
+    pub implementation: Option<&'a Implemented>,
+    pub case: &'a O::Case,
+    pub ask: O::Ask,
+    pub expected: &'a O::Expected,
+    /// The precision the implementation declared (the reference's without one).
+    pub precision: &'a O::Precision,
+    /// `None` for a reference-only run.
+    pub verdict: Option<&'a Verdict<O::Report>>,
+    /// Cases drawn until one could be checked (near ties are redrawn); 1 when none was.
+    pub draws: usize,
+    /// Seconds the f64 reference took.
+    pub reference_seconds: f64,
+}
+
+impl<O: Op> RunInfo<'_, O> {
+    /// `pass`, `fail`, or `done` without an implementation.
+    pub fn verdict_kind(&self) -> VerdictKind {
+        self.verdict.map_or(VerdictKind::Done, Verdict::kind)
+    }
+    /// The implementation's name (`reference` for a reference-only run).
+    pub fn name(&self) -> String {
+        self.implementation
+            .map_or_else(|| "reference".into(), |i| i.name.clone())
+    }
+    pub fn is_model(&self) -> bool {
+        self.implementation.is_some_and(|i| i.is_model)
+    }
+    pub fn run_error(&self) -> Option<String> {
+        self.verdict
+            .and_then(Verdict::run_error)
+            .map(|e| e.0.clone())
+    }
+    pub fn failure(&self) -> Option<String> {
+        self.verdict.and_then(Verdict::failure)
+    }
+    /// The comparison, when one was made.
+    pub fn report(&self) -> Option<&O::Report> {
+        self.verdict.and_then(Verdict::report)
+    }
+}
+
+/// How an operation reports a run.
+pub trait Reported: Op {
+    /// The `--json` document (with a top-level `verdict`).
+    type Document: Serialize;
+    fn document(run: &RunInfo<Self>) -> Self::Document;
+    /// The readable report, ending with the `verdict:` line.
+    fn render(doc: &Self::Document) -> String;
+}
+
+/// `implementation: NAME` and, for a model, the line that says it is not a GPU result.
+pub fn implementation_lines(s: &mut String, name: &str, is_model: bool) {
+    let _ = writeln!(s, "implementation: {name}");
+    if is_model {
+        let _ = writeln!(
+            s,
+            "  NOTE: this is a CPU model of a kernel (emulation), not a GPU result"
+        );
+    }
+}
+
+/// `verdict: PASS`.
+pub fn verdict_line(s: &mut String, verdict: VerdictKind) {
+    let _ = writeln!(s, "verdict: {}", verdict.shout());
+}
+
+/// The statistics table shared by every element-wise report: one row per output (pass or
+/// tensor), then its failing slices.
+pub struct StatsTable<'a> {
+    /// The first column's title (`pass`, `tensor`) and width.
+    pub label: &'a str,
+    pub width: usize,
+    /// What the worst column locates (`(group, row, col)`, `(expert, index)`).
+    pub worst_label: &'a str,
+    /// Indentation of the lines under a row.
+    pub indent: usize,
+    /// The noun of a failing slice in "… and N more failing groups".
+    pub slice_noun: &'a str,
+}
+
+/// One row of a [`StatsTable`]: the slices of one output.
+pub struct StatsRow<'a, L> {
+    pub name: &'a str,
+    pub passed: bool,
+    pub slices: Vec<&'a ElementStats<L>>,
+    /// Where the worst element is, already formatted (`-` when none).
+    pub worst: String,
+    /// Why the output failed without statistics.
+    pub error: Option<&'a str>,
+    /// Lines about failing slices (the first 8 are printed).
+    pub failing: Vec<String>,
+    /// Extra lines after the row (warnings).
+    pub notes: Vec<String>,
+}
+
+impl StatsTable<'_> {
+    /// The column titles.
+    pub fn header(&self, s: &mut String) {
+        let _ = writeln!(
+            s,
+            "{:<w$} {:<5} {:>9} {:>11} {:>10} {:>9} {:>10} {:>5}  worst {}",
+            self.label,
+            "ok",
+            "failed",
+            "max|err|",
+            "err/bound",
+            "max ulp",
+            "calc_diff",
+            "nan",
+            self.worst_label,
+            w = self.width
+        );
+    }
+
+    /// One output's row and the lines under it.
+    pub fn row<L>(&self, s: &mut String, row: &StatsRow<'_, L>) {
+        let max = |f: &dyn Fn(&ElementStats<L>) -> f64| {
+            row.slices.iter().map(|g| f(g)).fold(0.0f64, |a, b| {
+                if a.is_nan() || b.is_nan() {
+                    f64::NAN
+                } else {
+                    a.max(b)
+                }
+            })
+        };
+        let calc = row
+            .slices
+            .iter()
+            .map(|g| g.calc_diff)
+            .fold(0.0f64, f64::max);
+        let _ = writeln!(
+            s,
+            "{:<w$} {:<5} {:>9} {:>11.3e} {:>10.3} {:>9.2} {:>10.2e} {:>5}  {}",
+            row.name,
+            if row.passed { "PASS" } else { "FAIL" },
+            row.slices.iter().map(|g| g.failed).sum::<usize>(),
+            max(&|g| g.max_abs_err),
+            max(&|g| g.max_bound_ratio),
+            max(&|g| g.max_ulp),
+            calc,
+            row.slices.iter().map(|g| g.nan).sum::<usize>(),
+            row.worst,
+            w = self.width
+        );
+        let pad = " ".repeat(self.indent);
+        if let Some(e) = row.error {
+            let _ = writeln!(s, "{pad}{e}");
+        }
+        for note in &row.notes {
+            let _ = writeln!(s, "{pad}{note}");
+        }
+        for line in row.failing.iter().take(8) {
+            let _ = writeln!(s, "{pad}{line}");
+        }
+        if row.failing.len() > 8 {
+            let _ = writeln!(
+                s,
+                "{pad}… and {} more failing {} (see --json)",
+                row.failing.len() - 8,
+                self.slice_noun
+            );
+        }
+    }
+}

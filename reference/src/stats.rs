@@ -1,0 +1,166 @@
+//! Element-by-element statistics of one slice of an output (one expert's rows of a grouped
+//! GEMM pass, one expert's weight gradient, a whole layer tensor): every element judged
+//! against its own bound, the largest errors, DeepGEMM's `calc_diff`, NaN/Inf counts and the
+//! worst element. Shared by every element-wise comparison, so a failing group reads the same
+//! whatever operation it comes from.
+
+use serde::{Deserialize, Serialize};
+
+use crate::format::{ulp, Format};
+
+/// The element with the largest error/bound ratio (NaN counts as infinitely bad), located by
+/// `L` (`{group, row, col}` for a grouped GEMM, `{index}` for a layer tensor).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorstElement<L> {
+    #[serde(flatten)]
+    pub at: L,
+    pub got: f64,
+    pub want: f64,
+    pub bound: f64,
+}
+
+/// Statistics of one slice.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ElementStats<L> {
+    /// Elements in the slice.
+    pub elements: usize,
+    /// Elements checked (fewer than `elements` where a contract leaves them unchecked).
+    pub checked: usize,
+    /// Checked elements outside their bound (NaN included).
+    pub failed: usize,
+    pub max_abs_err: f64,
+    /// `max |ŷ − y| / bound` (∞ where the bound is 0 and the error is not, or NaN was read).
+    pub max_bound_ratio: f64,
+    /// `max |ŷ − y| / ulp_out(y)`.
+    pub max_ulp: f64,
+    /// DeepGEMM's `calc_diff`: `1 − 2Σŷy / Σ(ŷ² + y²)` (0 when both are all zero).
+    pub calc_diff: f64,
+    pub nan: usize,
+    pub inf: usize,
+    pub worst: Option<WorstElement<L>>,
+}
+
+impl<L> ElementStats<L> {
+    /// A slice of `elements` elements, none of them checked.
+    pub fn unchecked(elements: usize) -> ElementStats<L> {
+        ElementStats {
+            elements,
+            checked: 0,
+            failed: 0,
+            max_abs_err: 0.0,
+            max_bound_ratio: 0.0,
+            max_ulp: 0.0,
+            calc_diff: 0.0,
+            nan: 0,
+            inf: 0,
+            worst: None,
+        }
+    }
+
+    pub fn passed(&self) -> bool {
+        self.failed == 0
+    }
+}
+
+/// Accumulates the statistics of one slice, element by element.
+pub struct StatsAcc<L> {
+    stats: ElementStats<L>,
+    out: Format,
+    sum_xy: f64,
+    sum_sq: f64,
+}
+
+impl<L> StatsAcc<L> {
+    /// An empty slice whose ULP distances are measured in `out`.
+    pub fn new(out: Format) -> StatsAcc<L> {
+        StatsAcc {
+            stats: ElementStats::unchecked(0),
+            out,
+            sum_xy: 0.0,
+            sum_sq: 0.0,
+        }
+    }
+
+    /// Judges one element: `got` against `want` within `bound` (`|got − want| <= bound`,
+    /// false for NaN). `at` locates it, and is only kept if it is the worst so far.
+    pub fn push(&mut self, at: impl FnOnce() -> L, got: f64, want: f64, bound: f64) {
+        let s = &mut self.stats;
+        s.elements += 1;
+        s.checked += 1;
+        if got.is_nan() {
+            s.nan += 1;
+        } else if got.is_infinite() {
+            s.inf += 1;
+        }
+        let err = (got - want).abs();
+        let ok = err <= bound; // false for NaN
+        if !ok {
+            s.failed += 1;
+        }
+        let ratio = if err.is_nan() {
+            f64::INFINITY
+        } else if bound > 0.0 {
+            err / bound
+        } else if err == 0.0 {
+            0.0
+        } else {
+            f64::INFINITY
+        };
+        if err.is_nan() || err > s.max_abs_err {
+            s.max_abs_err = if err.is_nan() { f64::NAN } else { err };
+        }
+        let u = err / ulp(want, self.out);
+        if u.is_nan() || u > s.max_ulp {
+            s.max_ulp = u;
+        }
+        if s.worst.is_none() || ratio > s.max_bound_ratio {
+            s.max_bound_ratio = ratio;
+            s.worst = Some(WorstElement {
+                at: at(),
+                got,
+                want,
+                bound,
+            });
+        }
+        self.sum_xy += got * want;
+        self.sum_sq += got * got + want * want;
+    }
+
+    pub fn finish(mut self) -> ElementStats<L> {
+        self.stats.calc_diff = if self.sum_sq == 0.0 {
+            0.0
+        } else {
+            1.0 - 2.0 * self.sum_xy / self.sum_sq
+        };
+        self.stats
+    }
+}
+
+/// Max over slices of a statistic, NaN-propagating.
+pub fn max_of<'a, L: 'a>(
+    slices: impl IntoIterator<Item = &'a ElementStats<L>>,
+    f: impl Fn(&ElementStats<L>) -> f64,
+) -> f64 {
+    slices.into_iter().map(f).fold(0.0, |a, b| {
+        if a.is_nan() || b.is_nan() {
+            f64::NAN
+        } else {
+            a.max(b)
+        }
+    })
+}
+
+/// The slice whose worst element has the largest bound ratio.
+pub fn worst_slice<'a, S: 'a, L: 'a>(
+    slices: impl IntoIterator<Item = &'a S>,
+    stats: impl Fn(&S) -> &ElementStats<L>,
+) -> Option<&'a S> {
+    slices
+        .into_iter()
+        .filter(|s| stats(s).worst.is_some())
+        .max_by(|a, b| {
+            stats(a)
+                .max_bound_ratio
+                .total_cmp(&stats(b).max_bound_ratio)
+        })
+}

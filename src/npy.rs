@@ -1,0 +1,199 @@
+//! `.npy` files: every array moecheck reads or writes goes through here.
+//!
+//! Readers take the exact shape they expect and check the file size against it before
+//! anything is allocated, so a header that claims more data than the file holds is refused
+//! instead of aborting on allocation. Errors are one line (no path: callers add the file or
+//! the flag that named it).
+
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::Path;
+
+use ndarray::{Array, ArrayD, Dimension};
+use ndarray_npy::{ReadNpyExt, ReadableElement, WritableElement, WriteNpyExt};
+
+use moecheck_reference::format::Format;
+use moecheck_reference::protocol::Stored;
+
+/// The shape in the header of the `.npy` file at `path` (format versions 1–3), read without
+/// loading the data.
+pub fn header_shape(path: &Path) -> Result<Vec<usize>, String> {
+    let mut f = File::open(path).map_err(|e| e.to_string())?;
+    let mut pre = [0u8; 8];
+    f.read_exact(&mut pre)
+        .map_err(|_| "malformed .npy: too short for a header".to_string())?;
+    if &pre[..6] != b"\x93NUMPY" {
+        return Err("malformed .npy: bad magic".into());
+    }
+    let len = if pre[6] == 1 {
+        let mut b = [0u8; 2];
+        f.read_exact(&mut b)
+            .map_err(|_| "malformed .npy: truncated header".to_string())?;
+        u16::from_le_bytes(b) as usize
+    } else {
+        let mut b = [0u8; 4];
+        f.read_exact(&mut b)
+            .map_err(|_| "malformed .npy: truncated header".to_string())?;
+        u32::from_le_bytes(b) as usize
+    };
+    if len > 1 << 20 {
+        return Err("malformed .npy: header too long".into());
+    }
+    let mut h = vec![0u8; len];
+    f.read_exact(&mut h)
+        .map_err(|_| "malformed .npy: truncated header".to_string())?;
+    let h = String::from_utf8_lossy(&h);
+    let start = h
+        .find("'shape'")
+        .and_then(|i| h[i..].find('(').map(|j| i + j + 1))
+        .ok_or("malformed .npy header: no shape")?;
+    let end = h[start..]
+        .find(')')
+        .map(|j| start + j)
+        .ok_or("malformed .npy header: no shape")?;
+    h[start..end]
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(|d| {
+            d.trim_end_matches('L')
+                .parse::<usize>()
+                .map_err(|_| format!("malformed .npy header: dimension '{d}'"))
+        })
+        .collect()
+}
+
+/// Why a read failed: the element type differs from the one asked (so another may fit), or
+/// anything else.
+enum ReadError {
+    WrongType(String),
+    Other(String),
+}
+
+impl ReadError {
+    fn reason(self) -> String {
+        match self {
+            ReadError::WrongType(r) | ReadError::Other(r) => r,
+        }
+    }
+}
+
+/// Reads an array with element type `A` and exactly `shape`.
+fn read_exact<A: ReadableElement>(path: &Path, shape: &[usize]) -> Result<ArrayD<A>, ReadError> {
+    let f = File::open(path).map_err(|e| ReadError::Other(e.to_string()))?;
+    let len = f
+        .metadata()
+        .map_err(|e| ReadError::Other(e.to_string()))?
+        .len();
+    let want: u128 =
+        shape.iter().map(|s| *s as u128).product::<u128>() * std::mem::size_of::<A>() as u128;
+    if want > len as u128 {
+        return Err(ReadError::Other(format!(
+            "holds {len} bytes, too few for shape {shape:?} of {}-byte elements",
+            std::mem::size_of::<A>()
+        )));
+    }
+    let a = ArrayD::<A>::read_npy(BufReader::new(f)).map_err(|e| {
+        use ndarray_npy::ReadNpyError as E;
+        match e {
+            E::WrongDescriptor(d) => {
+                ReadError::WrongType(format!("wrong element type (descr {d:?})"))
+            }
+            E::ParseHeader(h) => ReadError::Other(one_line(&format!("malformed .npy header: {h}"))),
+            other => ReadError::Other(one_line(&format!("malformed .npy: {other}"))),
+        }
+    })?;
+    if a.shape() != shape {
+        return Err(ReadError::Other(format!(
+            "has shape {:?}, expected {:?}",
+            a.shape(),
+            shape
+        )));
+    }
+    Ok(a)
+}
+
+/// The first of two element types the file holds; `expected` names both in the error.
+fn read_either<A: ReadableElement, B: ReadableElement, T>(
+    path: &Path,
+    shape: &[usize],
+    a: impl FnOnce(ArrayD<A>) -> T,
+    b: impl FnOnce(ArrayD<B>) -> T,
+    expected: &str,
+) -> Result<T, String> {
+    // The smaller element type first: its size check is the weaker one, so a file of the
+    // other type reaches the element-type check and is then read as that type.
+    match read_exact::<A>(path, shape) {
+        Ok(x) => Ok(a(x)),
+        Err(ReadError::WrongType(_)) => match read_exact::<B>(path, shape) {
+            Ok(x) => Ok(b(x)),
+            Err(ReadError::WrongType(_)) => Err(format!("expected {expected}")),
+            Err(e) => Err(e.reason()),
+        },
+        Err(e) => Err(e.reason()),
+    }
+}
+
+/// A float32 array of exactly `shape`.
+pub fn read_f32(path: &Path, shape: &[usize]) -> Result<ArrayD<f32>, String> {
+    read_exact::<f32>(path, shape).map_err(ReadError::reason)
+}
+
+/// A float32 or float64 array of `shape`, widened to f64, with the format it was stored in.
+pub fn read_float(path: &Path, shape: &[usize]) -> Result<(ArrayD<f64>, Format), String> {
+    read_either::<f32, f64, _>(
+        path,
+        shape,
+        |a| (a.mapv(f64::from), Format::F32),
+        |a| (a, Format::F64),
+        "a float32 or float64 array",
+    )
+}
+
+/// An int32 or int64 array of `shape`, widened to i64.
+pub fn read_int(path: &Path, shape: &[usize]) -> Result<ArrayD<i64>, String> {
+    read_either::<i32, i64, _>(
+        path,
+        shape,
+        |a| a.mapv(i64::from),
+        |a| a,
+        "an int32 or int64 array",
+    )
+}
+
+/// A uint8 array of 0s and 1s, or a bool array, of `shape`.
+pub fn read_flags(path: &Path, shape: &[usize]) -> Result<ArrayD<bool>, String> {
+    let raw = read_either::<u8, bool, _>(path, shape, Err, Ok, "a uint8 or bool array")?;
+    match raw {
+        Ok(b) => Ok(b),
+        Err(u) => match u.indexed_iter().find(|(_, v)| **v > 1) {
+            Some((i, v)) => Err(format!(
+                "holds {v} at index {:?}, expected 0 or 1",
+                i.slice()
+            )),
+            None => Ok(u.mapv(|v| v == 1)),
+        },
+    }
+}
+
+/// Writes `a` to `path`.
+pub fn write<A: WritableElement, D: Dimension>(path: &Path, a: &Array<A, D>) -> Result<(), String> {
+    let f = File::create(path).map_err(|e| e.to_string())?;
+    a.write_npy(std::io::BufWriter::new(f))
+        .map_err(|e| one_line(&e.to_string()))
+}
+
+/// Writes a stored array to `path`.
+pub fn write_stored(path: &Path, a: &Stored) -> Result<(), String> {
+    match a {
+        Stored::F32(a) => write(path, a),
+        Stored::F64(a) => write(path, a),
+        Stored::I32(a) => write(path, a),
+        Stored::U8(a) => write(path, a),
+    }
+}
+
+/// `s` on one line.
+pub fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}

@@ -1,0 +1,197 @@
+//! The one check pipeline, for every operation:
+//!
+//! ```text
+//! generate -> implementation (from the registry) -> verify -> dump -> report
+//! ```
+//!
+//! A command parses its flags into a generator ([`Generate`]) and an implementation
+//! ([`crate::registry`]), calls [`run`], and prints [`report`]. `moecheck check DIR` enters
+//! at the same place with a case read from a directory ([`check_dir`]).
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+
+use moecheck_reference::op::{verify_against, Implementation, Op, Verdict, Verified};
+use moecheck_reference::protocol::Protocol;
+use moecheck_reference::report::{Implemented, Reported, RunInfo};
+
+use crate::progress::Progress;
+use crate::protocol;
+use crate::report::RunReport;
+
+/// A generated case and what the run asks of it.
+#[derive(Debug, Clone)]
+pub struct Generated<O: Op> {
+    pub case: O::Case,
+    pub ask: O::Ask,
+    /// Cases drawn until one could be checked (near ties are redrawn).
+    pub draws: usize,
+}
+
+impl<O: Op> Generated<O> {
+    /// A case found at the first draw.
+    pub fn once(case: O::Case, ask: O::Ask) -> Generated<O> {
+        Generated {
+            case,
+            ask,
+            draws: 1,
+        }
+    }
+}
+
+/// How a command makes its case from its flags.
+pub trait Generate<O: Op> {
+    /// The size of the work (multiply-adds), for the progress spinner.
+    fn work(&self) -> u64;
+
+    /// The case. `precision` is what the implementation that will run it declares, for
+    /// generators that must keep a case away from near ties at that precision.
+    fn generate(
+        &self,
+        precision: &dyn Fn(&O::Case) -> O::Precision,
+    ) -> anyhow::Result<Generated<O>>;
+}
+
+/// One finished run: the case, the reference, and the check of the implementation.
+pub struct Run<O: Op> {
+    pub generated: Generated<O>,
+    pub expected: O::Expected,
+    pub reference_seconds: f64,
+    /// `None` for a reference-only run.
+    pub checked: Option<(Implemented, Verified<O>)>,
+    /// The precision of the report: the implementation's, or the reference's.
+    pub precision: O::Precision,
+}
+
+/// Generates the case, computes the reference, runs `imp` once (when given), checks its
+/// outputs, and writes the case and the checked outputs to `dump`.
+///
+/// An invalid generated case, an implementation that cannot run it as declared, or a dump
+/// that cannot be written is an error (exit 2); an implementation that fails is a failing
+/// verdict.
+pub fn run<O: Protocol>(
+    generator: &dyn Generate<O>,
+    imp: Option<&dyn Implementation<O>>,
+    dump: Option<&Path>,
+) -> anyhow::Result<Run<O>> {
+    let progress = Progress::new(generator.work());
+    progress.stage("generating the case");
+    let precision_of = |case: &O::Case| match imp {
+        Some(i) => i.precision(case),
+        None => O::reference_precision(case),
+    };
+    let generated = generator.generate(&precision_of)?;
+    let (case, ask) = (&generated.case, generated.ask);
+    O::validate(case, ask).context("generated case")?;
+    if let Some(i) = imp {
+        if let Err(reason) = i.supports(case, ask) {
+            bail!("{reason}");
+        }
+    }
+    progress.stage("computing the f64 reference");
+    let start = Instant::now();
+    let expected = O::expected(case, ask).context("generated case")?;
+    let reference_seconds = start.elapsed().as_secs_f64();
+    let checked = imp.map(|i| {
+        progress.stage(&format!("running {} and checking it", i.name()));
+        let implemented = Implemented {
+            name: i.name(),
+            is_model: i.is_model(),
+        };
+        (implemented, verify_against(i, case, ask, &expected))
+    });
+    if let Some((
+        _,
+        Verified {
+            verdict: Verdict::BadInput(e),
+            ..
+        },
+    )) = &checked
+    {
+        bail!("generated case: {e}");
+    }
+    if let Some(dir) = dump {
+        progress.stage("writing the case directory");
+        let outputs = checked.as_ref().and_then(|(_, v)| v.outputs.as_ref());
+        write_dump::<O>(dir, case, ask, outputs)?;
+    }
+    let precision = match &checked {
+        Some((_, v)) => v.precision.clone(),
+        None => O::reference_precision(case),
+    };
+    Ok(Run {
+        generated,
+        expected,
+        reference_seconds,
+        checked,
+        precision,
+    })
+}
+
+/// Writes the case and, when there are any, the outputs that were checked.
+pub fn write_dump<O: Protocol>(
+    dir: &Path,
+    case: &O::Case,
+    ask: O::Ask,
+    outputs: Option<&O::Outputs>,
+) -> anyhow::Result<()> {
+    let flag = || format!("--dump {}", dir.display());
+    std::fs::create_dir_all(dir).with_context(flag)?;
+    protocol::write_case::<O>(dir, case, ask).with_context(flag)?;
+    if let Some(out) = outputs {
+        protocol::write_outputs::<O>(dir, out).with_context(flag)?;
+    }
+    Ok(())
+}
+
+/// The report of `run`.
+pub fn report<O: Reported>(run: &Run<O>) -> RunReport<O> {
+    let (implementation, verdict) = match &run.checked {
+        Some((i, v)) => (Some(i), Some(&v.verdict)),
+        None => (None, None),
+    };
+    RunReport::new(&RunInfo {
+        implementation,
+        case: &run.generated.case,
+        ask: run.generated.ask,
+        expected: &run.expected,
+        precision: &run.precision,
+        verdict,
+        draws: run.generated.draws,
+        reference_seconds: run.reference_seconds,
+    })
+}
+
+/// `moecheck check DIR`: the outputs in `dir` against the reference of the case in `dir`,
+/// for an implementation that declared `declaration`.
+pub fn check_dir<O: Protocol + Reported>(
+    dir: &Path,
+    declaration: &O::Declaration,
+) -> anyhow::Result<RunReport<O>> {
+    let (case, ask) = protocol::read_case::<O>(dir)?;
+    let got = protocol::read_outputs::<O>(dir, &case, ask)?;
+    let precision = O::declared_precision(&case, declaration);
+    let start = Instant::now();
+    let expected = O::expected(&case, ask).with_context(|| dir.display().to_string())?;
+    let reference_seconds = start.elapsed().as_secs_f64();
+    let verdict = match O::compare(&case, ask, &precision, &expected, &got) {
+        Ok(report) => Verdict::of(report),
+        Err(e) => bail!("{}: {e}", dir.display()),
+    };
+    let implemented = Implemented {
+        name: format!("outputs in {}", dir.display()),
+        is_model: false,
+    };
+    Ok(RunReport::new(&RunInfo {
+        implementation: Some(&implemented),
+        case: &case,
+        ask,
+        expected: &expected,
+        precision: &precision,
+        verdict: Some(&verdict),
+        draws: 1,
+        reference_seconds,
+    }))
+}

@@ -1,0 +1,55 @@
+//! The one progress indicator: a spinner with the elapsed time and the current stage, on
+//! stderr, shown only when stderr is a terminal and the work is large enough to wait for.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Work (multiply-adds of the case's GEMMs, or an equivalent count) from which a spinner is
+/// shown: below it every command finishes in about a second.
+pub const THRESHOLD: u64 = 50_000_000;
+
+/// A stage spinner, or nothing (small work, or stderr is not a terminal).
+pub struct Progress(Option<ProgressBar>);
+
+impl Progress {
+    /// A spinner for `work` units of work.
+    pub fn new(work: u64) -> Progress {
+        if work < THRESHOLD || !std::io::stderr().is_terminal() {
+            return Progress(None);
+        }
+        let pb = ProgressBar::new_spinner();
+        pb.set_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
+                .expect("valid template"),
+        );
+        pb.enable_steady_tick(Duration::from_millis(120));
+        Progress(Some(pb))
+    }
+
+    /// No spinner.
+    pub fn hidden() -> Progress {
+        Progress(None)
+    }
+
+    /// Shows what is being done now.
+    pub fn stage(&self, msg: &str) {
+        if let Some(pb) = &self.0 {
+            pb.set_message(msg.to_string());
+        }
+    }
+
+    /// Clears the spinner.
+    pub fn done(&self) {
+        if let Some(pb) = &self.0 {
+            pb.finish_and_clear();
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.done();
+    }
+}
