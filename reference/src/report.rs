@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::op::{Op, Verdict, VerdictKind};
-use crate::stats::ElementStats;
+use crate::stats::{max_of, ElementStats};
 
 /// The implementation a report is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,15 +141,7 @@ impl StatsTable<'_> {
 
     /// One output's row and the lines under it.
     pub fn row<L>(&self, s: &mut String, row: &StatsRow<'_, L>) {
-        let max = |f: &dyn Fn(&ElementStats<L>) -> f64| {
-            row.slices.iter().map(|g| f(g)).fold(0.0f64, |a, b| {
-                if a.is_nan() || b.is_nan() {
-                    f64::NAN
-                } else {
-                    a.max(b)
-                }
-            })
-        };
+        let max = |f: fn(&ElementStats<L>) -> f64| max_of(row.slices.iter().copied(), f);
         let calc = row
             .slices
             .iter()
@@ -161,9 +153,9 @@ impl StatsTable<'_> {
             row.name,
             if row.passed { "PASS" } else { "FAIL" },
             row.slices.iter().map(|g| g.failed).sum::<usize>(),
-            max(&|g| g.max_abs_err),
-            max(&|g| g.max_bound_ratio),
-            max(&|g| g.max_ulp),
+            max(|g| g.max_abs_err),
+            max(|g| g.max_bound_ratio),
+            max(|g| g.max_ulp),
             calc,
             row.slices.iter().map(|g| g.nan).sum::<usize>(),
             row.worst,
