@@ -6,9 +6,9 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use ndarray::{Array1, Array2, ArrayD, IxDyn};
-use ndarray_npy::{ReadNpyExt, WriteNpyExt};
 use serde::Serialize;
 
+use moecheck::npy;
 use moecheck_reference::format::{decode_fp8, Format, Overflow};
 use moecheck_reference::fp8::{fp8_max, jax_scale_overflows, quantize_rows, Scope};
 
@@ -87,50 +87,36 @@ pub fn run(a: Fp8Args) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn read_f32(path: &Path) -> anyhow::Result<ArrayD<f32>> {
-    let f = std::fs::File::open(path).with_context(|| format!("--in {}", path.display()))?;
-    ArrayD::<f32>::read_npy(std::io::BufReader::new(f)).map_err(|e| {
-        anyhow::anyhow!(
-            "--in {}: not a float32 .npy array ({})",
-            path.display(),
-            one_line(&e.to_string())
-        )
-    })
+/// `--in`: a float32 array of any shape (the header's, checked against the file size).
+fn read_input(path: &Path) -> anyhow::Result<ArrayD<f32>> {
+    let shape = npy::header_shape(path).map_err(|r| flag_error("--in", path, &r))?;
+    npy::read_f32(path, &shape).map_err(|r| flag_error("--in", path, &r))
 }
 
-fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
+/// `--scope rows:SIZES.npy`: 1-D non-negative int32 or int64 group sizes.
 fn read_sizes(path: &Path) -> anyhow::Result<Vec<usize>> {
-    let open = || {
-        std::fs::File::open(path)
-            .map(std::io::BufReader::new)
-            .with_context(|| format!("--scope rows:{}", path.display()))
-    };
-    let raw: Vec<i64> = match Array1::<i32>::read_npy(open()?) {
-        Ok(a) => a.iter().map(|v| *v as i64).collect(),
-        Err(_) => Array1::<i64>::read_npy(open()?)
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "--scope rows:{}: expected a 1-D int32 or int64 .npy ({})",
-                    path.display(),
-                    one_line(&e.to_string())
-                )
-            })?
-            .to_vec(),
-    };
+    let flag = "--scope rows:";
+    let shape = npy::header_shape(path).map_err(|r| flag_error(flag, path, &r))?;
+    if shape.len() != 1 {
+        return Err(flag_error(
+            flag,
+            path,
+            &format!("has shape {shape:?}, expected 1-D group sizes"),
+        ));
+    }
+    let raw = npy::read_int(path, &shape).map_err(|r| flag_error(flag, path, &r))?;
     raw.iter()
         .enumerate()
         .map(|(g, s)| {
-            usize::try_from(*s).map_err(|_| {
-                anyhow::anyhow!(
-                    "--scope rows:{}: group {g} has negative size {s}",
-                    path.display()
-                )
-            })
+            usize::try_from(*s)
+                .map_err(|_| flag_error(flag, path, &format!("group {g} has negative size {s}")))
         })
         .collect()
+}
+
+fn flag_error(flag: &str, path: &Path, reason: &str) -> anyhow::Error {
+    let sep = if flag.ends_with(':') { "" } else { " " };
+    anyhow::anyhow!("{flag}{sep}{}: {reason}", path.display())
 }
 
 fn write<A: ndarray_npy::WritableElement, D: ndarray::Dimension>(
@@ -139,16 +125,14 @@ fn write<A: ndarray_npy::WritableElement, D: ndarray::Dimension>(
     a: &ndarray::Array<A, D>,
 ) -> anyhow::Result<()> {
     let p = dir.join(name);
-    let f = std::fs::File::create(&p).with_context(|| format!("--out {}", p.display()))?;
-    a.write_npy(std::io::BufWriter::new(f))
-        .with_context(|| format!("--out {}", p.display()))
+    npy::write(&p, a).map_err(|r| anyhow::anyhow!("--out {}: {r}", p.display()))
 }
 
 fn quantize(a: QuantizeArgs) -> anyhow::Result<ExitCode> {
     if !matches!(a.format, Format::E4m3 | Format::E5m2) {
         bail!("--format {}: expected e4m3 or e5m2", a.format);
     }
-    let x = read_f32(&a.input)?;
+    let x = read_input(&a.input)?;
     let shape = x.shape().to_vec();
     let x2: Array2<f32> = match x.ndim() {
         1 => x

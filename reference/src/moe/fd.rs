@@ -37,6 +37,7 @@ use super::layer::{forward, MoeCase, MoeOutputs, TensorId};
 use crate::format::Format;
 use crate::gemm::bound::gamma;
 use crate::routing::{topk::group_scores, DropPolicy, Routing};
+use crate::seed::mix;
 use crate::Error;
 
 /// Why a point is too close to a non-differentiable boundary, or `None`.
@@ -117,14 +118,6 @@ pub fn near_tie(
         }
     }
     None
-}
-
-/// splitmix64.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// The direction for tensor `tag`: entries uniform in `[-1, 1]`, from `seed`.

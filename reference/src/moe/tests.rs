@@ -8,10 +8,7 @@ use crate::format::Format;
 use crate::routing::{Capacity, DropPolicy, GroupLimit, RoutingConfig, ScoreFunction};
 
 fn hash(seed: u64, i: u64) -> f64 {
-    let mut z = seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^= z >> 31;
+    let z = crate::seed::mix(seed ^ crate::seed::mix(i));
     (z >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
 }
 
