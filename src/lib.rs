@@ -7,7 +7,6 @@
 
 pub mod cases;
 pub mod cuda;
-pub mod curves;
 pub mod fp8_cases;
 pub mod impls;
 pub mod moe_report;
@@ -17,5 +16,6 @@ pub mod selftest;
 pub mod selftest_fp8;
 pub mod selftest_moe;
 
+pub use moecheck_curves as curves;
 pub use moecheck_properties as properties;
 pub use moecheck_reference as reference;

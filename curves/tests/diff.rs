@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use moecheck::curves::diff::{diff, Criterion, CurvesReport};
-use moecheck::curves::{read, Metric};
+use moecheck_curves::diff::{diff, Criterion, CurvesReport};
+use moecheck_curves::{read, Metric};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -237,7 +237,7 @@ fn exact_mode_is_bitwise() {
 fn seed_maxtext_logs_fail_with_the_documented_reasons() {
     let f = |n: &str| {
         Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fixtures/curves")
+            .join("../fixtures/curves")
             .join(n)
     };
     let r = run(&f("native.log"), &f("te.log"), None, &Criterion::default());
@@ -263,8 +263,8 @@ fn seed_maxtext_logs_fail_with_the_documented_reasons() {
 mod properties {
     //! Properties of the criterion on generated curves `1 + scale·exp(−step/tau)` (plus noise),
     //! built in memory with a 4-decimal quantum.
-    use moecheck::curves::diff::{diff, Criterion};
-    use moecheck::curves::{Curve, Format, Metric, Sample};
+    use moecheck_curves::diff::{diff, Criterion};
+    use moecheck_curves::{Curve, Format, Metric, Sample};
     use proptest::prelude::*;
 
     /// Decaying-loss parameters: `steps` values of `1 + scale·exp(−step/tau) + noise·z`.

@@ -192,6 +192,9 @@ pub enum CurveError {
         format: Format,
         found: String,
     },
+    /// A plot file whose extension names no format [`plot::Kind`] writes.
+    #[error("--plot {path}: the file name must end in .svg or .png")]
+    PlotExtension { path: PathBuf },
 }
 
 pub(crate) fn malformed(path: &Path, line: usize, reason: impl Into<String>) -> CurveError {

@@ -9,7 +9,8 @@ mod svg;
 
 use std::path::Path;
 
-use super::diff::Diff;
+use crate::diff::Diff;
+use crate::CurveError;
 
 pub use png::{crc32, encode_indexed as encode_png};
 pub use raster::Canvas;
@@ -22,7 +23,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub fn of(path: &Path) -> anyhow::Result<Kind> {
+    pub fn of(path: &Path) -> Result<Kind, CurveError> {
         match path
             .extension()
             .and_then(|e| e.to_str())
@@ -31,10 +32,9 @@ impl Kind {
         {
             Some("svg") => Ok(Kind::Svg),
             Some("png") => Ok(Kind::Png),
-            _ => anyhow::bail!(
-                "--plot {}: the file name must end in .svg or .png",
-                path.display()
-            ),
+            _ => Err(CurveError::PlotExtension {
+                path: path.to_path_buf(),
+            }),
         }
     }
 }

@@ -4,11 +4,11 @@
 
 use std::path::{Path, PathBuf};
 
-use moecheck::curves::{read, CurveError, Format, Metric};
+use moecheck_curves::{read, CurveError, Format, Metric};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/curves")
+        .join("../fixtures/curves")
         .join(name)
 }
 
@@ -276,7 +276,7 @@ fn windows_line_endings_and_a_byte_order_mark_are_accepted() {
         let want = read(&fixture(name), None).unwrap();
         let got = read(&p, None).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(got.format, want.format, "{name}");
-        let values = |c: &moecheck::curves::Curve| -> Vec<(u64, f64)> {
+        let values = |c: &moecheck_curves::Curve| -> Vec<(u64, f64)> {
             c.metrics[&Metric::Loss]
                 .iter()
                 .map(|s| (s.step, s.value))
