@@ -9,10 +9,8 @@
 
 use std::path::Path;
 
-use super::{
-    json_number, json_step, malformed, quote_python_nonfinite, Curve, CurveError, Format, Metric,
-    Sample,
-};
+use crate::parse::{json_number, json_step, malformed, quote_python_nonfinite};
+use crate::{Curve, CurveError, Format, Metric, Sample};
 
 /// `round(loss, 4)`: the quantum of every logged loss.
 pub const HF_LOSS_QUANTUM: f64 = 1e-4;

@@ -15,10 +15,10 @@
 
 use std::path::Path;
 
-use super::{
-    f32_quantum, json_number, json_step, malformed, quote_python_nonfinite, value_after, Curve,
-    CurveError, Format, Metric, Sample,
+use crate::parse::{
+    f32_quantum, json_number, json_step, malformed, quote_python_nonfinite, value_after,
 };
+use crate::{Curve, CurveError, Format, Metric, Sample};
 
 const STDOUT_FIELDS: [(&str, Metric); 4] = [
     ("seconds:", Metric::StepTimeS),

@@ -18,10 +18,10 @@
 
 use std::path::Path;
 
-use super::{
-    f32_quantum, json_number, json_step, malformed, quote_python_nonfinite, value_after, Curve,
-    CurveError, Format, Metric, Sample,
+use crate::parse::{
+    f32_quantum, json_number, json_step, malformed, quote_python_nonfinite, value_after,
 };
+use crate::{Curve, CurveError, Format, Metric, Sample};
 
 pub fn read_stdout(path: &Path, text: &str) -> Result<Curve, CurveError> {
     let mut curve = Curve::new(path, Format::MegatronStdout);

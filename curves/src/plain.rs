@@ -8,7 +8,8 @@
 
 use std::path::Path;
 
-use super::{malformed, parse_printed, Curve, CurveError, Format, Metric, Sample};
+use crate::parse::{malformed, parse_printed};
+use crate::{Curve, CurveError, Format, Metric, Sample};
 
 fn split(line: &str) -> Vec<&str> {
     if line.contains('\t') {

@@ -23,7 +23,8 @@
 
 use std::path::Path;
 
-use super::{f32_quantum, malformed, Curve, CurveError, Format, Metric, Sample};
+use crate::parse::{f32_quantum, malformed};
+use crate::{Curve, CurveError, Format, Metric, Sample};
 
 const TAGS: [(Metric, &[&str]); 4] = [
     (

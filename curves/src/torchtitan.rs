@@ -10,7 +10,8 @@
 
 use std::path::Path;
 
-use super::{malformed, strip_ansi, value_after, Curve, CurveError, Format, Metric, Sample};
+use crate::parse::{malformed, strip_ansi, value_after};
+use crate::{Curve, CurveError, Format, Metric, Sample};
 
 /// A training-step line once colours are stripped: `step: N` followed by `loss: X`.
 pub fn is_step_line(line: &str) -> bool {
