@@ -1,5 +1,7 @@
 //! Loss-curve parity: read training logs of many frameworks into one [`Curve`], then decide
-//! whether two runs agree ([`diff`]) and draw them ([`plot`]).
+//! whether two runs agree ([`diff`], whose verdict is [`decide`]d), print the result
+//! ([`render`]) and draw it ([`plot`]). Dependencies point one way: `diff` uses `decide`, both
+//! fill the plain data of `report`, and `render` and `plot` only read it.
 //!
 //! Every reader returns, per metric it found, the samples `(step, value, line, quantum)` in file
 //! order, where `quantum` is the logging resolution of that printed value (`0.001` for MaxText's
@@ -10,6 +12,7 @@
 //! Readers refuse malformed input with [`CurveError::Malformed`], naming the file and the
 //! 1-based line (or, for binary TensorBoard files, the byte offset of the bad record).
 
+pub mod decide;
 pub mod diff;
 mod hf;
 mod maxtext;
@@ -17,10 +20,11 @@ mod megatron;
 mod parse;
 mod plain;
 pub mod plot;
+pub mod render;
+mod report;
 pub mod stats;
 mod tensorboard;
 mod torchtitan;
-pub mod verdict;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -186,7 +186,7 @@ fn run_diff(a: DiffArgs) -> anyhow::Result<ExitCode> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&d.report)?);
     } else {
-        print!("{}", curves::verdict::render(&d.report));
+        print!("{}", curves::render::text(&d.report));
         if let Some(p) = &a.plot {
             println!("plot: {}", p.display());
         }
