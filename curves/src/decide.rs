@@ -1,12 +1,12 @@
 //! The verdict of `moecheck curves diff` from the windowed statistics (step 6 of the criterion
 //! in [`crate::diff`]): PASS, FAIL or INCONCLUSIVE, with the reasons and a suggestion.
 
-use crate::report::{interval_level, Criterion, CurvesReport, MIN_WINDOWS};
+use crate::report::{interval_level, Criterion, CurvesReport, Verdict, MIN_WINDOWS};
 
 /// Sets `verdict`, `reasons` and `suggestion` of `r` (see [`crate::diff`] for the rule).
 pub fn decide(r: &mut CurvesReport, pairs: &[(u64, f64, f64)], c: &Criterion) {
     if let Some(&first) = r.test_nonfinite_steps.first() {
-        r.verdict = "fail";
+        r.verdict = Verdict::Fail;
         r.reasons.push(format!(
             "TEST is NaN/Inf at step {first} ({} step(s) in all) where BASE is finite",
             r.test_nonfinite_steps.len()
@@ -18,7 +18,7 @@ pub fn decide(r: &mut CurvesReport, pairs: &[(u64, f64, f64)], c: &Criterion) {
         match pairs.iter().find(|p| !same(p.1, p.2)) {
             Some(&(step, b, t)) => {
                 let n = pairs.iter().filter(|p| !same(p.1, p.2)).count();
-                r.verdict = "fail";
+                r.verdict = Verdict::Fail;
                 r.first_exact_mismatch_step = Some(step);
                 r.reasons.push(format!(
                     "exact: {n} of {} common steps differ; first at step {step}: BASE {b}, TEST {t}",
@@ -26,7 +26,7 @@ pub fn decide(r: &mut CurvesReport, pairs: &[(u64, f64, f64)], c: &Criterion) {
                 ));
             }
             None => {
-                r.verdict = "pass";
+                r.verdict = Verdict::Pass;
                 r.reasons.push(format!(
                     "exact: all {} common steps are identical as logged (at the log's precision)",
                     pairs.len()
@@ -36,7 +36,7 @@ pub fn decide(r: &mut CurvesReport, pairs: &[(u64, f64, f64)], c: &Criterion) {
         return;
     }
     let (Some(m), Some(g)) = (r.margin.clone(), r.gap.clone()) else {
-        r.verdict = "inconclusive";
+        r.verdict = Verdict::Inconclusive;
         r.reasons
             .push("no steps left to compare after the warm-up".into());
         r.suggestion = Some("log more steps, or lower --warmup".into());
@@ -44,7 +44,7 @@ pub fn decide(r: &mut CurvesReport, pairs: &[(u64, f64, f64)], c: &Criterion) {
     };
     let d = m.delta;
     if g.windows < MIN_WINDOWS {
-        r.verdict = "inconclusive";
+        r.verdict = Verdict::Inconclusive;
         r.reasons.push(format!(
             "only {} window(s) of {} step(s) after the warm-up; the criterion needs {MIN_WINDOWS}",
             g.windows, g.window_steps
@@ -77,7 +77,7 @@ pub fn decide(r: &mut CurvesReport, pairs: &[(u64, f64, f64)], c: &Criterion) {
         ));
     }
     if !r.reasons.is_empty() {
-        r.verdict = "fail";
+        r.verdict = Verdict::Fail;
         if m.sigma_seed.is_none() {
             r.notes.push(
                 "no --baseline2: δ holds no seed-to-seed noise; a second baseline seed tells whether a gap this size is ordinary run-to-run variation".into(),
@@ -88,13 +88,13 @@ pub fn decide(r: &mut CurvesReport, pairs: &[(u64, f64, f64)], c: &Criterion) {
     let ci_inside = -d <= g.ci_low && g.ci_high <= d;
     let tail_inside = g.tail_mean.abs() + g.tail_half_width <= d;
     if ci_inside && tail_inside && !g.drifting {
-        r.verdict = "pass";
+        r.verdict = Verdict::Pass;
         r.reasons.push(format!(
             "the {conf}% interval of the mean gap {ci} and the tail gap {tail} lie inside ±δ = ±{d:.4}, and the gap does not drift"
         ));
         return;
     }
-    r.verdict = "inconclusive";
+    r.verdict = Verdict::Inconclusive;
     let mut advice = Vec::new();
     if !ci_inside {
         r.reasons.push(format!(

@@ -30,7 +30,7 @@ use crate::{Curve, CurveError, Metric};
 
 pub use crate::report::{
     interval_level, Alignment, Criterion, CurvesReport, Diff, GapStats, InputSummary, Margin,
-    Throughput, MIN_WINDOWS, TARGET_WINDOWS,
+    Throughput, Verdict, MIN_WINDOWS, TARGET_WINDOWS,
 };
 
 /// One metric of one log, one value per step.
@@ -169,7 +169,7 @@ pub fn diff(
         ));
     }
     let mut report = CurvesReport {
-        verdict: "inconclusive",
+        verdict: Verdict::Inconclusive,
         reasons: Vec::new(),
         suggestion: None,
         notes,

@@ -179,7 +179,7 @@ pub fn text(r: &CurvesReport) -> String {
     for n in &r.notes {
         let _ = writeln!(s, "  note: {n}");
     }
-    let _ = writeln!(s, "verdict: {}", r.verdict.to_uppercase());
+    let _ = writeln!(s, "verdict: {}", r.verdict.label());
     for why in &r.reasons {
         let _ = writeln!(s, "  because {why}");
     }

@@ -111,10 +111,40 @@ pub struct Throughput {
     pub outlier_rule: &'static str,
 }
 
+/// The outcome of the criterion; the exit status of `moecheck curves diff` is 0, 1 or 3.
+/// Serialised in lowercase (`"pass"`), printed in uppercase (`verdict: PASS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Pass,
+    Fail,
+    Inconclusive,
+}
+
+impl Verdict {
+    /// The name as the JSON report writes it: `pass`, `fail`, `inconclusive`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Fail => "fail",
+            Verdict::Inconclusive => "inconclusive",
+        }
+    }
+
+    /// The name as the table and the plot print it: `PASS`, `FAIL`, `INCONCLUSIVE`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Verdict::Pass => "PASS",
+            Verdict::Fail => "FAIL",
+            Verdict::Inconclusive => "INCONCLUSIVE",
+        }
+    }
+}
+
 /// The `--json` document of `moecheck curves diff`.
 #[derive(Debug, Clone, Serialize)]
 pub struct CurvesReport {
-    pub verdict: &'static str,
+    pub verdict: Verdict,
     pub reasons: Vec<String>,
     pub suggestion: Option<String>,
     pub notes: Vec<String>,
@@ -138,4 +168,20 @@ pub struct CurvesReport {
 pub struct Diff {
     pub report: CurvesReport,
     pub pairs: Vec<(u64, f64, f64)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Verdict;
+
+    /// The JSON report writes the verdict in lowercase and the table prints it in uppercase,
+    /// as they did when the verdict was a string.
+    #[test]
+    fn verdict_serialises_lowercase_and_prints_uppercase() {
+        for v in [Verdict::Pass, Verdict::Fail, Verdict::Inconclusive] {
+            assert_eq!(serde_json::to_value(v).unwrap(), v.name());
+            assert_eq!(v.label(), v.name().to_uppercase());
+        }
+        assert_eq!(Verdict::Inconclusive.name(), "inconclusive");
+    }
 }

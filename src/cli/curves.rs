@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use moecheck::curves::diff::{diff, Criterion};
+use moecheck::curves::diff::{diff, Criterion, Verdict};
 use moecheck::curves::{self, Format, Metric};
 
 /// Exit status of an inconclusive comparison.
@@ -192,9 +192,9 @@ fn run_diff(a: DiffArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(match d.report.verdict {
-        "pass" => ExitCode::SUCCESS,
-        "fail" => ExitCode::from(super::EXIT_FAIL),
-        _ => ExitCode::from(EXIT_INCONCLUSIVE),
+        Verdict::Pass => ExitCode::SUCCESS,
+        Verdict::Fail => ExitCode::from(super::EXIT_FAIL),
+        Verdict::Inconclusive => ExitCode::from(EXIT_INCONCLUSIVE),
     })
 }
 

@@ -9,7 +9,7 @@ mod svg;
 
 use std::path::Path;
 
-use crate::diff::Diff;
+use crate::diff::{Diff, Verdict};
 use crate::CurveError;
 
 pub use png::{crc32, encode_indexed as encode_png};
@@ -515,14 +515,14 @@ fn scene(d: &Diff) -> Vec<Shape> {
         scale: 1,
     });
     let vcol = match r.verdict {
-        "pass" => Colour::Pass,
-        "fail" => Colour::Fail,
-        _ => Colour::Black,
+        Verdict::Pass => Colour::Pass,
+        Verdict::Fail => Colour::Fail,
+        Verdict::Inconclusive => Colour::Black,
     };
     out.push(Shape::Text {
         x: 930.0,
         y: legend_y + 4.0,
-        text: r.verdict.to_uppercase(),
+        text: r.verdict.label().to_string(),
         colour: vcol,
         anchor: Anchor::End,
         scale: 2,
