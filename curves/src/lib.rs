@@ -75,7 +75,7 @@ impl Metric {
 /// The log formats `moecheck curves` reads. See docs/curves.md for each one's exact lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Format {
+pub enum LogFormat {
     /// `completed step: N, seconds: S, TFLOP/s/device: X, Tokens/s/device: Y, ..., loss: L`.
     MaxtextStdout,
     /// MaxText `metrics_file`: one JSON object a line with `"step"` and `"learning/loss"`.
@@ -94,37 +94,37 @@ pub enum Format {
     Tensorboard,
 }
 
-impl Format {
-    pub const ALL: [Format; 8] = [
-        Format::MaxtextStdout,
-        Format::MaxtextJsonl,
-        Format::MegatronStdout,
-        Format::MegatronGolden,
-        Format::TorchtitanStdout,
-        Format::HfTrainerState,
-        Format::Plain,
-        Format::Tensorboard,
+impl LogFormat {
+    pub const ALL: [LogFormat; 8] = [
+        LogFormat::MaxtextStdout,
+        LogFormat::MaxtextJsonl,
+        LogFormat::MegatronStdout,
+        LogFormat::MegatronGolden,
+        LogFormat::TorchtitanStdout,
+        LogFormat::HfTrainerState,
+        LogFormat::Plain,
+        LogFormat::Tensorboard,
     ];
 
     pub fn name(self) -> &'static str {
         match self {
-            Format::MaxtextStdout => "maxtext-stdout",
-            Format::MaxtextJsonl => "maxtext-jsonl",
-            Format::MegatronStdout => "megatron-stdout",
-            Format::MegatronGolden => "megatron-golden",
-            Format::TorchtitanStdout => "torchtitan-stdout",
-            Format::HfTrainerState => "hf-trainer-state",
-            Format::Plain => "plain",
-            Format::Tensorboard => "tensorboard",
+            LogFormat::MaxtextStdout => "maxtext-stdout",
+            LogFormat::MaxtextJsonl => "maxtext-jsonl",
+            LogFormat::MegatronStdout => "megatron-stdout",
+            LogFormat::MegatronGolden => "megatron-golden",
+            LogFormat::TorchtitanStdout => "torchtitan-stdout",
+            LogFormat::HfTrainerState => "hf-trainer-state",
+            LogFormat::Plain => "plain",
+            LogFormat::Tensorboard => "tensorboard",
         }
     }
 
-    pub fn parse(s: &str) -> Option<Format> {
-        Format::ALL.into_iter().find(|f| f.name() == s)
+    pub fn parse(s: &str) -> Option<LogFormat> {
+        LogFormat::ALL.into_iter().find(|f| f.name() == s)
     }
 }
 
-impl fmt::Display for Format {
+impl fmt::Display for LogFormat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
@@ -145,13 +145,13 @@ pub struct Sample {
 #[derive(Debug, Clone)]
 pub struct Curve {
     pub path: PathBuf,
-    pub format: Format,
+    pub format: LogFormat,
     /// Per metric, the samples in file order (restarts and duplicates kept; see [`diff::Series`]).
     pub metrics: BTreeMap<Metric, Vec<Sample>>,
 }
 
 impl Curve {
-    pub fn new(path: &Path, format: Format) -> Curve {
+    pub fn new(path: &Path, format: LogFormat) -> Curve {
         Curve {
             path: path.to_path_buf(),
             format,
@@ -197,7 +197,7 @@ pub enum CurveError {
     NoMetric {
         path: PathBuf,
         metric: &'static str,
-        format: Format,
+        format: LogFormat,
         found: String,
     },
     /// A plot file whose extension names no format [`plot::Kind`] writes.
@@ -206,7 +206,7 @@ pub enum CurveError {
 }
 
 /// Reads `path` as `format`, or detects the format when `format` is `None`.
-pub fn read(path: &Path, format: Option<Format>) -> Result<Curve, CurveError> {
+pub fn read(path: &Path, format: Option<LogFormat>) -> Result<Curve, CurveError> {
     let bytes = std::fs::read(path).map_err(|source| CurveError::Io {
         path: path.to_path_buf(),
         source,
@@ -215,7 +215,7 @@ pub fn read(path: &Path, format: Option<Format>) -> Result<Curve, CurveError> {
         Some(f) => f,
         None => detect(path, &bytes)?,
     };
-    if format == Format::Tensorboard {
+    if format == LogFormat::Tensorboard {
         return tensorboard::read(path, &bytes);
     }
     // A UTF-8 byte-order mark (Windows editors write one) is not part of the log.
@@ -228,23 +228,23 @@ pub fn read(path: &Path, format: Option<Format>) -> Result<Curve, CurveError> {
         malformed(path, line, "not UTF-8 text")
     })?;
     match format {
-        Format::MaxtextStdout => maxtext::read_stdout(path, text),
-        Format::MaxtextJsonl => maxtext::read_jsonl(path, text),
-        Format::MegatronStdout => megatron::read_stdout(path, text),
-        Format::MegatronGolden => megatron::read_golden(path, text),
-        Format::TorchtitanStdout => torchtitan::read(path, text),
-        Format::HfTrainerState => hf::read(path, text),
-        Format::Plain => plain::read(path, text),
-        Format::Tensorboard => unreachable!("handled above"),
+        LogFormat::MaxtextStdout => maxtext::read_stdout(path, text),
+        LogFormat::MaxtextJsonl => maxtext::read_jsonl(path, text),
+        LogFormat::MegatronStdout => megatron::read_stdout(path, text),
+        LogFormat::MegatronGolden => megatron::read_golden(path, text),
+        LogFormat::TorchtitanStdout => torchtitan::read(path, text),
+        LogFormat::HfTrainerState => hf::read(path, text),
+        LogFormat::Plain => plain::read(path, text),
+        LogFormat::Tensorboard => unreachable!("handled above"),
     }
 }
 
 /// Picks a format from the file's content (the name only for TensorBoard's
 /// `events.out.tfevents.*`, which is also recognised by its record framing).
-pub fn detect(path: &Path, bytes: &[u8]) -> Result<Format, CurveError> {
+pub fn detect(path: &Path, bytes: &[u8]) -> Result<LogFormat, CurveError> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
     if name.contains("tfevents") || tensorboard::looks_like(bytes) {
-        return Ok(Format::Tensorboard);
+        return Ok(LogFormat::Tensorboard);
     }
     let text = String::from_utf8_lossy(bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes));
     let trimmed = text.trim_start();
@@ -252,39 +252,39 @@ pub fn detect(path: &Path, bytes: &[u8]) -> Result<Format, CurveError> {
         // A whole JSON document, or JSON lines.
         if let Ok(v) = serde_json::from_str::<serde_json::Value>(trimmed) {
             if v.get("log_history").is_some() {
-                return Ok(Format::HfTrainerState);
+                return Ok(LogFormat::HfTrainerState);
             }
             if v.as_object()
                 .is_some_and(|o| o.values().any(|x| x.get("values").is_some()))
             {
-                return Ok(Format::MegatronGolden);
+                return Ok(LogFormat::MegatronGolden);
             }
         }
         let first = trimmed.lines().next().unwrap_or("");
         if first.contains("\"learning/loss\"") || first.contains("\"step\"") {
-            return Ok(Format::MaxtextJsonl);
+            return Ok(LogFormat::MaxtextJsonl);
         }
     }
     for line in text.lines().take(100_000) {
         let line = strip_ansi(line);
         if line.contains("completed step:") {
-            return Ok(Format::MaxtextStdout);
+            return Ok(LogFormat::MaxtextStdout);
         }
         if line.contains(" iteration ") && line.contains('|') && line.contains("loss") {
-            return Ok(Format::MegatronStdout);
+            return Ok(LogFormat::MegatronStdout);
         }
         if torchtitan::is_step_line(&line) {
-            return Ok(Format::TorchtitanStdout);
+            return Ok(LogFormat::TorchtitanStdout);
         }
     }
     if plain::looks_like(&text) {
-        return Ok(Format::Plain);
+        return Ok(LogFormat::Plain);
     }
     Err(CurveError::Unrecognised {
         path: path.to_path_buf(),
         reason: format!(
             "format not recognised; name one with --format ({})",
-            Format::ALL.map(|f| f.name()).join(", ")
+            LogFormat::ALL.map(|f| f.name()).join(", ")
         ),
     })
 }

@@ -24,7 +24,7 @@
 use std::path::Path;
 
 use crate::parse::{f32_quantum, malformed};
-use crate::{Curve, CurveError, Format, Metric, Sample};
+use crate::{Curve, CurveError, LogFormat, Metric, Sample};
 
 const TAGS: [(Metric, &[&str]); 4] = [
     (
@@ -81,7 +81,7 @@ pub fn looks_like(bytes: &[u8]) -> bool {
 }
 
 pub fn read(path: &Path, bytes: &[u8]) -> Result<Curve, CurveError> {
-    let mut curve = Curve::new(path, Format::Tensorboard);
+    let mut curve = Curve::new(path, LogFormat::Tensorboard);
     let mut at = 0usize;
     let mut record = 0usize;
     while at < bytes.len() {

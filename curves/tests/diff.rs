@@ -267,7 +267,7 @@ mod properties {
     //! Properties of the criterion on generated curves `1 + scale·exp(−step/tau)` (plus noise),
     //! built in memory with a 4-decimal quantum.
     use moecheck_curves::diff::{diff, Criterion, Verdict};
-    use moecheck_curves::{Curve, Format, Metric, Sample};
+    use moecheck_curves::{Curve, LogFormat, Metric, Sample};
     use proptest::prelude::*;
 
     /// Decaying-loss parameters: `steps` values of `1 + scale·exp(−step/tau) + noise·z`.
@@ -308,7 +308,7 @@ mod properties {
     }
 
     fn curve(name: &str, v: &[f64]) -> Curve {
-        let mut c = Curve::new(std::path::Path::new(name), Format::Plain);
+        let mut c = Curve::new(std::path::Path::new(name), LogFormat::Plain);
         for (s, &x) in v.iter().enumerate() {
             let value = (x * 1e4).round() / 1e4;
             c.push(

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 
 use moecheck::curves::diff::{diff, Criterion, Verdict};
-use moecheck::curves::{self, Format, Metric};
+use moecheck::curves::{self, LogFormat, Metric};
 
 /// Exit status of an inconclusive comparison.
 pub const EXIT_INCONCLUSIVE: u8 = 3;
@@ -47,7 +47,7 @@ pub struct DiffArgs {
     pub metric: Metric,
     /// Read every log as this format instead of detecting it.
     #[arg(long, value_parser = parse_format)]
-    pub format: Option<Format>,
+    pub format: Option<LogFormat>,
     /// Machine-readable report with a top-level "verdict".
     #[arg(long)]
     pub json: bool,
@@ -87,7 +87,7 @@ pub struct ReadArgs {
     pub log: PathBuf,
     /// Read as this format instead of detecting it.
     #[arg(long, value_parser = parse_format)]
-    pub format: Option<Format>,
+    pub format: Option<LogFormat>,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -102,11 +102,11 @@ fn parse_metric(s: &str) -> Result<Metric, String> {
     })
 }
 
-fn parse_format(s: &str) -> Result<Format, String> {
-    Format::parse(s).ok_or_else(|| {
+fn parse_format(s: &str) -> Result<LogFormat, String> {
+    LogFormat::parse(s).ok_or_else(|| {
         format!(
             "unknown format `{s}`; one of: {}",
-            Format::ALL.map(|f| f.name()).join(", ")
+            LogFormat::ALL.map(|f| f.name()).join(", ")
         )
     })
 }
