@@ -15,7 +15,7 @@ mod svg;
 
 use std::path::Path;
 
-use crate::diff::Diff;
+use crate::report::Diff;
 use crate::CurveError;
 
 pub use panel::ticks;

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::panel::{curve, padded, Panel};
 use super::shape::{Anchor, Colour, Shape};
-use crate::diff::{Diff, Verdict};
+use crate::report::{Diff, Verdict};
 
 /// Size of the plot in pixels.
 pub const WIDTH: u32 = 960;
