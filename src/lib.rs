@@ -6,7 +6,6 @@
 //! properties in [`moecheck_properties`].
 
 pub mod cuda;
-pub mod curves;
 pub mod fp8_cases;
 pub mod generate;
 pub mod impls;
@@ -21,5 +20,6 @@ pub mod selftest;
 pub mod selftest_fp8;
 pub mod selftest_moe;
 
+pub use moecheck_curves as curves;
 pub use moecheck_properties as properties;
 pub use moecheck_reference as reference;

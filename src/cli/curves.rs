@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use moecheck::curves::diff::{diff, Criterion};
-use moecheck::curves::{self, Format, Metric};
+use moecheck::curves::diff::{diff, Criterion, Verdict};
+use moecheck::curves::{self, LogFormat, Metric};
 
 /// Exit status of an inconclusive comparison.
 pub const EXIT_INCONCLUSIVE: u8 = 3;
@@ -47,7 +47,7 @@ pub struct DiffArgs {
     pub metric: Metric,
     /// Read every log as this format instead of detecting it.
     #[arg(long, value_parser = parse_format)]
-    pub format: Option<Format>,
+    pub format: Option<LogFormat>,
     /// Machine-readable report with a top-level "verdict".
     #[arg(long)]
     pub json: bool,
@@ -87,7 +87,7 @@ pub struct ReadArgs {
     pub log: PathBuf,
     /// Read as this format instead of detecting it.
     #[arg(long, value_parser = parse_format)]
-    pub format: Option<Format>,
+    pub format: Option<LogFormat>,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -102,11 +102,11 @@ fn parse_metric(s: &str) -> Result<Metric, String> {
     })
 }
 
-fn parse_format(s: &str) -> Result<Format, String> {
-    Format::parse(s).ok_or_else(|| {
+fn parse_format(s: &str) -> Result<LogFormat, String> {
+    LogFormat::parse(s).ok_or_else(|| {
         format!(
             "unknown format `{s}`; one of: {}",
-            Format::ALL.map(|f| f.name()).join(", ")
+            LogFormat::ALL.map(|f| f.name()).join(", ")
         )
     })
 }
@@ -186,15 +186,15 @@ fn run_diff(a: DiffArgs) -> anyhow::Result<ExitCode> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&d.report)?);
     } else {
-        print!("{}", curves::verdict::render(&d.report));
+        print!("{}", curves::render::text(&d.report));
         if let Some(p) = &a.plot {
             println!("plot: {}", p.display());
         }
     }
     Ok(match d.report.verdict {
-        "pass" => ExitCode::SUCCESS,
-        "fail" => ExitCode::from(super::EXIT_FAIL),
-        _ => ExitCode::from(EXIT_INCONCLUSIVE),
+        Verdict::Pass => ExitCode::SUCCESS,
+        Verdict::Fail => ExitCode::from(super::EXIT_FAIL),
+        Verdict::Inconclusive => ExitCode::from(EXIT_INCONCLUSIVE),
     })
 }
 

@@ -9,16 +9,14 @@
 
 use std::path::Path;
 
-use super::{
-    json_number, json_step, malformed, quote_python_nonfinite, Curve, CurveError, Format, Metric,
-    Sample,
-};
+use crate::parse::{json_number, json_step, malformed, quote_python_nonfinite};
+use crate::{Curve, CurveError, LogFormat, Metric, Sample};
 
 /// `round(loss, 4)`: the quantum of every logged loss.
 pub const HF_LOSS_QUANTUM: f64 = 1e-4;
 
 pub fn read(path: &Path, text: &str) -> Result<Curve, CurveError> {
-    let mut curve = Curve::new(path, Format::HfTrainerState);
+    let mut curve = Curve::new(path, LogFormat::HfTrainerState);
     let v: serde_json::Value = serde_json::from_str(&quote_python_nonfinite(text))
         .map_err(|e| malformed(path, e.line().max(1), format!("not valid JSON: {e}")))?;
     let history = v

@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use moecheck::curves::diff::{diff, Criterion, CurvesReport};
-use moecheck::curves::{read, Metric};
+use moecheck_curves::diff::{diff, Criterion, CurvesReport, Verdict};
+use moecheck_curves::{read, Metric};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -60,7 +60,7 @@ fn same_run_with_tiny_noise_passes() {
     let dir = tempfile::tempdir().unwrap();
     let (b, t) = pair(dir.path(), |_, v, z| v + 0.002 * z);
     let r = run(&b, &t, None, &Criterion::default());
-    assert_eq!(r.verdict, "pass", "{:?}", r.reasons);
+    assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
     let g = r.gap.unwrap();
     assert_eq!((g.windows, g.window_steps), (10, 90));
     assert!(!g.drifting);
@@ -71,7 +71,7 @@ fn constant_two_percent_offset_fails_on_the_interval() {
     let dir = tempfile::tempdir().unwrap();
     let (b, t) = pair(dir.path(), |_, v, z| 1.02 * v + 0.002 * z);
     let r = run(&b, &t, None, &Criterion::default());
-    assert_eq!(r.verdict, "fail");
+    assert_eq!(r.verdict, Verdict::Fail);
     assert!(
         r.reasons.iter().any(|x| x.contains("lies outside")),
         "{:?}",
@@ -87,7 +87,7 @@ fn slowly_growing_drift_fails_on_the_tail() {
         v + 0.04 * s as f64 / 1000.0 + 0.002 * z
     });
     let r = run(&b, &t, None, &Criterion::default());
-    assert_eq!(r.verdict, "fail", "{:?}", r.reasons);
+    assert_eq!(r.verdict, Verdict::Fail, "{:?}", r.reasons);
     assert!(
         r.reasons.iter().any(|x| x.contains("tail gap")),
         "{:?}",
@@ -107,7 +107,7 @@ fn too_few_steps_with_large_noise_is_inconclusive_with_a_suggestion() {
         (0..12).map(|s| (s, loss(s) + 0.3 * z[s as usize])),
     );
     let r = run(&base, &test, None, &Criterion::default());
-    assert_eq!(r.verdict, "inconclusive", "{:?}", r.reasons);
+    assert_eq!(r.verdict, Verdict::Inconclusive, "{:?}", r.reasons);
     let s = r.suggestion.unwrap();
     assert!(
         s.contains("--baseline2") && s.contains("compared steps"),
@@ -132,9 +132,9 @@ fn pure_noise_against_a_small_margin_rarely_fails() {
             (0..12).map(|s| (s, loss(s) + 0.3 * z[s as usize])),
         );
         match run(&base, &test, None, &Criterion::default()).verdict {
-            "fail" => fails += 1,
-            "pass" => passes += 1,
-            _ => {}
+            Verdict::Fail => fails += 1,
+            Verdict::Pass => passes += 1,
+            Verdict::Inconclusive => {}
         }
     }
     println!("{fails} FAIL and {passes} PASS in {trials} pure-noise pairs");
@@ -150,7 +150,7 @@ fn nan_mid_run_fails_immediately_and_names_the_step() {
     let dir = tempfile::tempdir().unwrap();
     let (b, t) = pair(dir.path(), |s, v, _| if s >= 500 { f64::NAN } else { v });
     let r = run(&b, &t, None, &Criterion::default());
-    assert_eq!(r.verdict, "fail");
+    assert_eq!(r.verdict, Verdict::Fail);
     assert_eq!(r.test_nonfinite_steps.first(), Some(&500));
     assert!(r.reasons[0].contains("step 500"), "{:?}", r.reasons);
 }
@@ -160,7 +160,10 @@ fn a_second_seed_widens_delta_to_seed_noise() {
     let dir = tempfile::tempdir().unwrap();
     // TEST sits 1% above BASE: outside the default rel margin (0.1%)...
     let (b, t) = pair(dir.path(), |_, v, z| 1.01 * v + 0.002 * z);
-    assert_eq!(run(&b, &t, None, &Criterion::default()).verdict, "fail");
+    assert_eq!(
+        run(&b, &t, None, &Criterion::default()).verdict,
+        Verdict::Fail
+    );
     // ...but BASE rerun with another seed wanders by about as much, so with --baseline2 the
     // margin k·σ_seed covers it.
     let w = normals(4, 1000);
@@ -178,7 +181,7 @@ fn a_second_seed_widens_delta_to_seed_noise() {
     let m = r.margin.clone().unwrap();
     assert_eq!(m.set_by, "seed");
     assert!(m.sigma_seed.unwrap() > 0.01);
-    assert_eq!(r.verdict, "pass", "{:?}", r.reasons);
+    assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
 }
 
 #[test]
@@ -202,7 +205,7 @@ fn restarts_keep_the_last_value_and_gaps_are_reported() {
     );
     assert_eq!(r.alignment.only_in_base, vec![7]);
     assert_eq!(r.alignment.common_steps, 39);
-    assert_eq!(r.verdict, "pass");
+    assert_eq!(r.verdict, Verdict::Pass);
 }
 
 #[test]
@@ -214,14 +217,14 @@ fn exact_mode_is_bitwise() {
         exact: true,
         ..Criterion::default()
     };
-    assert_eq!(run(&b, &same, None, &c).verdict, "pass");
+    assert_eq!(run(&b, &same, None, &c).verdict, Verdict::Pass);
     let off = write(
         dir.path(),
         "o.txt",
         (0..30).map(|s| (s, loss(s) + if s == 17 { 1e-4 } else { 0.0 })),
     );
     let r = run(&b, &off, None, &c);
-    assert_eq!(r.verdict, "fail");
+    assert_eq!(r.verdict, Verdict::Fail);
     assert_eq!(r.first_exact_mismatch_step, Some(17));
 }
 
@@ -237,11 +240,11 @@ fn exact_mode_is_bitwise() {
 fn seed_maxtext_logs_fail_with_the_documented_reasons() {
     let f = |n: &str| {
         Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fixtures/curves")
+            .join("../fixtures/curves")
             .join(n)
     };
     let r = run(&f("native.log"), &f("te.log"), None, &Criterion::default());
-    assert_eq!(r.verdict, "fail");
+    assert_eq!(r.verdict, Verdict::Fail);
     assert_eq!(r.alignment.warmup_steps, 2);
     assert_eq!(r.alignment.steps_compared, 13);
     let m = r.margin.as_ref().unwrap();
@@ -263,8 +266,8 @@ fn seed_maxtext_logs_fail_with_the_documented_reasons() {
 mod properties {
     //! Properties of the criterion on generated curves `1 + scale·exp(−step/tau)` (plus noise),
     //! built in memory with a 4-decimal quantum.
-    use moecheck::curves::diff::{diff, Criterion};
-    use moecheck::curves::{Curve, Format, Metric, Sample};
+    use moecheck_curves::diff::{diff, Criterion, Verdict};
+    use moecheck_curves::{Curve, LogFormat, Metric, Sample};
     use proptest::prelude::*;
 
     /// Decaying-loss parameters: `steps` values of `1 + scale·exp(−step/tau) + noise·z`.
@@ -305,7 +308,7 @@ mod properties {
     }
 
     fn curve(name: &str, v: &[f64]) -> Curve {
-        let mut c = Curve::new(std::path::Path::new(name), Format::Plain);
+        let mut c = Curve::new(std::path::Path::new(name), LogFormat::Plain);
         for (s, &x) in v.iter().enumerate() {
             let value = (x * 1e4).round() / 1e4;
             c.push(
@@ -330,9 +333,9 @@ mod properties {
             let r = diff(&curve("b", &v), &curve("t", &v), None, Metric::Loss, &Criterion::default())
                 .unwrap()
                 .report;
-            prop_assert_ne!(r.verdict, "fail");
+            prop_assert_ne!(r.verdict, Verdict::Fail);
             if a.steps >= 4 {
-                prop_assert_eq!(r.verdict, "pass", "{:?}", r.reasons);
+                prop_assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.reasons);
             }
         }
 
@@ -347,7 +350,7 @@ mod properties {
             let r = diff(&curve("b", &v), &curve("t", &t), None, Metric::Loss, &Criterion::default())
                 .unwrap()
                 .report;
-            prop_assert_eq!(r.verdict, "fail", "offset {} δ {:?}", offset, r.margin.map(|m| m.delta));
+            prop_assert_eq!(r.verdict, Verdict::Fail, "offset {} δ {:?}", offset, r.margin.map(|m| m.delta));
         }
     }
 }

@@ -18,13 +18,13 @@
 
 use std::path::Path;
 
-use super::{
-    f32_quantum, json_number, json_step, malformed, quote_python_nonfinite, value_after, Curve,
-    CurveError, Format, Metric, Sample,
+use crate::parse::{
+    f32_quantum, json_number, json_step, malformed, quote_python_nonfinite, value_after,
 };
+use crate::{Curve, CurveError, LogFormat, Metric, Sample};
 
 pub fn read_stdout(path: &Path, text: &str) -> Result<Curve, CurveError> {
-    let mut curve = Curve::new(path, Format::MegatronStdout);
+    let mut curve = Curve::new(path, LogFormat::MegatronStdout);
     for (i, raw) in text.lines().enumerate() {
         let n = i + 1;
         let Some(at) = raw.find(" iteration ") else {
@@ -79,7 +79,7 @@ const GOLDEN_FIELDS: [(&str, Metric); 2] = [
 ];
 
 pub fn read_golden(path: &Path, text: &str) -> Result<Curve, CurveError> {
-    let mut curve = Curve::new(path, Format::MegatronGolden);
+    let mut curve = Curve::new(path, LogFormat::MegatronGolden);
     let v: serde_json::Value = serde_json::from_str(&quote_python_nonfinite(text))
         .map_err(|e| malformed(path, e.line().max(1), format!("not valid JSON: {e}")))?;
     let obj = v

@@ -18,47 +18,20 @@
 //! 6. FAIL when CI lies outside ±δ or the tail's interval lies beyond δ; PASS when CI lies
 //!    inside ±δ, the tail's interval inside ±δ and the gap is not drifting; otherwise
 //!    INCONCLUSIVE, with a concrete suggestion.
+//!
+//! Steps 1–5 are computed here, step 6 in [`crate::decide`]; [`crate::render`] prints the
+//! report that results.
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use crate::decide::decide;
+use crate::stats::{bootstrap_median_ratio, mad_outliers, mean, median, sd, slope, t_two_sided};
+use crate::{Curve, CurveError, Metric};
 
-use super::stats::{bootstrap_median_ratio, mad_outliers, mean, median, sd, slope, t_two_sided};
-use super::{Curve, CurveError, Metric};
-
-/// Every threshold of the criterion, with the defaults documented in docs/curves.md.
-#[derive(Debug, Clone, Serialize)]
-pub struct Criterion {
-    pub warmup_frac: f64,
-    /// Steps per window; `None` picks `max(1, n_eval / 10)`.
-    pub window_steps: Option<usize>,
-    pub rel: f64,
-    pub k_seed: f64,
-    pub confidence: f64,
-    pub tail_frac: f64,
-    pub drift_frac: f64,
-    pub exact: bool,
-}
-
-impl Default for Criterion {
-    fn default() -> Self {
-        Criterion {
-            warmup_frac: 0.1,
-            window_steps: None,
-            rel: 0.001,
-            k_seed: 3.0,
-            confidence: 0.95,
-            tail_frac: 0.2,
-            drift_frac: 0.5,
-            exact: false,
-        }
-    }
-}
-
-/// Windows needed for an interval, a slope and its residual spread.
-pub const MIN_WINDOWS: usize = 3;
-/// Windows `--window` aims for when not given.
-pub const TARGET_WINDOWS: usize = 10;
+pub use crate::report::{
+    interval_level, Alignment, Criterion, CurvesReport, Diff, GapStats, InputSummary, Margin,
+    Throughput, Verdict, MIN_WINDOWS, TARGET_WINDOWS,
+};
 
 /// One metric of one log, one value per step.
 #[derive(Debug, Clone)]
@@ -107,17 +80,6 @@ impl Series {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
-pub struct InputSummary {
-    pub path: String,
-    pub format: String,
-    pub metrics_found: Vec<&'static str>,
-    pub steps: usize,
-    pub logging_precision: f64,
-    pub duplicate_steps: Vec<u64>,
-    pub restarts: usize,
-}
-
 impl InputSummary {
     pub fn new(curve: &Curve, s: &Series) -> InputSummary {
         InputSummary {
@@ -130,91 +92,6 @@ impl InputSummary {
             restarts: s.restarts,
         }
     }
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Alignment {
-    pub common_steps: usize,
-    pub only_in_base: Vec<u64>,
-    pub only_in_test: Vec<u64>,
-    /// Steps dropped because BASE is not finite there.
-    pub base_nonfinite_steps: Vec<u64>,
-    pub warmup_steps: usize,
-    pub steps_compared: usize,
-    pub first_compared_step: Option<u64>,
-    pub last_compared_step: Option<u64>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Margin {
-    pub delta: f64,
-    /// Which term set δ: `"rel"`, `"seed"` or `"precision"`.
-    pub set_by: &'static str,
-    pub mean_base: f64,
-    pub rel_term: f64,
-    pub sigma_seed: Option<f64>,
-    pub seed_term: Option<f64>,
-    pub precision_term: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct GapStats {
-    pub window_steps: usize,
-    pub windows: usize,
-    pub mean: f64,
-    pub ci_low: f64,
-    pub ci_high: f64,
-    pub max_abs: f64,
-    pub max_abs_step: u64,
-    pub tail_windows: usize,
-    pub tail_mean: f64,
-    pub tail_half_width: f64,
-    pub slope_per_step: f64,
-    pub slope_t: f64,
-    pub drift_over_compared_steps: f64,
-    pub drifting: bool,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Throughput {
-    pub base_median_step_time_s: f64,
-    pub test_median_step_time_s: f64,
-    /// `base median / test median`: above 1 means TEST is faster.
-    pub speedup: f64,
-    pub speedup_ci: [f64; 2],
-    pub base_outlier_steps: Vec<u64>,
-    pub test_outlier_steps: Vec<u64>,
-    pub steps_used: usize,
-    pub outlier_rule: &'static str,
-}
-
-/// The `--json` document of `moecheck curves diff`.
-#[derive(Debug, Clone, Serialize)]
-pub struct CurvesReport {
-    pub verdict: &'static str,
-    pub reasons: Vec<String>,
-    pub suggestion: Option<String>,
-    pub notes: Vec<String>,
-    pub metric: &'static str,
-    pub base: InputSummary,
-    pub test: InputSummary,
-    pub baseline2: Option<InputSummary>,
-    pub criterion: Criterion,
-    pub alignment: Alignment,
-    /// Steps where TEST is NaN/Inf and BASE is finite.
-    pub test_nonfinite_steps: Vec<u64>,
-    pub first_exact_mismatch_step: Option<u64>,
-    pub margin: Option<Margin>,
-    pub gap: Option<GapStats>,
-    pub throughput: Option<Throughput>,
-}
-
-/// The report, and what the plot needs besides it: every common step `(step, base, test)`
-/// in step order, non-finite values included.
-#[derive(Debug, Clone)]
-pub struct Diff {
-    pub report: CurvesReport,
-    pub pairs: Vec<(u64, f64, f64)>,
 }
 
 /// Compares `test` against `base` (and `base2`, a second baseline seed) on `metric`.
@@ -292,7 +169,7 @@ pub fn diff(
         ));
     }
     let mut report = CurvesReport {
-        verdict: "inconclusive",
+        verdict: Verdict::Inconclusive,
         reasons: Vec::new(),
         suggestion: None,
         notes,
@@ -313,13 +190,8 @@ pub fn diff(
     let (margin, gap) = windowed(eval, &bs, &ts, b2s.as_ref(), c);
     report.margin = margin;
     report.gap = gap;
-    super::verdict::decide(&mut report, &pairs, c);
+    decide(&mut report, &pairs, c);
     Ok(Diff { report, pairs })
-}
-
-/// Level of each of the two intervals (mean gap, tail gap) for a joint confidence `conf`.
-pub fn interval_level(conf: f64) -> f64 {
-    1.0 - (1.0 - conf) / 2.0
 }
 
 /// Margin and windowed gap statistics over the compared steps (None when there are none).

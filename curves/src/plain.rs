@@ -8,7 +8,8 @@
 
 use std::path::Path;
 
-use super::{malformed, parse_printed, Curve, CurveError, Format, Metric, Sample};
+use crate::parse::{malformed, parse_printed};
+use crate::{Curve, CurveError, LogFormat, Metric, Sample};
 
 fn split(line: &str) -> Vec<&str> {
     if line.contains('\t') {
@@ -58,7 +59,7 @@ pub fn looks_like(text: &str) -> bool {
 }
 
 pub fn read(path: &Path, text: &str) -> Result<Curve, CurveError> {
-    let mut curve = Curve::new(path, Format::Plain);
+    let mut curve = Curve::new(path, LogFormat::Plain);
     let mut step_col = 0usize;
     let mut columns: Vec<(usize, Metric)> = vec![(1, Metric::Loss)];
     let mut width = 2usize;

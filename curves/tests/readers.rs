@@ -4,16 +4,16 @@
 
 use std::path::{Path, PathBuf};
 
-use moecheck::curves::{read, CurveError, Format, Metric};
+use moecheck_curves::{read, CurveError, LogFormat, Metric};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/curves")
+        .join("../fixtures/curves")
         .join(name)
 }
 
 /// Reads a fixture (format detected) and returns `(format, loss steps, loss values, precision)`.
-fn loss_of(name: &str) -> (Format, Vec<u64>, Vec<f64>, f64) {
+fn loss_of(name: &str) -> (LogFormat, Vec<u64>, Vec<f64>, f64) {
     let c = read(&fixture(name), None).unwrap_or_else(|e| panic!("{name}: {e}"));
     let s = &c.metrics[&Metric::Loss];
     (
@@ -28,7 +28,7 @@ fn loss_of(name: &str) -> (Format, Vec<u64>, Vec<f64>, f64) {
 fn seed_maxtext_logs_parse_with_every_metric() {
     for (name, first, last) in [("native.log", 12.269, 8.270), ("te.log", 12.271, 8.085)] {
         let c = read(&fixture(name), None).unwrap();
-        assert_eq!(c.format, Format::MaxtextStdout);
+        assert_eq!(c.format, LogFormat::MaxtextStdout);
         assert_eq!(
             c.metrics_found(),
             ["loss", "step_time_s", "tokens_per_s", "tflops"]
@@ -46,7 +46,7 @@ fn seed_maxtext_logs_parse_with_every_metric() {
 #[test]
 fn maxtext_stdout_with_a_logging_prefix_skips_other_lines() {
     let (f, steps, loss, p) = loss_of("maxtext_prefixed.log");
-    assert_eq!(f, Format::MaxtextStdout);
+    assert_eq!(f, LogFormat::MaxtextStdout);
     assert_eq!(steps, (0..12).collect::<Vec<_>>());
     assert_eq!(loss[0], 10.5);
     assert_eq!(p, 1e-3);
@@ -57,7 +57,7 @@ fn maxtext_stdout_with_a_logging_prefix_skips_other_lines() {
 #[test]
 fn maxtext_metrics_jsonl() {
     let c = read(&fixture("maxtext_metrics.jsonl"), None).unwrap();
-    assert_eq!(c.format, Format::MaxtextJsonl);
+    assert_eq!(c.format, LogFormat::MaxtextJsonl);
     let loss = &c.metrics[&Metric::Loss];
     assert_eq!(loss.len(), 10);
     assert_eq!((loss[0].step, loss[0].value), (0, 10.5));
@@ -71,7 +71,7 @@ fn maxtext_metrics_jsonl() {
 #[test]
 fn megatron_stdout_with_rank_prefix_skips_validation_lines() {
     let c = read(&fixture("megatron.log"), None).unwrap();
-    assert_eq!(c.format, Format::MegatronStdout);
+    assert_eq!(c.format, LogFormat::MegatronStdout);
     let loss = &c.metrics[&Metric::Loss];
     assert_eq!(
         loss.iter().map(|s| s.step).collect::<Vec<_>>(),
@@ -87,7 +87,7 @@ fn megatron_stdout_with_rank_prefix_skips_validation_lines() {
 #[test]
 fn megatron_golden_values_in_both_layouts() {
     let (f, steps, loss, _) = loss_of("megatron_golden.json");
-    assert_eq!(f, Format::MegatronGolden);
+    assert_eq!(f, LogFormat::MegatronGolden);
     assert_eq!(steps, (1..=10).collect::<Vec<_>>());
     assert_eq!(loss[0], 10.8);
     let c = read(&fixture("megatron_golden.json"), None).unwrap();
@@ -96,7 +96,7 @@ fn megatron_golden_values_in_both_layouts() {
         "\"nan\" strings are NaN"
     );
     let (f, steps, loss, _) = loss_of("megatron_golden_list.json");
-    assert_eq!(f, Format::MegatronGolden);
+    assert_eq!(f, LogFormat::MegatronGolden);
     assert_eq!(steps, (0..10).map(|i| 5 * i).collect::<Vec<_>>());
     assert_eq!(loss[9], 9.7);
 }
@@ -104,7 +104,7 @@ fn megatron_golden_values_in_both_layouts() {
 #[test]
 fn torchtitan_stdout_with_ansi_colours() {
     let c = read(&fixture("torchtitan.log"), None).unwrap();
-    assert_eq!(c.format, Format::TorchtitanStdout);
+    assert_eq!(c.format, LogFormat::TorchtitanStdout);
     let loss = &c.metrics[&Metric::Loss];
     assert_eq!(loss.len(), 10, "the evaluation line is skipped");
     assert_eq!((loss[0].step, loss[0].value), (1, 9.5498));
@@ -116,7 +116,7 @@ fn torchtitan_stdout_with_ansi_colours() {
 #[test]
 fn hf_trainer_state_reads_training_losses_only() {
     let (f, steps, loss, p) = loss_of("trainer_state.json");
-    assert_eq!(f, Format::HfTrainerState);
+    assert_eq!(f, LogFormat::HfTrainerState);
     assert_eq!(steps, (1..=10).map(|i| 10 * i).collect::<Vec<_>>());
     assert_eq!(loss[0], 4.3364);
     assert_eq!(p, 1e-4);
@@ -134,7 +134,7 @@ fn hf_trainer_state_reads_training_losses_only() {
 fn plain_space_csv_and_tsv() {
     for (name, p) in [("loss.txt", 1e-6), ("loss.csv", 1e-5), ("loss.tsv", 1e-4)] {
         let (f, steps, loss, prec) = loss_of(name);
-        assert_eq!(f, Format::Plain, "{name}");
+        assert_eq!(f, LogFormat::Plain, "{name}");
         assert_eq!(steps, (0..10).collect::<Vec<_>>(), "{name}");
         assert_eq!(loss[0], 4.0, "{name}");
         assert!((prec - p).abs() < p * 1e-9, "{name}: {prec}");
@@ -151,7 +151,7 @@ fn tensorboard_simple_value_and_tensor_scalars() {
         "tensor_double.tfevents",
     ] {
         let c = read(&fixture(&format!("tensorboard/{name}")), None).unwrap();
-        assert_eq!(c.format, Format::Tensorboard, "{name}");
+        assert_eq!(c.format, LogFormat::Tensorboard, "{name}");
         let loss = &c.metrics[&Metric::Loss];
         assert_eq!(loss.len(), 20, "{name}");
         let want = |s: f64| 2.0 + 10.0 * (-s / 10.0).exp() + s / 1000.0;
@@ -173,11 +173,11 @@ fn tensorboard_is_detected_by_framing_without_the_name() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("run.bin");
     std::fs::copy(fixture("tensorboard/simple.tfevents"), &p).unwrap();
-    assert_eq!(read(&p, None).unwrap().format, Format::Tensorboard);
+    assert_eq!(read(&p, None).unwrap().format, LogFormat::Tensorboard);
 }
 
 /// Writes `text` to a temporary file and returns the reader's error.
-fn error_of(name: &str, text: &[u8], format: Option<Format>) -> CurveError {
+fn error_of(name: &str, text: &[u8], format: Option<LogFormat>) -> CurveError {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join(name);
     std::fs::write(&p, text).unwrap();
@@ -194,17 +194,17 @@ fn line_of(e: &CurveError) -> usize {
 #[test]
 fn malformed_text_logs_name_the_line() {
     let ok = "completed step: 0, seconds: 1.000, TFLOP/s/device: 1.000, Tokens/s/device: 1.000, total_weights: 1, loss: 9.000\n";
-    let cases: Vec<(&str, String, Option<Format>, usize)> = vec![
+    let cases: Vec<(&str, String, Option<LogFormat>, usize)> = vec![
         ("mt.log", format!("{ok}{}", ok.replace("9.000", "9.0x0")), None, 2),
         ("mt2.log", format!("{ok}completed step: 1, seconds: 1.000\n"), None, 2),
         ("mt3.log", format!("{ok}completed step: one, loss: 1.0\n"), None, 2),
-        ("m.jsonl", "{\"step\": 0.0, \"learning/loss\": 9.1}\n\n{\"step\": 1.0, \"learning/loss\": 9.0\n".into(), Some(Format::MaxtextJsonl), 3),
-        ("m2.jsonl", "{\"step\": 0.5, \"learning/loss\": 9.1}\n".into(), Some(Format::MaxtextJsonl), 1),
+        ("m.jsonl", "{\"step\": 0.0, \"learning/loss\": 9.1}\n\n{\"step\": 1.0, \"learning/loss\": 9.0\n".into(), Some(LogFormat::MaxtextJsonl), 3),
+        ("m2.jsonl", "{\"step\": 0.5, \"learning/loss\": 9.1}\n".into(), Some(LogFormat::MaxtextJsonl), 1),
         ("meg.log", " iteration        1/     10 | lm loss: 1.000000E+01 |\n iteration        2/     10 | lm loss: 1.0000O0E+01 |\n".into(), None, 2),
         ("tt.log", "step:  1  loss:  9.1234  tps: 1,000\nstep:  2  loss:  9.1x34  tps: 1,000\n".into(), None, 2),
-        ("p.txt", "0 1.5\n1 1.4\n2 1,4x\n".into(), Some(Format::Plain), 3),
-        ("p2.csv", "step,loss\n0,1.5\n1\n".into(), Some(Format::Plain), 3),
-        ("p3.txt", "0 1.5\n-1 1.4\n".into(), Some(Format::Plain), 2),
+        ("p.txt", "0 1.5\n1 1.4\n2 1,4x\n".into(), Some(LogFormat::Plain), 3),
+        ("p2.csv", "step,loss\n0,1.5\n1\n".into(), Some(LogFormat::Plain), 3),
+        ("p3.txt", "0 1.5\n-1 1.4\n".into(), Some(LogFormat::Plain), 2),
     ];
     for (name, text, fmt, line) in cases {
         let e = error_of(name, text.as_bytes(), fmt);
@@ -222,7 +222,7 @@ fn malformed_json_documents_name_the_line() {
         line_of(&error_of(
             "g2.json",
             broken.as_bytes(),
-            Some(Format::MegatronGolden)
+            Some(LogFormat::MegatronGolden)
         )),
         3
     );
@@ -276,7 +276,7 @@ fn windows_line_endings_and_a_byte_order_mark_are_accepted() {
         let want = read(&fixture(name), None).unwrap();
         let got = read(&p, None).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(got.format, want.format, "{name}");
-        let values = |c: &moecheck::curves::Curve| -> Vec<(u64, f64)> {
+        let values = |c: &moecheck_curves::Curve| -> Vec<(u64, f64)> {
             c.metrics[&Metric::Loss]
                 .iter()
                 .map(|s| (s.step, s.value))

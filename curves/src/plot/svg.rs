@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Anchor, Shape};
+use super::shape::{Anchor, Shape};
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")

@@ -10,7 +10,8 @@
 
 use std::path::Path;
 
-use super::{malformed, strip_ansi, value_after, Curve, CurveError, Format, Metric, Sample};
+use crate::parse::{malformed, strip_ansi, value_after};
+use crate::{Curve, CurveError, LogFormat, Metric, Sample};
 
 /// A training-step line once colours are stripped: `step: N` followed by `loss: X`.
 pub fn is_step_line(line: &str) -> bool {
@@ -21,7 +22,7 @@ pub fn is_step_line(line: &str) -> bool {
 }
 
 pub fn read(path: &Path, text: &str) -> Result<Curve, CurveError> {
-    let mut curve = Curve::new(path, Format::TorchtitanStdout);
+    let mut curve = Curve::new(path, LogFormat::TorchtitanStdout);
     for (i, raw) in text.lines().enumerate() {
         let n = i + 1;
         let line = strip_ansi(raw);

@@ -23,7 +23,8 @@
 
 use std::path::Path;
 
-use super::{f32_quantum, malformed, Curve, CurveError, Format, Metric, Sample};
+use crate::parse::{f32_quantum, malformed};
+use crate::{Curve, CurveError, LogFormat, Metric, Sample};
 
 const TAGS: [(Metric, &[&str]); 4] = [
     (
@@ -80,7 +81,7 @@ pub fn looks_like(bytes: &[u8]) -> bool {
 }
 
 pub fn read(path: &Path, bytes: &[u8]) -> Result<Curve, CurveError> {
-    let mut curve = Curve::new(path, Format::Tensorboard);
+    let mut curve = Curve::new(path, LogFormat::Tensorboard);
     let mut at = 0usize;
     let mut record = 0usize;
     while at < bytes.len() {

@@ -2,7 +2,7 @@
 //! brush stamped along the segment every half pixel), dots, and text in the public-domain
 //! 8×8 bitmap font shipped by the `font8x8` crate (bit 0 of each row byte is the leftmost pixel).
 
-use super::{Anchor, Colour, Shape};
+use super::shape::{Anchor, Colour, Shape};
 
 pub struct Canvas {
     w: u32,

@@ -15,10 +15,10 @@
 
 use std::path::Path;
 
-use super::{
-    f32_quantum, json_number, json_step, malformed, quote_python_nonfinite, value_after, Curve,
-    CurveError, Format, Metric, Sample,
+use crate::parse::{
+    f32_quantum, json_number, json_step, malformed, quote_python_nonfinite, value_after,
 };
+use crate::{Curve, CurveError, LogFormat, Metric, Sample};
 
 const STDOUT_FIELDS: [(&str, Metric); 4] = [
     ("seconds:", Metric::StepTimeS),
@@ -28,7 +28,7 @@ const STDOUT_FIELDS: [(&str, Metric); 4] = [
 ];
 
 pub fn read_stdout(path: &Path, text: &str) -> Result<Curve, CurveError> {
-    let mut curve = Curve::new(path, Format::MaxtextStdout);
+    let mut curve = Curve::new(path, LogFormat::MaxtextStdout);
     for (i, line) in text.lines().enumerate() {
         let n = i + 1;
         let Some(at) = line.find("completed step:") else {
@@ -82,7 +82,7 @@ const JSON_FIELDS: [(&str, Metric); 5] = [
 ];
 
 pub fn read_jsonl(path: &Path, text: &str) -> Result<Curve, CurveError> {
-    let mut curve = Curve::new(path, Format::MaxtextJsonl);
+    let mut curve = Curve::new(path, LogFormat::MaxtextJsonl);
     for (i, line) in text.lines().enumerate() {
         let n = i + 1;
         if line.trim().is_empty() {

@@ -1,0 +1,264 @@
+//! The parity plot's layout: both curves (top panel), the gap TEST − BASE with its window
+//! means and the ±δ band (bottom panel), the warm-up shaded, the first NaN/Inf of TEST marked,
+//! the legend and the verdict — as a list of [`Shape`]s.
+
+use std::path::Path;
+
+use super::panel::{curve, padded, Panel};
+use super::shape::{Anchor, Colour, Shape};
+use crate::report::{Diff, Verdict};
+
+/// Size of the plot in pixels.
+pub const WIDTH: u32 = 960;
+pub const HEIGHT: u32 = 680;
+
+fn file_name(p: &str) -> &str {
+    Path::new(p)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or(p)
+}
+
+/// The shapes of the plot of `d`, back to front, on a `WIDTH × HEIGHT` canvas.
+pub(super) fn scene(d: &Diff) -> Vec<Shape> {
+    let r = &d.report;
+    let mut out = vec![Shape::Rect {
+        x: 0.0,
+        y: 0.0,
+        w: WIDTH as f64,
+        h: HEIGHT as f64,
+        fill: Colour::White,
+    }];
+    let steps: Vec<f64> = d.pairs.iter().map(|p| p.0 as f64).collect();
+    let (x0, x1) = (steps[0], *steps.last().unwrap());
+    let xr = if x1 > x0 {
+        (x0, x1)
+    } else {
+        (x0 - 1.0, x0 + 1.0)
+    };
+    let finite = |v: f64| v.is_finite();
+    let vals: Vec<f64> = d
+        .pairs
+        .iter()
+        .flat_map(|p| [p.1, p.2])
+        .filter(|v| finite(*v))
+        .collect();
+    let top = Panel {
+        left: 90.0,
+        top: 70.0,
+        w: 840.0,
+        h: 300.0,
+        x: xr,
+        y: padded(
+            vals.iter().copied().fold(f64::INFINITY, f64::min),
+            vals.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        ),
+    };
+    let delta = r.margin.as_ref().map_or(0.0, |m| m.delta);
+    let gaps: Vec<f64> = d
+        .pairs
+        .iter()
+        .map(|p| p.2 - p.1)
+        .filter(|v| finite(*v))
+        .collect();
+    let glo = gaps.iter().copied().fold(-delta, f64::min);
+    let ghi = gaps.iter().copied().fold(delta, f64::max);
+    let bottom = Panel {
+        left: 90.0,
+        top: 440.0,
+        w: 840.0,
+        h: 180.0,
+        x: xr,
+        y: padded(glo, ghi),
+    };
+    // Warm-up shading in both panels.
+    if let Some(first) = r.alignment.first_compared_step {
+        for p in [&top, &bottom] {
+            let x = p.px(first as f64);
+            if x > p.left {
+                out.push(Shape::Rect {
+                    x: p.left,
+                    y: p.top,
+                    w: x - p.left,
+                    h: p.h,
+                    fill: Colour::Warmup,
+                });
+            }
+        }
+    }
+    let band_top = bottom.py(delta.min(bottom.y.1));
+    let band_bottom = bottom.py((-delta).max(bottom.y.0));
+    out.push(Shape::Rect {
+        x: bottom.left,
+        y: band_top,
+        w: bottom.w,
+        h: band_bottom - band_top,
+        fill: Colour::Band,
+    });
+    top.frame(
+        &mut out,
+        &format!("{}: BASE vs TEST", r.metric),
+        &format!("y: {}", r.metric),
+    );
+    bottom.frame(
+        &mut out,
+        &format!("gap TEST - BASE, band +/-delta = {delta:.4}"),
+        "y: TEST - BASE (bold: window means)",
+    );
+    let zero = bottom.py(0.0);
+    out.push(Shape::Line {
+        x1: bottom.left,
+        y1: zero,
+        x2: bottom.left + bottom.w,
+        y2: zero,
+        colour: Colour::Black,
+        width: 1.0,
+    });
+    curve(
+        &top,
+        d.pairs.iter().map(|p| (p.0 as f64, p.1)),
+        Colour::Base,
+        2.0,
+        &mut out,
+    );
+    curve(
+        &top,
+        d.pairs.iter().map(|p| (p.0 as f64, p.2)),
+        Colour::Test,
+        1.0,
+        &mut out,
+    );
+    curve(
+        &bottom,
+        d.pairs.iter().map(|p| (p.0 as f64, p.2 - p.1)),
+        Colour::Gap,
+        1.0,
+        &mut out,
+    );
+    for p in &d.pairs {
+        let g = p.2 - p.1;
+        if g.is_finite() && d.pairs.len() <= 200 {
+            out.push(Shape::Dot {
+                x: bottom.px(p.0 as f64),
+                y: bottom.py(g.clamp(bottom.y.0, bottom.y.1)),
+                r: 2.5,
+                colour: Colour::Window,
+            });
+        }
+    }
+    // Window means of the gap, as the criterion sees them (only when windows hold > 1 step).
+    if let Some(g) = r
+        .gap
+        .as_ref()
+        .filter(|g| g.window_steps > 1 && g.windows > 0)
+    {
+        let finite: Vec<&(u64, f64, f64)> = d
+            .pairs
+            .iter()
+            .filter(|p| p.1.is_finite() && p.2.is_finite())
+            .skip(r.alignment.warmup_steps)
+            .collect();
+        let used = &finite[finite.len() - g.windows * g.window_steps..];
+        let means: Vec<(f64, f64)> = used
+            .chunks(g.window_steps)
+            .map(|w| {
+                let n = w.len() as f64;
+                (
+                    w.iter().map(|p| p.0 as f64).sum::<f64>() / n,
+                    w.iter().map(|p| p.2 - p.1).sum::<f64>() / n,
+                )
+            })
+            .collect();
+        curve(
+            &bottom,
+            means.iter().copied(),
+            Colour::Window,
+            3.0,
+            &mut out,
+        );
+        for (x, y) in means {
+            out.push(Shape::Dot {
+                x: bottom.px(x),
+                y: bottom.py(y.clamp(bottom.y.0, bottom.y.1)),
+                r: 4.0,
+                colour: Colour::Window,
+            });
+        }
+    }
+    // The first step where TEST is NaN/Inf and BASE is finite.
+    if let Some(&step) = r.test_nonfinite_steps.first() {
+        let x = top.px(step as f64);
+        out.push(Shape::Line {
+            x1: x,
+            y1: top.top,
+            x2: x,
+            y2: top.top + top.h,
+            colour: Colour::Fail,
+            width: 2.0,
+        });
+        let label = format!("TEST NaN/Inf from step {step}");
+        let right = x + 8.0 + 7.0 * label.len() as f64 <= top.left + top.w;
+        out.push(Shape::Text {
+            x: if right { x + 6.0 } else { x - 6.0 },
+            y: top.top + 16.0,
+            text: label,
+            colour: Colour::Fail,
+            anchor: if right { Anchor::Start } else { Anchor::End },
+            scale: 1,
+        });
+    }
+    // Legend and verdict.
+    let legend_y = 24.0;
+    out.push(Shape::Rect {
+        x: 90.0,
+        y: legend_y - 8.0,
+        w: 16.0,
+        h: 4.0,
+        fill: Colour::Base,
+    });
+    out.push(Shape::Text {
+        x: 112.0,
+        y: legend_y,
+        text: format!("BASE {}", file_name(&r.base.path)),
+        colour: Colour::Black,
+        anchor: Anchor::Start,
+        scale: 1,
+    });
+    out.push(Shape::Rect {
+        x: 420.0,
+        y: legend_y - 8.0,
+        w: 16.0,
+        h: 4.0,
+        fill: Colour::Test,
+    });
+    out.push(Shape::Text {
+        x: 442.0,
+        y: legend_y,
+        text: format!("TEST {}", file_name(&r.test.path)),
+        colour: Colour::Black,
+        anchor: Anchor::Start,
+        scale: 1,
+    });
+    let vcol = match r.verdict {
+        Verdict::Pass => Colour::Pass,
+        Verdict::Fail => Colour::Fail,
+        Verdict::Inconclusive => Colour::Black,
+    };
+    out.push(Shape::Text {
+        x: 930.0,
+        y: legend_y + 4.0,
+        text: r.verdict.label().to_string(),
+        colour: vcol,
+        anchor: Anchor::End,
+        scale: 2,
+    });
+    out.push(Shape::Text {
+        x: 510.0,
+        y: HEIGHT as f64 - 14.0,
+        text: "step (grey: warm-up, not compared)".into(),
+        colour: Colour::Black,
+        anchor: Anchor::Middle,
+        scale: 1,
+    });
+    out
+}
