@@ -32,7 +32,7 @@ typedef long long idx_t;
 MC_DEVICE float bf16_to_f32(uint16_t b) { return __uint_as_float(((uint32_t)b) << 16); }
 
 // f16 bits -> f32: exact, via the hardware conversion on the GPU; in software when the
-// kernels are compiled as host C++ for the CPU tests (MC_HOST, tests/host_kernels.rs).
+// kernels are compiled as host C++ for the CPU tests (MC_HOST, tests/host_kernels/).
 MC_DEVICE float f16_to_f32(uint16_t h) {
 #ifndef MC_HOST
     float f;

@@ -78,7 +78,7 @@ MC_DEVICE void tiled_tile(const Problem<LA, LB>& p, idx_t col0, Epi epilogue) {
 
     if (!p.zero) {
         for (idx_t k0 = 0; k0 < p.red; k0 += GG_BK) {
-#ifdef MC_PLANT_SKIP_PARTIAL_K  // never defined on the GPU: tests/host_kernels.rs plants it
+#ifdef MC_PLANT_SKIP_PARTIAL_K  // never defined on the GPU: tests/host_kernels/harness.rs plants it
             if (k0 + GG_BK > p.red) break;
 #endif
             for (int e = tid; e < GG_BM * GG_BK; e += GG_TILED_THREADS) {

@@ -1,7 +1,7 @@
 //! Host wrappers of kernels/fp8.cu on plain slices (device 0): the recipe over contiguous
 //! scopes ([`quantize`]), the per-group column-wise copy ([`transpose_groups`]) and one pass of
 //! the FP8 grouped GEMM ([`fp8_grouped_gemm`]). The kernels themselves are checked on the CPU
-//! (tests/host_kernels.rs); these wrappers only run with a GPU.
+//! (tests/host_kernels/fp8.rs); these wrappers only run with a GPU.
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use moecheck_reference::format::Format;

@@ -1,7 +1,7 @@
 //! Host wrappers of kernels/routing.cu on plain slices (device 0): scores, group-limited
 //! top-k, position-policy capacity, group sizes and the permutation ([`route`]), and the
 //! row gather / weighted combine ([`permute_rows`], [`combine`]). Ties go to the lower expert
-//! index everywhere. The kernels are checked on the CPU (tests/host_kernels.rs); these
+//! index everywhere. The kernels are checked on the CPU (tests/host_kernels/routing.rs); these
 //! wrappers only run with a GPU.
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};

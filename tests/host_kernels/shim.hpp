@@ -1,5 +1,5 @@
 // Compiles the CUDA kernels in kernels/ as host C++ (g++ -std=c++20 -DMC_HOST), so that the CPU
-// tests (tests/host_kernels.rs) execute the very kernel source the GPU will run.
+// tests (tests/host_kernels/) execute the very kernel source the GPU will run.
 //
 // A launch starts one std::thread per thread of a block; together they run the blocks one
 // after another. `__syncthreads()` is a std::barrier over them, and so is the end of each
