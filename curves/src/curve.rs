@@ -1,0 +1,176 @@
+//! The vocabulary of the curves crate: the metrics a log can carry, the log formats, a
+//! sample, a curve, and the reader's error.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+/// A metric a training log can carry. `Loss` is the one compared by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    Loss,
+    /// Seconds per training step.
+    StepTimeS,
+    /// Tokens per second (per device where the framework logs it so).
+    TokensPerS,
+    /// TFLOP/s (per device where the framework logs it so).
+    Tflops,
+}
+
+impl Metric {
+    pub const ALL: [Metric; 4] = [
+        Metric::Loss,
+        Metric::StepTimeS,
+        Metric::TokensPerS,
+        Metric::Tflops,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::Loss => "loss",
+            Metric::StepTimeS => "step_time_s",
+            Metric::TokensPerS => "tokens_per_s",
+            Metric::Tflops => "tflops",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Metric> {
+        Metric::ALL.into_iter().find(|m| m.name() == s)
+    }
+}
+
+/// The log formats `moecheck curves` reads. See docs/curves.md for each one's exact lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    /// `completed step: N, seconds: S, TFLOP/s/device: X, Tokens/s/device: Y, ..., loss: L`.
+    MaxtextStdout,
+    /// MaxText `metrics_file`: one JSON object a line with `"step"` and `"learning/loss"`.
+    MaxtextJsonl,
+    /// `iteration N/ M | ... | lm loss: X.XXXXXXE+00 | ...`.
+    MegatronStdout,
+    /// Megatron functional-test golden values: `{"lm loss": {"start_step", ..., "values"}}`.
+    MegatronGolden,
+    /// `step: N  loss: X  memory: ...  tps: ...  tflops: ...  mfu: ...%` (ANSI colours stripped).
+    TorchtitanStdout,
+    /// HuggingFace `trainer_state.json` (`log_history`).
+    HfTrainerState,
+    /// Whitespace-, comma- or tab-separated `step loss` with an optional header line.
+    Plain,
+    /// TensorBoard event file (`events.out.tfevents.*`).
+    Tensorboard,
+}
+
+impl LogFormat {
+    pub const ALL: [LogFormat; 8] = [
+        LogFormat::MaxtextStdout,
+        LogFormat::MaxtextJsonl,
+        LogFormat::MegatronStdout,
+        LogFormat::MegatronGolden,
+        LogFormat::TorchtitanStdout,
+        LogFormat::HfTrainerState,
+        LogFormat::Plain,
+        LogFormat::Tensorboard,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LogFormat::MaxtextStdout => "maxtext-stdout",
+            LogFormat::MaxtextJsonl => "maxtext-jsonl",
+            LogFormat::MegatronStdout => "megatron-stdout",
+            LogFormat::MegatronGolden => "megatron-golden",
+            LogFormat::TorchtitanStdout => "torchtitan-stdout",
+            LogFormat::HfTrainerState => "hf-trainer-state",
+            LogFormat::Plain => "plain",
+            LogFormat::Tensorboard => "tensorboard",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<LogFormat> {
+        LogFormat::ALL.into_iter().find(|f| f.name() == s)
+    }
+}
+
+impl fmt::Display for LogFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One logged value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    pub step: u64,
+    pub value: f64,
+    /// 1-based line of the log (for TensorBoard: the 1-based record number).
+    pub line: usize,
+    /// Logging resolution of this value: the smallest change the log could show.
+    pub quantum: f64,
+}
+
+/// Everything one reader found in one log.
+#[derive(Debug, Clone)]
+pub struct Curve {
+    pub path: PathBuf,
+    pub format: LogFormat,
+    /// Per metric, the samples in file order (restarts and duplicates kept; see [`diff::Series`]).
+    pub metrics: BTreeMap<Metric, Vec<Sample>>,
+}
+
+impl Curve {
+    pub fn new(path: &Path, format: LogFormat) -> Curve {
+        Curve {
+            path: path.to_path_buf(),
+            format,
+            metrics: BTreeMap::new(),
+        }
+    }
+
+    pub fn push(&mut self, metric: Metric, sample: Sample) {
+        self.metrics.entry(metric).or_default().push(sample);
+    }
+
+    /// Names of the metrics found, in [`Metric`] order.
+    pub fn metrics_found(&self) -> Vec<&'static str> {
+        self.metrics.keys().map(|m| m.name()).collect()
+    }
+
+    /// The logging precision of `metric`: the largest quantum among its samples.
+    pub fn precision(&self, metric: Metric) -> f64 {
+        self.metrics
+            .get(&metric)
+            .map(|s| s.iter().map(|x| x.quantum).fold(0.0, f64::max))
+            .unwrap_or(0.0)
+    }
+}
+
+/// Bad input: the one-line reasons `moecheck curves` prints before exiting 2.
+#[derive(Debug, thiserror::Error)]
+pub enum CurveError {
+    #[error("{path}: cannot read: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: {reason}")]
+    Malformed {
+        path: PathBuf,
+        line: usize,
+        reason: String,
+    },
+    #[error("{path}: {reason}")]
+    Unrecognised { path: PathBuf, reason: String },
+    #[error("{path}: no {metric} values found (read as {format}; metrics found: {found})")]
+    NoMetric {
+        path: PathBuf,
+        metric: &'static str,
+        format: LogFormat,
+        found: String,
+    },
+    /// A plot file whose extension names no format [`plot::Kind`] writes.
+    #[error("--plot {path}: the file name must end in .svg or .png")]
+    PlotExtension { path: PathBuf },
+}
