@@ -44,6 +44,7 @@ pub mod fd;
 pub mod implementation;
 pub mod layer;
 pub mod permute;
+mod replay;
 
 pub use backward::{backward, routing_vjp, Backward};
 pub use bound::{layer_bound, LayerBound, LayerPrecision};
