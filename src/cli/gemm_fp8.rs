@@ -16,7 +16,8 @@ use moecheck::impls::exec_fp8::ExecFp8;
 use moecheck_reference::format::Format;
 use moecheck_reference::fp8::{
     compare_fp8, fp8_precision, AccumModel, AmaxAlgo, Fp8GemmCase, Fp8GroupedGemm, Fp8Recipe,
-    Fp8Reference, Fp8Verdict, HighPrecisionStats, ScalingKind, ScopeKind,
+    Fp8Reference, Fp8Verdict, HighPrecisionStats, RecipeError, RecipeProblem, ScalingKind,
+    ScopeKind,
 };
 use moecheck_reference::gemm::Gemm;
 use moecheck_reference::gemm::GemmReport;
@@ -168,19 +169,18 @@ impl Fp8Flags {
                 }
             }
         };
-        for (flag, f) in [
-            ("--lhs-format", r.lhs.format),
-            ("--rhs-format", r.rhs.format),
-            ("--dout-format", r.dout.format),
-        ] {
-            if !matches!(f, Format::E4m3 | Format::E5m2) {
-                bail!("{flag} {f}: expected e4m3 or e5m2");
-            }
-        }
-        r.validate().map_err(|e| {
-            anyhow::anyhow!("{}", e.replace("fp8.", "--").replace(".scope", "-scope"))
-        })?;
+        r.validate()
+            .map_err(|e| anyhow::anyhow!(recipe_flag_error(&e)))?;
         Ok(r)
+    }
+}
+
+/// A recipe the library refuses, as the flag that set it (`--rhs-scope`, `--dout-format`).
+fn recipe_flag_error(e: &RecipeError) -> String {
+    let flag = format!("--{}-{}", e.operand.name(), e.problem.field());
+    match e.problem {
+        RecipeProblem::NotFp8(f) => format!("{flag} {f}: expected e4m3 or e5m2"),
+        RecipeProblem::ScopeDoesNotApply(_) => format!("{flag} {}", e.why()),
     }
 }
 

@@ -52,15 +52,19 @@
 //! oldest entry dropped (length `L`). Values past the range of a stale scale saturate.
 
 pub mod accum;
+pub mod case;
 pub mod gemm;
 pub mod recipe;
 pub mod scaling;
 pub mod verify;
 
 pub use accum::AccumModel;
+pub use case::{
+    Fp8GemmCase, Fp8Recipe, GivenScales, Operand, OperandRecipe, RecipeError, RecipeProblem,
+    ScalingKind, ScopeKind,
+};
 pub use gemm::{
-    fp8_reference, quantize_operands, reference_from_operands, rhs_rows, Fp8Bound, Fp8GemmCase,
-    Fp8Operands, Fp8Recipe, GivenScales, OperandRecipe, ScalingKind, ScopeKind,
+    fp8_reference, quantize_operands, reference_from_operands, rhs_rows, Fp8Bound, Fp8Operands,
 };
 pub use recipe::{
     amax, compute_scale, dequantize_f32, dequantize_value, fp8_max, jax_scale_overflows,

@@ -12,7 +12,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::gemm::{fp8_reference, Fp8Bound, Fp8GemmCase, Fp8Operands};
+use super::case::Fp8GemmCase;
+use super::gemm::{fp8_reference, Fp8Bound, Fp8Operands};
 use crate::format::Format;
 use crate::gemm::{
     compare_outputs_with_bound, reference, Accumulator, CaseReport, GemmOutputs, Pass, Passes,
