@@ -15,9 +15,9 @@ use moecheck::impls::exec::Program;
 use moecheck::impls::exec_fp8::ExecFp8;
 use moecheck_reference::format::Format;
 use moecheck_reference::fp8::{
-    compare_fp8, fp8_precision, AccumModel, AmaxAlgo, Fp8GemmCase, Fp8GroupedGemm, Fp8Recipe,
-    Fp8Reference, Fp8Verdict, HighPrecisionStats, RecipeError, RecipeProblem, ScalingKind,
-    ScopeKind,
+    compare_fp8, fp8_precision, AccumModel, AmaxAlgo, Fp8Expected, Fp8GemmCase, Fp8GroupedGemm,
+    Fp8Recipe, Fp8Reference, Fp8Verdict, HighPrecisionStats, RecipeError, RecipeProblem,
+    ScalingKind, ScopeKind,
 };
 use moecheck_reference::gemm::Gemm;
 use moecheck_reference::gemm::GemmReport;
@@ -279,7 +279,11 @@ pub fn run(a: GemmFlags) -> anyhow::Result<ExitCode> {
                 moecheck::protocol::write_outputs::<Gemm>(dir, &got)
                     .with_context(|| format!("--dump {}", dir.display()))?;
             }
-            Fp8Verdict::Compared(Box::new(compare_fp8(&case, a.passes, &got)?))
+            let expected = Fp8Expected::of(&case, a.passes)?;
+            let precision = fp8_precision(&case);
+            Fp8Verdict::Compared(Box::new(compare_fp8(
+                &case, a.passes, &precision, &expected, &got,
+            )))
         }
         Err(e) => Fp8Verdict::RunFailed(e),
     };
@@ -326,7 +330,9 @@ pub fn check(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let got = moecheck::protocol::read_outputs::<Gemm>(dir, &case.gemm, passes)?;
-    let verdict = Fp8Verdict::Compared(Box::new(compare_fp8(&case, passes, &got)?));
+    let expected = Fp8Expected::of(&case, passes)?;
+    let report = compare_fp8(&case, passes, &fp8_precision(&case), &expected, &got);
+    let verdict = Fp8Verdict::Compared(Box::new(report));
     finish(
         format!("outputs in {}", dir.display()),
         false,
