@@ -7,7 +7,6 @@
 
 pub mod cuda;
 pub mod curves;
-pub mod fp8_cases;
 pub mod generate;
 pub mod impls;
 pub mod moe_report;
@@ -18,7 +17,6 @@ pub mod protocol;
 pub mod registry;
 pub mod report;
 pub mod selftest;
-pub mod selftest_fp8;
 pub mod selftest_moe;
 
 pub use moecheck_properties as properties;

@@ -8,6 +8,7 @@ use clap::Args;
 
 use moecheck::{pipeline, protocol, report};
 use moecheck_reference::format::Format;
+use moecheck_reference::fp8::Fp8Gemm;
 use moecheck_reference::gemm::{Accumulator, Gemm};
 
 #[derive(Debug, Args)]
@@ -29,10 +30,11 @@ pub struct CheckArgs {
 }
 
 pub fn run(a: CheckArgs) -> anyhow::Result<ExitCode> {
-    if let Some((case, passes)) = moecheck::protocol::fp8::read_fp8_case(&a.dir)? {
-        return super::gemm_fp8::check(&a.dir, case, passes, a.json);
-    }
     let header = protocol::read_header(&a.dir)?;
+    // Before the grouped GEMM: an FP8 case is a grouped-GEMM case marked by its `fp8` object.
+    if header.is::<Fp8Gemm>() {
+        return report::finish(&pipeline::check_dir::<Fp8Gemm>(&a.dir, &())?, a.json);
+    }
     if header.is::<Gemm>() {
         if a.acc_block == Some(0) {
             anyhow::bail!("--acc-block 0: a K block holds at least one product");

@@ -66,7 +66,6 @@ mod op;
 pub mod recipe;
 mod report;
 pub mod scaling;
-pub mod verify;
 
 pub use accum::AccumModel;
 pub use case::{
@@ -89,4 +88,3 @@ pub use scaling::{
     quantize_experts, quantize_rows, quantize_rows_with_scales, AmaxAlgo, AmaxHistory, ColumnWise,
     Quantized, Scope,
 };
-pub use verify::{verify_fp8, Fp8GroupedGemm, Fp8Reference, Fp8Verdict};
