@@ -173,6 +173,16 @@ fn recipe_flag_error(e: &RecipeError) -> String {
     }
 }
 
+/// The grouped GEMM's accumulator flags (`--acc`, `--acc-block`) do not apply to FP8, whose
+/// recipe declares its accumulation: exit 2 with `why` when one was given.
+pub fn refuse_acc_flags(acc: bool, acc_block: bool, why: &str) -> anyhow::Result<()> {
+    match (acc, acc_block) {
+        (true, _) => bail!("--acc: {why}"),
+        (_, true) => bail!("--acc-block: {why}"),
+        _ => Ok(()),
+    }
+}
+
 /// `moecheck gemm --dtype fp8|e4m3|e5m2`.
 pub fn run(a: GemmFlags) -> anyhow::Result<ExitCode> {
     if matches!(a.out_dtype, Format::E4m3 | Format::E5m2) {
@@ -181,6 +191,11 @@ pub fn run(a: GemmFlags) -> anyhow::Result<ExitCode> {
             a.out_dtype
         );
     }
+    refuse_acc_flags(
+        a.acc.is_some(),
+        a.acc_block.is_some(),
+        "FP8 declares its accumulation with --accum (exact, fast or fast-promote), not with the grouped GEMM's accumulator flags",
+    )?;
     let recipe = a.fp8.recipe(a.dtype)?;
     let spec = Fp8Spec {
         gemm: a.spec(Format::F32),
