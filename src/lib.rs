@@ -6,7 +6,6 @@
 //! properties in [`moecheck_properties`].
 
 pub mod cuda;
-pub mod fp8_cases;
 pub mod generate;
 pub mod impls;
 pub mod moe_report;
@@ -17,7 +16,6 @@ pub mod protocol;
 pub mod registry;
 pub mod report;
 pub mod selftest;
-pub mod selftest_fp8;
 pub mod selftest_moe;
 
 pub use moecheck_curves as curves;

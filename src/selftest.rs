@@ -6,6 +6,7 @@
 //! the others do not.
 
 use moecheck_properties::{check, Outcome, PropertyOp, RunConfig};
+use moecheck_reference::fp8::Fp8Gemm;
 use moecheck_reference::gemm::Gemm;
 use moecheck_reference::op::VerdictKind;
 use serde::Serialize;
@@ -255,7 +256,7 @@ pub fn run(cases: usize, seed: u64) -> SelftestReport {
     let config = RunConfig::new(cases.min(u32::MAX as usize) as u32, seed);
     let sections = vec![
         section::<Gemm>("grouped gemm", &config),
-        crate::selftest_fp8::fp8_section(&config),
+        section::<Fp8Gemm>("fp8", &config),
         routing_section(&config),
         crate::selftest_moe::section(&config),
     ];

@@ -173,3 +173,56 @@ fn numpy_fp8_adapter_passes_through_exec() {
     .assert()
     .code(1);
 }
+
+#[test]
+fn fp8_refuses_the_gemm_accumulator_flags_naming_accum() {
+    for flags in [&["--acc", "bf16"][..], &["--acc-block", "32"][..]] {
+        let out = fp8_gemm(flags).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {err}");
+        assert!(err.contains(flags[0]) && err.contains("--accum"), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+}
+
+#[test]
+fn fp8_delayed_dump_round_trips_its_scales_and_refuses_bad_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("case");
+    fp8_gemm(&["--scaling", "delayed", "--dump", dir.to_str().unwrap()])
+        .assert()
+        .code(0);
+    for f in ["lhs_scale.npy", "rhs_scale.npy", "dout_scale.npy"] {
+        assert!(dir.join(f).is_file(), "{f} not written");
+    }
+    let check = || {
+        let mut c = Command::cargo_bin("moecheck").unwrap();
+        c.arg("check").arg(&dir);
+        c
+    };
+    check()
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("delayed scaling"));
+    // The recipe declares the accumulation: the GEMM's --acc does not apply.
+    check()
+        .args(["--acc", "bf16"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("fp8.accumulation"));
+    let p = dir.join("rhs_scale.npy");
+    let mut s: ndarray::Array1<f32> = ndarray_npy::read_npy(&p).unwrap();
+    s[0] = -s[0];
+    ndarray_npy::write_npy(&p, &s).unwrap();
+    check()
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("rhs_scale.npy"))
+        .stderr(predicate::str::contains("positive finite"));
+    // One scale too many for the scopes.
+    ndarray_npy::write_npy(&p, &ndarray::Array1::<f32>::ones(s.len() + 1)).unwrap();
+    check()
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("rhs_scale.npy"));
+}

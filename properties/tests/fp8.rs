@@ -1,10 +1,11 @@
-//! The FP8 properties hold for the recipe itself ([`Fp8Reference`]), and the FP8 strategies
-//! generate the edges they promise.
+//! The FP8 properties hold for the recipe itself (the f64 [`Reference`] of [`Fp8Gemm`]), and
+//! the FP8 strategies generate the edges they promise.
 
-use moecheck_properties::fp8::{check_fp8, fp8_all, fp8_case_args};
-use moecheck_properties::RunConfig;
-use moecheck_reference::fp8::{fp8_reference, quantize_operands, Fp8Reference};
+use moecheck_properties::fp8::fp8_case_args;
+use moecheck_properties::{check, PropertyOp, RunConfig};
+use moecheck_reference::fp8::{fp8_reference, quantize_operands, Fp8Gemm};
 use moecheck_reference::gemm::Passes;
+use moecheck_reference::op::Reference;
 use proptest::prelude::*;
 
 proptest! {
@@ -36,8 +37,8 @@ proptest! {
 #[test]
 fn every_fp8_property_holds_for_the_recipe_itself() {
     let config = RunConfig::new(24, 11);
-    for p in fp8_all() {
-        let out = check_fp8(&p, &Fp8Reference, &config);
+    for p in Fp8Gemm::properties() {
+        let out = check(&p, &Reference, &config);
         assert!(out.passed(), "{}: {out:?}", p.name);
     }
 }

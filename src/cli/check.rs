@@ -8,6 +8,7 @@ use clap::Args;
 
 use moecheck::{pipeline, protocol, report};
 use moecheck_reference::format::Format;
+use moecheck_reference::fp8::Fp8Gemm;
 use moecheck_reference::gemm::{Accumulator, Gemm};
 
 #[derive(Debug, Args)]
@@ -17,7 +18,7 @@ pub struct CheckArgs {
     /// recipe-exact.
     pub dir: PathBuf,
     /// Declared accumulator format of the implementation that wrote the outputs (grouped
-    /// GEMM) [default: f32].
+    /// GEMM) [default: f32]. An FP8 case declares its accumulation in case.json.
     #[arg(long, value_parser = super::parse_format)]
     pub acc: Option<Format>,
     /// Declared K-block size of the accumulator; omit for "any order".
@@ -29,10 +30,16 @@ pub struct CheckArgs {
 }
 
 pub fn run(a: CheckArgs) -> anyhow::Result<ExitCode> {
-    if let Some((case, passes)) = moecheck::protocol::fp8::read_fp8_case(&a.dir)? {
-        return super::gemm_fp8::check(&a.dir, case, passes, a.json);
-    }
     let header = protocol::read_header(&a.dir)?;
+    // Before the grouped GEMM: an FP8 case is a grouped-GEMM case marked by its `fp8` object.
+    if header.is::<Fp8Gemm>() {
+        super::gemm_fp8::refuse_acc_flags(
+            a.acc.is_some(),
+            a.acc_block.is_some(),
+            "an FP8 case declares its accumulation in case.json (fp8.accumulation)",
+        )?;
+        return report::finish(&pipeline::check_dir::<Fp8Gemm>(&a.dir, &())?, a.json);
+    }
     if header.is::<Gemm>() {
         if a.acc_block == Some(0) {
             anyhow::bail!("--acc-block 0: a K block holds at least one product");

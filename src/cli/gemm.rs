@@ -40,7 +40,8 @@ pub struct GemmFlags {
     #[arg(long, default_value = "f32", value_parser = super::parse_format)]
     pub out_dtype: Format,
     /// Accumulator format an exec: implementation declares (the bound is derived from it)
-    /// [default: f32]. Built-in implementations declare their own.
+    /// [default: f32]. Built-in implementations declare their own; FP8 declares its
+    /// accumulation with --accum.
     #[arg(long, value_parser = super::parse_format)]
     pub acc: Option<Format>,
     /// K-block size of an exec: implementation's accumulator (partials over this many

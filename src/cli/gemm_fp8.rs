@@ -1,28 +1,18 @@
-//! `moecheck gemm --dtype fp8`: the FP8 grouped GEMM, checked recipe-exact, and compared with
-//! the unquantised GEMM for information.
+//! `moecheck gemm --dtype fp8`: the FP8 flags, turned into a recipe and a case spec; the
+//! check (recipe-exact, with the unquantised GEMM for information) is the pipeline's.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use clap::Args;
-use serde::Serialize;
 
-use moecheck::fp8_cases::generate_fp8;
-use moecheck::generate::gemm::GemmSpec;
-use moecheck::impls::emulate_fp8::{EmulateFp8, Fp8Bug};
-use moecheck::impls::exec::Program;
-use moecheck::impls::exec_fp8::ExecFp8;
+use moecheck::generate::fp8::Fp8Spec;
+use moecheck::registry;
+use moecheck::{pipeline, report};
 use moecheck_reference::format::Format;
 use moecheck_reference::fp8::{
-    compare_fp8, fp8_precision, AccumModel, AmaxAlgo, Fp8GemmCase, Fp8GroupedGemm, Fp8Recipe,
-    Fp8Reference, Fp8Verdict, HighPrecisionStats, ScalingKind, ScopeKind,
+    AccumModel, AmaxAlgo, Fp8Gemm, Fp8Recipe, RecipeError, RecipeProblem, ScalingKind, ScopeKind,
 };
-use moecheck_reference::gemm::Gemm;
-use moecheck_reference::gemm::GemmReport;
-use moecheck_reference::gemm::Passes;
-use moecheck_reference::op::{Verdict, VerdictKind};
-use moecheck_reference::report::{Implemented, Reported, RunInfo};
 
 use super::gemm::GemmFlags;
 use super::parse_format;
@@ -168,38 +158,32 @@ impl Fp8Flags {
                 }
             }
         };
-        for (flag, f) in [
-            ("--lhs-format", r.lhs.format),
-            ("--rhs-format", r.rhs.format),
-            ("--dout-format", r.dout.format),
-        ] {
-            if !matches!(f, Format::E4m3 | Format::E5m2) {
-                bail!("{flag} {f}: expected e4m3 or e5m2");
-            }
-        }
-        r.validate().map_err(|e| {
-            anyhow::anyhow!("{}", e.replace("fp8.", "--").replace(".scope", "-scope"))
-        })?;
+        r.validate()
+            .map_err(|e| anyhow::anyhow!(recipe_flag_error(&e)))?;
         Ok(r)
     }
 }
 
-#[derive(Debug, Serialize)]
-struct Fp8Extra {
-    recipe: Fp8Recipe,
-    /// What the verdict is: the recipe-exact comparison.
-    verdict_from: &'static str,
-    /// Against the unquantised f64 GEMM, for information (never a verdict).
-    high_precision: Vec<HighPrecisionStats>,
+/// A recipe the library refuses, as the flag that set it (`--rhs-scope`, `--dout-format`).
+fn recipe_flag_error(e: &RecipeError) -> String {
+    let flag = format!("--{}-{}", e.operand.name(), e.problem.field());
+    match e.problem {
+        RecipeProblem::NotFp8(f) => format!("{flag} {f}: expected e4m3 or e5m2"),
+        RecipeProblem::ScopeDoesNotApply(_) => format!("{flag} {}", e.why()),
+    }
 }
 
-#[derive(Debug, Serialize)]
-struct Fp8Json<'a> {
-    #[serde(flatten)]
-    report: &'a GemmReport,
-    fp8: Fp8Extra,
+/// The grouped GEMM's accumulator flags (`--acc`, `--acc-block`) do not apply to FP8, whose
+/// recipe declares its accumulation: exit 2 with `why` when one was given.
+pub fn refuse_acc_flags(acc: bool, acc_block: bool, why: &str) -> anyhow::Result<()> {
+    match (acc, acc_block) {
+        (true, _) => bail!("--acc: {why}"),
+        (_, true) => bail!("--acc-block: {why}"),
+        _ => Ok(()),
+    }
 }
 
+/// `moecheck gemm --dtype fp8|e4m3|e5m2`.
 pub fn run(a: GemmFlags) -> anyhow::Result<ExitCode> {
     if matches!(a.out_dtype, Format::E4m3 | Format::E5m2) {
         bail!(
@@ -207,236 +191,20 @@ pub fn run(a: GemmFlags) -> anyhow::Result<ExitCode> {
             a.out_dtype
         );
     }
+    refuse_acc_flags(
+        a.acc.is_some(),
+        a.acc_block.is_some(),
+        "FP8 declares its accumulation with --accum (exact, fast or fast-promote), not with the grouped GEMM's accumulator flags",
+    )?;
     let recipe = a.fp8.recipe(a.dtype)?;
-    let spec = GemmSpec {
-        experts: a.experts,
-        tokens: a.tokens,
-        topk: a.topk,
-        hidden: a.hidden,
-        ffn: a.ffn,
-        dtype: Format::F32,
-        out_dtype: a.out_dtype,
-        spread: a.spread,
-        passes: a.passes,
-        empty: a.empty,
-        drop_frac: a.drop_frac,
-        seed: a.seed,
-        tail: a.tail.into(),
+    let spec = Fp8Spec {
+        gemm: a.spec(Format::F32),
+        recipe,
     };
-    spec.validate().map_err(anyhow::Error::msg)?;
-    if a.passes.is_empty() {
-        bail!("--passes is empty");
-    }
-    let timeout = a.imp.timeout.unwrap_or(600.0);
-    if !(timeout > 0.0 && timeout.is_finite()) {
-        bail!("--timeout {timeout} must be a positive number of seconds");
-    }
-    let implementation = a
-        .imp
-        .implementation
-        .clone()
-        .unwrap_or_else(|| "emulate".into());
-    if a.imp.inject.is_some() && implementation != "emulate" {
-        bail!("--inject needs --impl emulate (got --impl {implementation})");
-    }
-    let imp: Box<dyn Fp8GroupedGemm> = match implementation.as_str() {
-        "reference" => Box::new(Fp8Reference),
-        "emulate" => {
-            let inject = a
-                .imp
-                .inject
-                .as_deref()
-                .map(|b| {
-                    b.parse::<Fp8Bug>()
-                        .map_err(|e| anyhow::anyhow!("--inject {b}: {e}"))
-                })
-                .transpose()?;
-            Box::new(EmulateFp8 { inject })
-        }
-        "cuda" => cuda_fp8(&recipe)?,
-        name => match name.strip_prefix("exec:") {
-            Some(cmd) if !cmd.trim().is_empty() => Box::new(ExecFp8(Program {
-                command: cmd.to_string(),
-                timeout: Duration::from_secs_f64(timeout),
-            })),
-            _ => bail!("--impl {name}: FP8 runs on reference, emulate, cuda or exec:CMD"),
-        },
-    };
-    let spinner = spinner((spec.rows() * a.hidden * a.ffn) as u64, &imp.name());
-    let case = generate_fp8(&spec, recipe);
-    case.validate(a.passes)?;
-    let ran = imp.run(&case, a.passes);
-    if let Some(pb) = &spinner {
-        pb.set_message("comparing with the recipe-exact and the unquantised f64 references");
-    }
-    let verdict = match ran {
-        Ok(got) => {
-            if let Some(dir) = &a.dump {
-                std::fs::create_dir_all(dir)
-                    .with_context(|| format!("--dump {}", dir.display()))?;
-                moecheck::protocol::fp8::write_fp8_case(dir, &case, a.passes)
-                    .with_context(|| format!("--dump {}", dir.display()))?;
-                moecheck::protocol::write_outputs::<Gemm>(dir, &got)
-                    .with_context(|| format!("--dump {}", dir.display()))?;
-            }
-            Fp8Verdict::Compared(Box::new(compare_fp8(&case, a.passes, &got)?))
-        }
-        Err(e) => Fp8Verdict::RunFailed(e),
-    };
-    if let Some(pb) = spinner {
-        pb.finish_and_clear();
-    }
-    finish(imp.name(), imp.is_model(), &case, &verdict, a.json)
-}
-
-/// `--impl cuda` for FP8: the recipe must be the one the kernels implement (exit 2 otherwise,
-/// naming the flag); without a device the run itself fails ("no CUDA device").
-#[cfg(feature = "cuda")]
-fn cuda_fp8(recipe: &Fp8Recipe) -> anyhow::Result<Box<dyn Fp8GroupedGemm>> {
-    moecheck::cuda::fp8_host::supports(recipe).map_err(anyhow::Error::msg)?;
-    Ok(Box::new(moecheck::cuda::fp8_impl::CudaFp8))
-}
-
-#[cfg(not(feature = "cuda"))]
-fn cuda_fp8(_recipe: &Fp8Recipe) -> anyhow::Result<Box<dyn Fp8GroupedGemm>> {
-    bail!("--impl cuda: moecheck was built without the `cuda` feature")
-}
-
-/// A spinner on stderr for large shapes when stderr is a terminal.
-fn spinner(work: u64, name: &str) -> Option<indicatif::ProgressBar> {
-    use std::io::IsTerminal;
-    if work < 50_000_000 || !std::io::stderr().is_terminal() {
-        return None;
-    }
-    let pb = indicatif::ProgressBar::new_spinner();
-    pb.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
-            .expect("valid template"),
-    );
-    pb.enable_steady_tick(Duration::from_millis(120));
-    pb.set_message(format!("generating, quantising and running {name}"));
-    Some(pb)
-}
-
-/// `moecheck check DIR` on an FP8 case directory: the outputs against the recipe.
-pub fn check(
-    dir: &std::path::Path,
-    case: Fp8GemmCase,
-    passes: Passes,
-    json: bool,
-) -> anyhow::Result<ExitCode> {
-    let got = moecheck::protocol::read_outputs::<Gemm>(dir, &case.gemm, passes)?;
-    let verdict = Fp8Verdict::Compared(Box::new(compare_fp8(&case, passes, &got)?));
-    finish(
-        format!("outputs in {}", dir.display()),
-        false,
-        &case,
-        &verdict,
-        json,
-    )
-}
-
-fn finish(
-    name: String,
-    is_model: bool,
-    case: &Fp8GemmCase,
-    verdict: &Fp8Verdict,
-    json: bool,
-) -> anyhow::Result<ExitCode> {
-    let recipe = case.recipe;
-    let (plain, hp) = match verdict {
-        Fp8Verdict::Compared(r) => (
-            Verdict::of(r.recipe_exact.clone()),
-            r.high_precision.clone(),
-        ),
-        Fp8Verdict::RunFailed(e) => (Verdict::RunFailed(e.clone()), Vec::new()),
-    };
-    let implemented = Implemented { name, is_model };
-    let unused = moecheck_reference::gemm::ReferenceResult {
-        value: Default::default(),
-        magnitude: Default::default(),
-    };
-    let report = <Gemm as Reported>::document(&RunInfo {
-        implementation: Some(&implemented),
-        case: &case.gemm,
-        ask: Passes::ALL,
-        expected: &unused,
-        precision: &fp8_precision(case),
-        verdict: Some(&plain),
-        draws: 1,
-        reference_seconds: 0.0,
-    });
-    if json {
-        let j = Fp8Json {
-            report: &report,
-            fp8: Fp8Extra {
-                recipe,
-                verdict_from: "recipe-exact",
-                high_precision: hp,
-            },
-        };
-        println!("{}", serde_json::to_string_pretty(&j)?);
-    } else {
-        print!("{}", render(&report, &recipe, &hp));
-    }
-    Ok(if report.verdict == VerdictKind::Pass {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(super::EXIT_FAIL)
-    })
-}
-
-fn render(report: &GemmReport, r: &Fp8Recipe, hp: &[HighPrecisionStats]) -> String {
-    use std::fmt::Write;
-    let mut s = String::new();
-    let scaling = match r.scaling {
-        ScalingKind::Current => "current scaling".to_string(),
-        ScalingKind::Delayed {
-            history_len,
-            algo,
-            margin,
-        } => {
-            format!("delayed scaling (history {history_len}, {algo:?}, margin {margin})")
-        }
-    };
-    let _ =
-        writeln!(
-        s,
-        "FP8 recipe: lhs {} per {:?}, rhs {} per {:?}, dout {} per {:?}; {}; {}; accumulation {}",
-        r.lhs.format,
-        r.lhs.scope,
-        r.rhs.format,
-        r.rhs.scope,
-        r.dout.format,
-        r.dout.scope,
-        if r.saturate { "saturating casts" } else { "IEEE casts" },
-        scaling,
-        r.accumulation
-    );
-    let _ = writeln!(s, "verdict below: recipe-exact (the GEMM of the recipe's dequantised operands, bound from the accumulation model)");
-    s.push_str(&<Gemm as Reported>::render(report));
-    if !hp.is_empty() {
-        let _ = writeln!(
-            s,
-            "against the unquantised f64 GEMM (information, not a verdict):"
-        );
-        let _ = writeln!(
-            s,
-            "{:<6} {:>11} {:>11} {:>11} {:>16} {:>12}",
-            "pass", "rel err", "calc_diff", "max|err|", "outside envelope", "max env ratio"
-        );
-        for h in hp {
-            let _ = writeln!(
-                s,
-                "{:<6} {:>11.3e} {:>11.3e} {:>11.3e} {:>16} {:>12.3}",
-                h.pass.name(),
-                h.rel_err,
-                h.calc_diff,
-                h.max_abs_err,
-                format!("{}/{}", h.outside_envelope, h.elements),
-                h.max_envelope_ratio
-            );
-        }
-    }
-    s
+    spec.gemm
+        .validate()
+        .map_err(|e| anyhow::anyhow!(e.as_flag()))?;
+    let imp = registry::build(&a.imp.choice::<Fp8Gemm>()).map_err(anyhow::Error::msg)?;
+    let run = pipeline::run(&spec, Some(imp.as_ref()), a.dump.as_deref())?;
+    report::finish(&pipeline::report(&run), a.json)
 }

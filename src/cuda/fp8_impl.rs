@@ -1,4 +1,4 @@
-//! `--dtype fp8 --impl cuda`: kernels/fp8.cu as an [`Fp8GroupedGemm`].
+//! `--dtype fp8 --impl cuda`: kernels/fp8.cu as an implementation of [`Fp8Gemm`].
 //!
 //! Per case: quantise `lhs` (per group or tensor), `rhs` (per expert or tensor, viewed as
 //! `(G·K, N)`) and `dout` on the device with the recipe ([`super::fp8::quantize`]), make the
@@ -7,14 +7,15 @@
 //! one `scale_inv` per group (a tensor scale repeated `G` times, [`super::fp8_host::per_group`]).
 //! The f32 outputs are rounded once to `out_dtype` on the host. Declared accumulation: exact
 //! f32 ([`super::fp8_host::ACCUMULATION`]); only the recipe of
-//! [`super::fp8_host::supports`] runs. Without a device the run fails with "no CUDA device".
+//! [`super::fp8_host::supports`] runs (checked before the run, naming the flag: exit 2).
+//! Without a device the run fails with "no CUDA device".
 
 use moecheck_reference::format::{round_to, Overflow};
 use moecheck_reference::fp8::{
-    ColumnWise, Fp8GemmCase, Fp8GroupedGemm, Fp8Operands, Quantized as RefQuantized,
+    fp8_precision, ColumnWise, Fp8Gemm, Fp8GemmCase, Fp8Operands, Quantized as RefQuantized,
 };
-use moecheck_reference::gemm::{GemmOutputs, Pass, Passes};
-use moecheck_reference::op::RunError;
+use moecheck_reference::gemm::{GemmOutputs, Pass, Passes, Precision};
+use moecheck_reference::op::{Implementation, RunError};
 use ndarray::{Array2, Array3};
 
 use super::device::CudaError;
@@ -162,18 +163,27 @@ fn to_reference(
     })
 }
 
-impl Fp8GroupedGemm for CudaFp8 {
+impl Implementation<Fp8Gemm> for CudaFp8 {
     fn name(&self) -> String {
         "cuda".into()
     }
     fn is_model(&self) -> bool {
         false
     }
+    /// The recipe's, which [`Implementation::supports`] holds to the kernels' own
+    /// accumulation.
+    fn precision(&self, case: &Fp8GemmCase) -> Precision {
+        fp8_precision(case)
+    }
+    /// The recipe the kernels implement; the reason names the flag that asks for another.
+    fn supports(&self, case: &Fp8GemmCase, _: Passes) -> Result<(), String> {
+        supports(&case.recipe)
+    }
     fn run(&self, case: &Fp8GemmCase, passes: Passes) -> Result<GemmOutputs, RunError> {
         self.run_on(case, passes)
             .map_err(|e| RunError(e.to_string()))
     }
-    fn operands(&self, case: &Fp8GemmCase, passes: Passes) -> Option<Fp8Operands> {
+    fn internals(&self, case: &Fp8GemmCase, passes: Passes) -> Option<Fp8Operands> {
         let ops = self.quantize_all(case, passes).ok()?;
         let g = &case.gemm;
         let (m, k, n) = (g.m(), g.k(), g.n());

@@ -2,6 +2,7 @@
 //! a case ([`crate::pipeline::Generate`]). Every generated value is exactly representable in
 //! the case's input format and derives from the seed alone.
 
+pub mod fp8;
 pub mod gemm;
 
 /// A generator parameter that does not fit (the command names it as the flag `--param`).

@@ -14,7 +14,6 @@ use moecheck_reference::protocol::{FileError, Files, Protocol};
 use crate::npy;
 
 // The per-operation readers of the old layout, until every operation speaks `Protocol`.
-pub mod fp8;
 pub(crate) mod legacy;
 pub mod moe;
 pub mod route;

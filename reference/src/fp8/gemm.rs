@@ -1,4 +1,5 @@
-//! The FP8 grouped GEMM: the recipe per operand, the recipe-exact reference, and its bound.
+//! The FP8 grouped GEMM: the recipe-exact reference and its bound (the case and its recipe
+//! are [`super::case`]).
 //!
 //! ## The passes
 //! * fwd:   `out_g  = lhs_g (fmt_lhs, per group)  · rhs_g (fmt_rhs, per expert)`
@@ -29,142 +30,15 @@
 //! multiplied by a huge `sinv_b`, which no generator produces.
 
 use ndarray::Array3;
-use serde::{Deserialize, Serialize};
 
 use super::accum::AccumModel;
-use super::scaling::{
-    quantize_rows, quantize_rows_with_scales, AmaxAlgo, ColumnWise, Quantized, Scope,
-};
-use crate::format::{Format, Overflow};
+use super::case::Fp8GemmCase;
+use super::scaling::{quantize_rows, quantize_rows_with_scales, ColumnWise, Quantized, Scope};
+use crate::format::Format;
 use crate::gemm::bound::{gamma, ErrorBound};
-use crate::gemm::{grouped_dgrad, grouped_fwd, grouped_wgrad, GemmOutputs, GroupedGemmCase};
+use crate::gemm::{grouped_dgrad, grouped_fwd, grouped_wgrad, GemmOutputs};
 use crate::gemm::{Passes, ReferenceResult};
 use crate::Error;
-
-/// Which values of an operand share one scale.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ScopeKind {
-    /// One scale for the operand (the rows in groups, for `lhs`/`dout`).
-    Tensor,
-    /// One scale per group of rows (`lhs`, `dout`).
-    Group,
-    /// One scale per expert weight (`rhs`).
-    Expert,
-}
-
-/// The format and scaling scope of one operand.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OperandRecipe {
-    pub format: Format,
-    pub scope: ScopeKind,
-}
-
-/// Current or delayed scaling.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
-pub enum ScalingKind {
-    /// `scale` from the amax of the tensor being quantised.
-    Current,
-    /// `scale` from an amax history before the step; the case carries the resulting scales.
-    Delayed {
-        history_len: usize,
-        algo: AmaxAlgo,
-        margin: i32,
-    },
-}
-
-/// Everything an FP8 grouped-GEMM implementation must follow (`case.json`'s `fp8` object).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Fp8Recipe {
-    pub lhs: OperandRecipe,
-    pub rhs: OperandRecipe,
-    pub dout: OperandRecipe,
-    /// `true`: casts saturate to ±max (`satfinite`); `false`: IEEE casts (ml_dtypes).
-    pub saturate: bool,
-    /// The accumulation model the implementation declares (the bound is derived from it).
-    pub accumulation: AccumModel,
-    pub scaling: ScalingKind,
-}
-
-impl Default for Fp8Recipe {
-    /// TE's HYBRID current scaling: E4M3 per-group lhs, E4M3 per-expert rhs, E5M2 per-group
-    /// dout, saturating, exact f32 accumulation.
-    fn default() -> Self {
-        Fp8Recipe {
-            lhs: OperandRecipe {
-                format: Format::E4m3,
-                scope: ScopeKind::Group,
-            },
-            rhs: OperandRecipe {
-                format: Format::E4m3,
-                scope: ScopeKind::Expert,
-            },
-            dout: OperandRecipe {
-                format: Format::E5m2,
-                scope: ScopeKind::Group,
-            },
-            saturate: true,
-            accumulation: AccumModel::Exact,
-            scaling: ScalingKind::Current,
-        }
-    }
-}
-
-impl Fp8Recipe {
-    pub fn overflow(&self) -> Overflow {
-        if self.saturate {
-            Overflow::Saturate
-        } else {
-            Overflow::Ieee
-        }
-    }
-
-    /// Checks that formats are FP8 and scopes fit their operand; the reason names the field.
-    pub fn validate(&self) -> Result<(), String> {
-        for (what, op, rows) in [
-            ("lhs", self.lhs, true),
-            ("rhs", self.rhs, false),
-            ("dout", self.dout, true),
-        ] {
-            if !matches!(op.format, Format::E4m3 | Format::E5m2) {
-                return Err(format!(
-                    "fp8.{what}.format {} is not e4m3 or e5m2",
-                    op.format
-                ));
-            }
-            let ok = match op.scope {
-                ScopeKind::Tensor => true,
-                ScopeKind::Group => rows,
-                ScopeKind::Expert => !rows,
-            };
-            if !ok {
-                return Err(format!(
-                    "fp8.{what}.scope {:?} does not apply (lhs/dout: tensor or group; rhs: tensor or expert)",
-                    op.scope
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Scales given to the implementation (delayed scaling), one per scope of each operand.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct GivenScales {
-    pub lhs: Vec<f32>,
-    pub rhs: Vec<f32>,
-    pub dout: Vec<f32>,
-}
-
-/// An FP8 grouped-GEMM case: float32 high-precision inputs (`gemm.dtype` is f32), the recipe,
-/// and for delayed scaling the scales to use.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Fp8GemmCase {
-    pub gemm: GroupedGemmCase,
-    pub recipe: Fp8Recipe,
-    pub given_scales: Option<GivenScales>,
-}
 
 /// The quantised operands as the recipe defines them.
 #[derive(Debug, Clone, PartialEq)]
@@ -179,33 +53,6 @@ pub struct Fp8Operands {
     pub lhs_col: ColumnWise,
     /// `(N, M)`: the column-wise copy of `dout` (wgrad).
     pub dout_col: Option<ColumnWise>,
-}
-
-impl Fp8GemmCase {
-    /// The scaling scope of a row operand (`lhs`, `dout`).
-    pub fn row_scope(&self, kind: ScopeKind) -> Scope {
-        match kind {
-            ScopeKind::Group => Scope::Rows(self.gemm.group_sizes.clone()),
-            _ => Scope::Rows(vec![self.gemm.rows_used()]),
-        }
-    }
-
-    /// The scaling scope of `rhs` viewed as `(G·K, N)`.
-    pub fn rhs_scope(&self) -> Scope {
-        let (g, k) = (self.gemm.groups(), self.gemm.k());
-        match self.recipe.rhs.scope {
-            ScopeKind::Expert => Scope::Rows(vec![k; g]),
-            _ => Scope::Tensor,
-        }
-    }
-
-    /// Validates the float32 inputs (finite, shapes) and the recipe.
-    pub fn validate(&self, passes: Passes) -> Result<(), Error> {
-        self.gemm.validate(passes)?;
-        self.recipe
-            .validate()
-            .map_err(|reason| Error::InvalidRecipe { reason })
-    }
 }
 
 /// `rhs (G, K, N)` viewed as `(G·K, N)`.
@@ -365,6 +212,8 @@ impl Fp8Bound {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fp8::Fp8Recipe;
+    use crate::gemm::GroupedGemmCase;
     use ndarray::{array, Array2};
 
     fn case() -> Fp8GemmCase {
@@ -406,15 +255,5 @@ mod tests {
         assert_eq!(drhs[(1, 0, 0)], x[(2, 0)] * d[(2, 0)]);
         assert!(r.magnitude.out.unwrap().iter().all(|v| *v >= 0.0));
         let _ = Array2::<f64>::zeros((1, 1));
-    }
-
-    #[test]
-    fn recipe_validation_names_the_field() {
-        let mut r = Fp8Recipe::default();
-        r.rhs.scope = ScopeKind::Group;
-        assert!(r.validate().unwrap_err().contains("fp8.rhs.scope"));
-        let mut r = Fp8Recipe::default();
-        r.dout.format = Format::Bf16;
-        assert!(r.validate().unwrap_err().contains("fp8.dout.format"));
     }
 }

@@ -1,6 +1,11 @@
 //! FP8 current-tensor scaling, written down once: the recipe, its scopes, delayed scaling, the
 //! FP8 grouped GEMM reference and the accumulation models its error bound is derived from.
 //!
+//! The FP8 grouped GEMM is the operation [`Fp8Gemm`]: its case and recipe ([`case`]), the
+//! recipe-exact reference and bound ([`gemm`]), the two comparisons (`compare.rs`, with
+//! [`high_precision`](mod@high_precision) for the information against the unquantised GEMM), and `op.rs`,
+//! `files.rs`, `report.rs` for the vocabulary's `Op`, `Protocol` and `Reported`.
+//!
 //! ## The recipe (Transformer Engine's current tensor scaling)
 //! For a scaling scope (the whole tensor, one group of rows, one expert's weight):
 //!
@@ -52,25 +57,34 @@
 //! oldest entry dropped (length `L`). Values past the range of a stale scale saturate.
 
 pub mod accum;
+pub mod case;
+mod compare;
+mod files;
 pub mod gemm;
+pub mod high_precision;
+mod op;
 pub mod recipe;
+mod report;
 pub mod scaling;
-pub mod verify;
 
 pub use accum::AccumModel;
-pub use gemm::{
-    fp8_reference, quantize_operands, reference_from_operands, rhs_rows, Fp8Bound, Fp8GemmCase,
-    Fp8Operands, Fp8Recipe, GivenScales, OperandRecipe, ScalingKind, ScopeKind,
+pub use case::{
+    Fp8GemmCase, Fp8Recipe, GivenScales, Operand, OperandRecipe, RecipeError, RecipeProblem,
+    ScalingKind, ScopeKind,
 };
+pub use compare::{compare_fp8, Fp8Expected, Fp8Report};
+pub use files::Fp8Json;
+pub use gemm::{
+    fp8_reference, quantize_operands, reference_from_operands, rhs_rows, Fp8Bound, Fp8Operands,
+};
+pub use high_precision::{high_precision, HighPrecisionStats};
+pub use op::{fp8_precision, Fp8Gemm};
 pub use recipe::{
     amax, compute_scale, dequantize_f32, dequantize_value, fp8_max, jax_scale_overflows,
     quantize_value, scale_inv,
 };
+pub use report::{Fp8Document, Fp8Extra};
 pub use scaling::{
     quantize_experts, quantize_rows, quantize_rows_with_scales, AmaxAlgo, AmaxHistory, ColumnWise,
     Quantized, Scope,
-};
-pub use verify::{
-    compare_fp8, fp8_precision, verify_fp8, Fp8GroupedGemm, Fp8Reference, Fp8Report, Fp8Verdict,
-    HighPrecisionStats,
 };

@@ -93,7 +93,7 @@ impl Reported for Gemm {
 }
 
 /// The case line and the declared precision.
-fn render_case(s: &mut String, doc: &GemmReport) {
+pub fn render_case(s: &mut String, doc: &GemmReport) {
     let sh = &doc.shape;
     let _ = writeln!(
         s,

@@ -1,4 +1,4 @@
-//! FP8 strategies and properties, generic over an [`Fp8GroupedGemm`].
+//! proptest strategies for FP8 grouped-GEMM cases.
 //!
 //! Cases are built to expose scale bugs: every group of `lhs`/`dout` rows and every expert
 //! gets its own magnitude (powers of two spread over 2^±20, so no two scales coincide by
@@ -8,17 +8,17 @@
 //! range after scaling), and, for delayed scaling, stale scales that push values past
 //! `fp8_max` (saturation).
 
-use moecheck_reference::format::{decode_fp8, pow2, ulp, Format};
+use moecheck_reference::format::{pow2, Format};
 use moecheck_reference::fp8::{
-    compute_scale, quantize_operands, verify_fp8, AccumModel, Fp8GemmCase, Fp8GroupedGemm,
-    Fp8Recipe, GivenScales, OperandRecipe, Quantized, ScalingKind, ScopeKind,
+    compute_scale, quantize_operands, AccumModel, AmaxAlgo, Fp8GemmCase, Fp8Recipe, GivenScales,
+    OperandRecipe, Quantized, ScalingKind, ScopeKind,
 };
-use moecheck_reference::gemm::{GroupedGemmCase, Pass, Passes, TailContract};
+use moecheck_reference::gemm::{GroupedGemmCase, Passes, TailContract};
+use moecheck_reference::seed::mix;
 use ndarray::{Array2, Array3};
 use proptest::prelude::*;
 
 use crate::gemm::group_sizes;
-use crate::runner::{Outcome, RunConfig};
 
 /// Largest K of a generated FP8 case.
 pub const FP8_MAX_K: usize = 72;
@@ -55,13 +55,6 @@ pub struct Fp8CaseArgs {
     /// Power of two for the scale-invariance property.
     pub rescale_exp: i32,
     pub value_seed: u64,
-}
-
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 impl Fp8CaseArgs {
@@ -147,7 +140,7 @@ impl Fp8CaseArgs {
         if let Some(shift) = self.stale_shift {
             recipe.scaling = ScalingKind::Delayed {
                 history_len: 1,
-                algo: moecheck_reference::fp8::AmaxAlgo::MostRecent,
+                algo: AmaxAlgo::MostRecent,
                 margin: 0,
             };
             let ops = quantize_operands(&case, Passes::ALL);
@@ -251,182 +244,4 @@ pub fn fp8_case_args(expert_scope: bool) -> BoxedStrategy<Fp8CaseArgs> {
             },
         )
         .boxed()
-}
-
-/// An FP8 property.
-#[derive(Clone, Copy)]
-pub struct Fp8Property {
-    pub name: &'static str,
-    pub description: &'static str,
-    pub strategy: fn() -> BoxedStrategy<Fp8CaseArgs>,
-    pub test: fn(&dyn Fp8GroupedGemm, &Fp8CaseArgs) -> Result<(), String>,
-}
-
-fn any_fp8() -> BoxedStrategy<Fp8CaseArgs> {
-    fp8_case_args(false)
-}
-fn expert_fp8() -> BoxedStrategy<Fp8CaseArgs> {
-    fp8_case_args(true)
-}
-
-/// Every FP8 property, in a fixed order.
-pub fn fp8_all() -> Vec<Fp8Property> {
-    vec![
-        Fp8Property {
-            name: "fp8-fwd-recipe-exact",
-            description: "out matches the GEMM of the recipe's dequantised operands within the accumulation bound",
-            strategy: any_fp8,
-            test: |imp, a| recipe_exact(imp, a, Pass::Fwd),
-        },
-        Fp8Property {
-            name: "fp8-dgrad-recipe-exact",
-            description: "dlhs (E5M2 dout x E4M3 rhs) matches the recipe within the bound",
-            strategy: any_fp8,
-            test: |imp, a| recipe_exact(imp, a, Pass::Dgrad),
-        },
-        Fp8Property {
-            name: "fp8-wgrad-recipe-exact",
-            description: "drhs (column-wise lhs x column-wise dout) matches the recipe within the bound",
-            strategy: any_fp8,
-            test: |imp, a| recipe_exact(imp, a, Pass::Wgrad),
-        },
-        Fp8Property {
-            name: "fp8-quantize-half-ulp",
-            description: "every FP8 byte is within half an ulp of its f32-scaled value (or ±max when saturated)",
-            strategy: any_fp8,
-            test: quantize_half_ulp,
-        },
-        Fp8Property {
-            name: "fp8-copies-agree",
-            description: "column-wise copies are the transposed row-wise bytes sharing scale_inv",
-            strategy: any_fp8,
-            test: copies_agree,
-        },
-        Fp8Property {
-            name: "fp8-scale-invariance",
-            description: "scaling one expert's weights by 2^j scales its rows' out by exactly 2^j and changes nothing else",
-            strategy: expert_fp8,
-            test: scale_invariance,
-        },
-    ]
-}
-
-fn recipe_exact(imp: &dyn Fp8GroupedGemm, args: &Fp8CaseArgs, pass: Pass) -> Result<(), String> {
-    let case = args.build();
-    let v = verify_fp8(imp, &case, Passes::only(pass))
-        .map_err(|e| format!("invalid generated case: {e}"))?;
-    match v.failure() {
-        None if v.passed() => Ok(()),
-        None => Err("failed (no detail)".into()),
-        Some(f) => Err(f),
-    }
-}
-
-/// `Err` at the first byte of `q` (the recipe says `format`) that is not the nearest FP8
-/// value of `fl32(x · scale)` (±max past the range when saturating).
-fn check_half_ulp(
-    what: &str,
-    x: &Array2<f32>,
-    q: &Quantized,
-    format: Format,
-    sat: bool,
-) -> Result<(), String> {
-    for i in 0..q.scale.len() {
-        let s = q.scale[i];
-        for r in q.offsets[i]..q.offsets[i + 1] {
-            for c in 0..x.ncols() {
-                let v = x[(r, c)] * s;
-                let got = decode_fp8(q.q[(r, c)], format);
-                let max = format.info().max;
-                let ok = if v.is_nan() {
-                    got.is_nan()
-                } else if (v as f64).abs() > max && sat {
-                    got == max.copysign(v as f64)
-                } else {
-                    (got - v as f64).abs() <= ulp(v as f64, format) / 2.0
-                };
-                if !ok || (v.is_nan() && x[(r, c)].is_finite()) {
-                    return Err(format!(
-                        "{what}[{r}, {c}] = {:e} with scale {s:e} scales to {v:e}, but its byte {:#04x} is {got:e} in {format}",
-                        x[(r, c)], q.q[(r, c)]
-                    ));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-fn operands_of(
-    imp: &dyn Fp8GroupedGemm,
-    case: &Fp8GemmCase,
-) -> Result<moecheck_reference::fp8::Fp8Operands, String> {
-    imp.operands(case, Passes::ALL)
-        .ok_or_else(|| format!("{} does not expose its quantised operands", imp.name()))
-}
-
-fn quantize_half_ulp(imp: &dyn Fp8GroupedGemm, args: &Fp8CaseArgs) -> Result<(), String> {
-    let case = args.build();
-    let ops = operands_of(imp, &case)?;
-    let r = &case.recipe;
-    check_half_ulp("lhs", &case.gemm.lhs, &ops.lhs, r.lhs.format, r.saturate)?;
-    let rhs = moecheck_reference::fp8::rhs_rows(&case.gemm.rhs);
-    check_half_ulp("rhs", &rhs, &ops.rhs, r.rhs.format, r.saturate)?;
-    if let (Some(d), Some(q)) = (&case.gemm.dout, &ops.dout) {
-        check_half_ulp("dout", d, q, r.dout.format, r.saturate)?;
-    }
-    Ok(())
-}
-
-fn copies_agree(imp: &dyn Fp8GroupedGemm, args: &Fp8CaseArgs) -> Result<(), String> {
-    let case = args.build();
-    let ops = operands_of(imp, &case)?;
-    ops.lhs_col
-        .agrees_with(&ops.lhs)
-        .map_err(|e| format!("lhs: {e}"))?;
-    if let (Some(c), Some(d)) = (&ops.dout_col, &ops.dout) {
-        c.agrees_with(d).map_err(|e| format!("dout: {e}"))?;
-    }
-    Ok(())
-}
-
-fn scale_invariance(imp: &dyn Fp8GroupedGemm, args: &Fp8CaseArgs) -> Result<(), String> {
-    let case = args.build();
-    let g = case.gemm.groups();
-    let live: Vec<usize> = (0..g).filter(|e| case.gemm.group_sizes[*e] > 0).collect();
-    let Some(&e) = live.get((args.value_seed % live.len().max(1) as u64) as usize) else {
-        return Ok(());
-    };
-    let j = args.rescale_exp;
-    let mut other = case.clone();
-    other
-        .gemm
-        .rhs
-        .index_axis_mut(ndarray::Axis(0), e)
-        .mapv_inplace(|v| v * pow2(j) as f32);
-    let run = |c: &Fp8GemmCase| {
-        imp.run(c, Passes::FWD)
-            .map_err(|err| format!("run failed: {err}"))?
-            .out
-            .ok_or_else(|| "no out".to_string())
-    };
-    let (a, b) = (run(&case)?, run(&other)?);
-    let off = case.gemm.offsets();
-    for ((r, c), x) in a.indexed_iter() {
-        let in_e = off[e] <= r && r < off[e + 1];
-        let want = if in_e { x * pow2(j) } else { *x };
-        let y = b[(r, c)];
-        if want.to_bits() != y.to_bits() && !(want.is_nan() && y.is_nan()) {
-            return Err(format!(
-                "expert {e}'s weights times 2^{j}: out[{r}, {c}] went from {x:e} to {y:e}, want {want:e}{}",
-                if in_e { "" } else { " (a row of another expert)" }
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Checks an FP8 property like [`crate::check`] does a grouped-GEMM one.
-pub fn check_fp8(prop: &Fp8Property, imp: &dyn Fp8GroupedGemm, config: &RunConfig) -> Outcome {
-    crate::runner::run_property(&(prop.strategy)(), |args| (prop.test)(imp, args), config)
 }

@@ -16,11 +16,41 @@ use rand_chacha::ChaCha8Rng;
 
 use moecheck_reference::format::Format;
 use moecheck_reference::fp8::{
-    quantize_operands, AmaxHistory, Fp8GemmCase, Fp8Recipe, GivenScales, Quantized, ScalingKind,
+    quantize_operands, AmaxHistory, Fp8Gemm, Fp8GemmCase, Fp8Recipe, GivenScales, Quantized,
+    ScalingKind,
 };
-use moecheck_reference::gemm::{GroupedGemmCase, Passes};
+use moecheck_reference::gemm::{GroupedGemmCase, Passes, Precision};
 
 use crate::generate::gemm::{generate, GemmSpec};
+use crate::pipeline::{Generate, Generated};
+
+/// Everything that defines a generated FP8 case: the grouped GEMM's spec (its `dtype` is
+/// ignored: FP8 inputs are float32) and the recipe.
+#[derive(Debug, Clone)]
+pub struct Fp8Spec {
+    pub gemm: GemmSpec,
+    pub recipe: Fp8Recipe,
+}
+
+impl Generate<Fp8Gemm> for Fp8Spec {
+    fn work(&self) -> u64 {
+        self.gemm.work()
+    }
+    fn generate(
+        &self,
+        _: &dyn Fn(&Fp8GemmCase) -> Precision,
+    ) -> anyhow::Result<Generated<Fp8Gemm>> {
+        let gemm = GemmSpec {
+            dtype: Format::F32,
+            ..self.gemm.clone()
+        };
+        gemm.validate().map_err(|e| anyhow::anyhow!(e.as_flag()))?;
+        Ok(Generated::once(
+            generate_fp8(&gemm, self.recipe),
+            gemm.passes,
+        ))
+    }
+}
 
 /// The FP8 case of `spec` (whose dtype must be f32) under `recipe`.
 pub fn generate_fp8(spec: &GemmSpec, recipe: Fp8Recipe) -> Fp8GemmCase {

@@ -1,0 +1,77 @@
+//! The two comparisons of an FP8 grouped GEMM's outputs.
+//!
+//! 1. **Recipe-exact** (the verdict): against [`super::fp8_reference`], every element within
+//!    [`super::Fp8Bound`] for the accumulation model the recipe declares. This is the tight
+//!    check that catches scale mix-ups, wrong rounding and wrong formats.
+//! 2. **Against the unquantised GEMM** (information only, [`super::high_precision`]).
+//!
+//! Both references are computed once per case ([`Fp8Expected`]) and shared by every
+//! comparison made against them.
+
+use serde::Serialize;
+
+use super::case::Fp8GemmCase;
+use super::gemm::{fp8_reference, Fp8Bound};
+use super::high_precision::{high_precision, HighPrecisionStats};
+use crate::gemm::{
+    compare_outputs_with_bound, reference, CaseReport, GemmOutputs, Passes, Precision,
+    ReferenceResult,
+};
+use crate::Error;
+
+/// What an FP8 case is compared with: both references, computed once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fp8Expected {
+    /// The f64 GEMM of the recipe's dequantised operands, with its magnitudes (the verdict's
+    /// reference).
+    pub recipe_exact: ReferenceResult,
+    /// The f64 GEMM of the unquantised float32 inputs (information).
+    pub high_precision: ReferenceResult,
+}
+
+impl Fp8Expected {
+    /// Both references of `case` (validated first).
+    pub fn of(case: &Fp8GemmCase, passes: Passes) -> Result<Fp8Expected, Error> {
+        Ok(Fp8Expected {
+            recipe_exact: fp8_reference(case, passes)?,
+            high_precision: reference(&case.gemm, passes)?,
+        })
+    }
+}
+
+/// Both comparisons of one run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fp8Report {
+    /// The verdict: every element within the recipe-exact bound.
+    pub recipe_exact: CaseReport,
+    /// Per pass against the unquantised GEMM, for information.
+    pub high_precision: Vec<HighPrecisionStats>,
+}
+
+/// Compares `got` with the recipe-exact reference (for an implementation that declared
+/// `precision`: its output format sets the ULP statistics) and with the unquantised GEMM.
+/// `expected` must be [`Fp8Expected::of`] `case` for `passes`.
+pub fn compare_fp8(
+    case: &Fp8GemmCase,
+    passes: Passes,
+    precision: &Precision,
+    expected: &Fp8Expected,
+    got: &GemmOutputs,
+) -> Fp8Report {
+    let bound = Fp8Bound {
+        accumulation: case.recipe.accumulation,
+        output: case.gemm.out_dtype,
+    };
+    let recipe_exact = compare_outputs_with_bound(
+        &case.gemm,
+        passes,
+        precision,
+        &expected.recipe_exact,
+        got,
+        &|n| bound.at_len(n),
+    );
+    Fp8Report {
+        recipe_exact,
+        high_precision: high_precision(case, passes, &expected.high_precision, got),
+    }
+}

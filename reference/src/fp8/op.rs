@@ -1,0 +1,96 @@
+//! The FP8 grouped GEMM as an [`Op`]: its case ([`Fp8GemmCase`], whose recipe declares the
+//! accumulation model the bound is derived from, so an external implementation declares
+//! nothing more), both references computed once ([`Fp8Expected`]) and the two comparisons
+//! ([`compare_fp8`]). Its internals are the quantised operands an implementation used
+//! ([`Fp8Operands`]), for the quantisation and copy properties.
+
+use super::accum::{AccumModel, PROMOTE_INTERVAL};
+use super::case::Fp8GemmCase;
+use super::compare::{compare_fp8, Fp8Expected, Fp8Report};
+use super::gemm::{quantize_operands, Fp8Operands};
+use crate::format::Format;
+use crate::gemm::{Accumulator, GemmOutputs, Passes, Precision};
+use crate::op::{Comparison, Op};
+use crate::Error;
+
+/// The FP8 grouped GEMM (see the [module docs](super)).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Fp8Gemm;
+
+/// The declared precision of an FP8 case, for reports: the recipe's lhs format, an f32
+/// accumulator (in blocks of [`PROMOTE_INTERVAL`] under fast-promote), the case's output
+/// format. The bound itself is [`super::Fp8Bound`], from the recipe's accumulation model.
+pub fn fp8_precision(case: &Fp8GemmCase) -> Precision {
+    Precision {
+        input: case.recipe.lhs.format,
+        accumulator: Accumulator {
+            format: Format::F32,
+            block: match case.recipe.accumulation {
+                AccumModel::FastPromote => Some(PROMOTE_INTERVAL),
+                _ => None,
+            },
+        },
+        output: case.gemm.out_dtype,
+    }
+}
+
+impl Op for Fp8Gemm {
+    const NAME: &'static str = "fp8";
+    type Case = Fp8GemmCase;
+    type Ask = Passes;
+    /// Nothing: the recipe in the case declares the accumulation.
+    type Declaration = ();
+    type Precision = Precision;
+    type Outputs = GemmOutputs;
+    type Expected = Fp8Expected;
+    type Report = Fp8Report;
+    type Internals = Fp8Operands;
+
+    fn validate(case: &Fp8GemmCase, passes: Passes) -> Result<(), Error> {
+        case.validate(passes)
+    }
+
+    fn declared_precision(case: &Fp8GemmCase, _: &()) -> Precision {
+        fp8_precision(case)
+    }
+
+    /// The recipe's: the reference follows the recipe too (and passes any accumulation
+    /// model's bound).
+    fn reference_precision(case: &Fp8GemmCase) -> Precision {
+        fp8_precision(case)
+    }
+
+    fn expected(case: &Fp8GemmCase, passes: Passes) -> Result<Fp8Expected, Error> {
+        Fp8Expected::of(case, passes)
+    }
+
+    /// The GEMM of the recipe's dequantised operands.
+    fn reference_outputs(_: &Fp8GemmCase, _: Passes, expected: Fp8Expected) -> GemmOutputs {
+        expected.recipe_exact.value
+    }
+
+    fn compare(
+        case: &Fp8GemmCase,
+        passes: Passes,
+        precision: &Precision,
+        expected: &Fp8Expected,
+        got: &GemmOutputs,
+    ) -> Result<Fp8Report, Error> {
+        Ok(compare_fp8(case, passes, precision, expected, got))
+    }
+
+    /// The operands exactly as the recipe quantises them.
+    fn reference_internals(case: &Fp8GemmCase, passes: Passes) -> Option<Fp8Operands> {
+        Some(quantize_operands(case, passes))
+    }
+}
+
+/// The verdict is the recipe-exact comparison's; the high-precision one is information.
+impl Comparison for Fp8Report {
+    fn passed(&self) -> bool {
+        self.recipe_exact.passed()
+    }
+    fn first_failure(&self) -> Option<String> {
+        self.recipe_exact.first_failure()
+    }
+}

@@ -1,0 +1,151 @@
+//! The report of an FP8 grouped-GEMM check: the grouped GEMM's report of the recipe-exact
+//! comparison (the verdict), with the recipe and the comparison against the unquantised GEMM
+//! (information).
+//!
+//! JSON schema ([`Fp8Document`]): every field of the grouped GEMM's report
+//! ([`crate::gemm::GemmReport`]), flattened, for the recipe-exact comparison, plus `fp8`:
+//! `recipe` (the `case.json` `fp8` object), `verdict_from` (`"recipe-exact"`) and
+//! `high_precision` (per pass: `elements`, `rel_err`, `calc_diff`, `max_abs_err`,
+//! `outside_envelope`, `max_envelope_ratio`).
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::case::{Fp8Recipe, ScalingKind};
+use super::high_precision::HighPrecisionStats;
+use super::op::Fp8Gemm;
+use crate::gemm::{render_case, render_passes, Gemm, GemmReport};
+use crate::op::Verdict;
+use crate::report::{implementation_lines, verdict_line, Reported, RunInfo};
+
+/// The `--json` document of `moecheck gemm --dtype fp8` and of `moecheck check` on an FP8
+/// case.
+#[derive(Debug, Clone, Serialize)]
+pub struct Fp8Document {
+    #[serde(flatten)]
+    pub gemm: GemmReport,
+    pub fp8: Fp8Extra,
+}
+
+/// What an FP8 report adds to the grouped GEMM's.
+#[derive(Debug, Clone, Serialize)]
+pub struct Fp8Extra {
+    pub recipe: Fp8Recipe,
+    /// What the verdict is: the recipe-exact comparison.
+    pub verdict_from: &'static str,
+    /// Against the unquantised f64 GEMM, for information (never a verdict).
+    pub high_precision: Vec<HighPrecisionStats>,
+}
+
+impl Reported for Fp8Gemm {
+    type Document = Fp8Document;
+
+    fn document(run: &RunInfo<Fp8Gemm>) -> Fp8Document {
+        // The verdict of the recipe-exact comparison alone, as the grouped GEMM reports it.
+        let verdict = run.verdict.map(|v| match v {
+            Verdict::Pass(r) => Verdict::Pass(r.recipe_exact.clone()),
+            Verdict::Fail { report, reason } => Verdict::Fail {
+                report: report.recipe_exact.clone(),
+                reason: reason.clone(),
+            },
+            Verdict::RunFailed(e) => Verdict::RunFailed(e.clone()),
+            Verdict::BadInput(e) => Verdict::BadInput(e.clone()),
+        });
+        let gemm = <Gemm as Reported>::document(&RunInfo::<Gemm> {
+            implementation: run.implementation,
+            case: &run.case.gemm,
+            ask: run.ask,
+            expected: &run.expected.recipe_exact,
+            precision: run.precision,
+            verdict: verdict.as_ref(),
+            draws: run.draws,
+            reference_seconds: run.reference_seconds,
+        });
+        Fp8Document {
+            gemm,
+            fp8: Fp8Extra {
+                recipe: run.case.recipe,
+                verdict_from: "recipe-exact",
+                high_precision: run
+                    .report()
+                    .map_or_else(Vec::new, |r| r.high_precision.clone()),
+            },
+        }
+    }
+
+    /// The recipe, the grouped GEMM's table of the recipe-exact comparison, the table against
+    /// the unquantised GEMM, and the verdict.
+    fn render(doc: &Fp8Document) -> String {
+        let mut s = String::new();
+        render_recipe(&mut s, &doc.fp8.recipe);
+        let _ = writeln!(s, "verdict below: recipe-exact (the GEMM of the recipe's dequantised operands, bound from the accumulation model)");
+        let g = &doc.gemm;
+        implementation_lines(&mut s, &g.implementation, g.is_model);
+        render_case(&mut s, g);
+        if let Some(e) = &g.run_error {
+            let _ = writeln!(s, "run failed: {e}");
+        }
+        render_passes(&mut s, &g.passes);
+        render_high_precision(&mut s, &doc.fp8.high_precision);
+        verdict_line(&mut s, g.verdict);
+        s
+    }
+}
+
+/// `FP8 recipe: lhs e4m3 per Group, ...`.
+fn render_recipe(s: &mut String, r: &Fp8Recipe) {
+    let scaling = match r.scaling {
+        ScalingKind::Current => "current scaling".to_string(),
+        ScalingKind::Delayed {
+            history_len,
+            algo,
+            margin,
+        } => format!("delayed scaling (history {history_len}, {algo:?}, margin {margin})"),
+    };
+    let _ = writeln!(
+        s,
+        "FP8 recipe: lhs {} per {:?}, rhs {} per {:?}, dout {} per {:?}; {}; {}; accumulation {}",
+        r.lhs.format,
+        r.lhs.scope,
+        r.rhs.format,
+        r.rhs.scope,
+        r.dout.format,
+        r.dout.scope,
+        if r.saturate {
+            "saturating casts"
+        } else {
+            "IEEE casts"
+        },
+        scaling,
+        r.accumulation
+    );
+}
+
+/// One row per pass against the unquantised GEMM (nothing when there is none).
+fn render_high_precision(s: &mut String, hp: &[HighPrecisionStats]) {
+    if hp.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "against the unquantised f64 GEMM (information, not a verdict):"
+    );
+    let _ = writeln!(
+        s,
+        "{:<6} {:>11} {:>11} {:>11} {:>16} {:>12}",
+        "pass", "rel err", "calc_diff", "max|err|", "outside envelope", "max env ratio"
+    );
+    for h in hp {
+        let _ = writeln!(
+            s,
+            "{:<6} {:>11.3e} {:>11.3e} {:>11.3e} {:>16} {:>12.3}",
+            h.pass.name(),
+            h.rel_err,
+            h.calc_diff,
+            h.max_abs_err,
+            format!("{}/{}", h.outside_envelope, h.elements),
+            h.max_envelope_ratio
+        );
+    }
+}
