@@ -10,7 +10,6 @@ pub mod curves;
 pub mod fp8_cases;
 pub mod generate;
 pub mod impls;
-pub mod moe_report;
 pub mod npy;
 pub mod pipeline;
 pub mod progress;
@@ -19,7 +18,6 @@ pub mod registry;
 pub mod report;
 pub mod selftest;
 pub mod selftest_fp8;
-pub mod selftest_moe;
 
 pub use moecheck_properties as properties;
 pub use moecheck_reference as reference;

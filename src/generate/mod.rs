@@ -3,6 +3,8 @@
 //! the case's input format and derives from the seed alone.
 
 pub mod gemm;
+pub mod moe;
+pub mod route;
 
 /// A generator parameter that does not fit (the command names it as the flag `--param`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

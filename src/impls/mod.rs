@@ -3,18 +3,16 @@
 //!
 //! * Per operation, its CPU **model** of a kernel with planted bugs (`--impl emulate --inject
 //!   BUG`) and its GPU implementations, registered through [`crate::registry::Backends`]:
-//!   [`gemm`], [`emulate_fp8`], [`route_emulate`], [`moe_emulate`]. A model is never a GPU
+//!   [`gemm`], [`emulate_fp8`], [`route`], [`moe`]. A model is never a GPU
 //!   result.
 //! * [`exec`]: any external program, through the case-directory protocol, for every operation.
 
 pub mod emulate_fp8;
 pub mod exec;
 pub mod exec_fp8;
-pub mod exec_route;
 pub mod gemm;
-pub mod moe_emulate;
-pub mod moe_exec;
-pub mod route_emulate;
+pub mod moe;
+pub mod route;
 
 /// A defect that can be planted in an operation's CPU model (`--inject NAME`).
 pub trait PlantedBug: Copy + Eq + std::fmt::Debug + 'static {

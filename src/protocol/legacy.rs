@@ -191,10 +191,7 @@ pub fn read_outputs(
 }
 
 /// Reads a float32 or float64 array of the given shape, widened to f64.
-pub(crate) fn read_float<D: Dimension>(
-    path: &Path,
-    shape: &[usize],
-) -> Result<Array<f64, D>, ProtocolError> {
+fn read_float<D: Dimension>(path: &Path, shape: &[usize]) -> Result<Array<f64, D>, ProtocolError> {
     // f32 first: its size check (4-byte elements) is the weaker one, so an f64 file reaches
     // the element-type check and is then read as f64.
     match read_shaped::<f32, D>(path, shape) {
@@ -211,7 +208,7 @@ pub(crate) fn read_float<D: Dimension>(
     }
 }
 
-pub(crate) fn is_type_error(reason: &str) -> bool {
+fn is_type_error(reason: &str) -> bool {
     reason.contains("type") || reason.contains("descr")
 }
 
