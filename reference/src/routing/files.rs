@@ -14,6 +14,7 @@ use super::config::{Capacity, DropPolicy, GroupLimit, RoutingConfig, ScoreFuncti
 use super::op::Route;
 use super::route::RoutingCase;
 use crate::format::Format;
+use crate::gemm::read_group_sizes;
 use crate::protocol::{dims, FileError, Files, Protocol, Stored};
 
 /// The routing fields of `case.json`, the same for op `route` and op `moe_layer` (flattened
@@ -143,19 +144,6 @@ impl RouteOutputs {
     }
 }
 
-/// Reads `(E,)` non-negative kept counts from `group_sizes.npy`.
-fn read_sizes(files: &mut dyn Files, experts: usize) -> Result<Vec<usize>, FileError> {
-    let file = "group_sizes.npy";
-    let raw = files.int(file, &[experts])?;
-    raw.iter()
-        .enumerate()
-        .map(|(x, &v)| {
-            usize::try_from(v)
-                .map_err(|_| FileError::new(file, format!("expert {x} has negative size {v}")))
-        })
-        .collect()
-}
-
 impl Protocol for Route {
     const PROTOCOL_OP: &'static str = "route";
     type CaseJson = RouteJson;
@@ -245,7 +233,7 @@ impl Protocol for Route {
         let indices: Array2<usize> = raw.mapv(|v| v as usize);
         let weights = dims::<Ix2, _>("weights.npy", files.float("weights.npy", &[t, k])?.0)?;
         let kept = dims::<Ix2, _>("kept.npy", files.flags("kept.npy", &[t, k])?)?;
-        let group_sizes = read_sizes(files, e)?;
+        let group_sizes = read_group_sizes(files, "group_sizes.npy", e)?;
         Ok(RouteOutputs {
             indices,
             weights,
