@@ -1,0 +1,222 @@
+//! Running error analysis, one operation at a time: a value beside a bound on its error
+//! ([`Ev`], [`T2`] for arrays), the rules for products, sums, quotients, dot products,
+//! Lipschitz functions and grouped GEMMs (the module documentation of [`super`] states
+//! them), and the replay of the grouped SwiGLU FFN forward and backward.
+
+use ndarray::{Array2, Array3, ArrayView2, ArrayView3, Axis, Zip};
+
+use super::{FN_ULPS, SILU_GRAD_LIP, SILU_LIP};
+use crate::gemm::bound::gamma;
+use crate::gemm::{grouped_dgrad, grouped_fwd, grouped_wgrad};
+use crate::moe::layer::{silu, silu_grad};
+
+/// A value and a bound on its error.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Ev {
+    pub(super) v: f64,
+    pub(super) e: f64,
+}
+
+impl Ev {
+    pub(super) fn exact(v: f64) -> Ev {
+        Ev { v, e: 0.0 }
+    }
+    pub(super) fn mag(self) -> f64 {
+        self.v.abs() + self.e
+    }
+    pub(super) fn mul(self, o: Ev, u: f64) -> Ev {
+        Ev {
+            v: self.v * o.v,
+            e: self.v.abs() * o.e + self.e * o.v.abs() + self.e * o.e + u * self.mag() * o.mag(),
+        }
+    }
+    pub(super) fn add(self, o: Ev, u: f64) -> Ev {
+        Ev {
+            v: self.v + o.v,
+            e: self.e + o.e + u * (self.mag() + o.mag()),
+        }
+    }
+    pub(super) fn sub(self, o: Ev, u: f64) -> Ev {
+        self.add(Ev { v: -o.v, e: o.e }, u)
+    }
+    /// `self / d` with `d.e < |d.v|`.
+    pub(super) fn div(self, d: Ev, u: f64) -> Ev {
+        let q = self.v / d.v;
+        let e = (self.e + q.abs() * d.e) / (d.v.abs() - d.e).max(f64::MIN_POSITIVE);
+        Ev {
+            v: q,
+            e: e + u * (q.abs() + e),
+        }
+    }
+    /// `Σ a_i·b_i` of depth `n = pairs.len()`.
+    pub(super) fn dot(pairs: &[(Ev, Ev)], u: f64) -> Ev {
+        let g = gamma(pairs.len(), u);
+        let mut v = 0.0;
+        let mut e = 0.0;
+        let mut m = 0.0;
+        for (a, b) in pairs {
+            v += a.v * b.v;
+            e += a.v.abs() * b.e + a.e * b.v.abs() + a.e * b.e;
+            m += a.mag() * b.mag();
+        }
+        Ev { v, e: e + g * m }
+    }
+}
+
+/// An array with its error bound.
+#[derive(Debug, Clone)]
+pub(super) struct T2 {
+    pub(super) v: Array2<f64>,
+    pub(super) e: Array2<f64>,
+}
+
+impl T2 {
+    pub(super) fn exact(v: Array2<f64>) -> T2 {
+        let e = Array2::zeros(v.dim());
+        T2 { v, e }
+    }
+    pub(super) fn mag(&self) -> Array2<f64> {
+        &self.v.mapv(f64::abs) + &self.e
+    }
+    pub(super) fn at(&self, i: usize, j: usize) -> Ev {
+        Ev {
+            v: self.v[(i, j)],
+            e: self.e[(i, j)],
+        }
+    }
+    pub(super) fn zip(&self, o: &T2, f: impl Fn(Ev, Ev) -> Ev) -> T2 {
+        let mut v = Array2::zeros(self.v.dim());
+        let mut e = Array2::zeros(self.v.dim());
+        Zip::indexed(&mut v).and(&mut e).for_each(|(i, j), vv, ee| {
+            let r = f(self.at(i, j), o.at(i, j));
+            *vv = r.v;
+            *ee = r.e;
+        });
+        T2 { v, e }
+    }
+    pub(super) fn map(&self, f: impl Fn(Ev) -> Ev) -> T2 {
+        self.zip(self, |a, _| f(a))
+    }
+    /// Rounding to the output format.
+    pub(super) fn output(&self, u_out: f64) -> Array2<f64> {
+        &self.e + &(self.mag() * u_out)
+    }
+}
+
+/// A Lipschitz function evaluated with `FN_ULPS` relative error.
+pub(super) fn lip(a: Ev, value: f64, lip: f64, u: f64) -> Ev {
+    let e = lip * a.e;
+    Ev {
+        v: value,
+        e: e + FN_ULPS * u * (value.abs() + e),
+    }
+}
+
+/// `lhs (M, K) · rhs_g (K, N)` per group, `rhs` exact: depth `K`.
+pub(super) fn g_fwd(lhs: &T2, rhs: ArrayView3<f64>, off: &[usize], u: f64) -> T2 {
+    let g = gamma(lhs.v.ncols(), u);
+    let abs_r = rhs.mapv(f64::abs);
+    let v = grouped_fwd(lhs.v.view(), rhs, off);
+    let e = grouped_fwd(lhs.e.view(), abs_r.view(), off) * (1.0 + g)
+        + grouped_fwd(lhs.v.mapv(f64::abs).view(), abs_r.view(), off) * g;
+    T2 { v, e }
+}
+
+/// `dout (M, N) · rhs_gᵀ` per group, `rhs` exact: depth `N`.
+pub(super) fn g_dgrad(dout: &T2, rhs: ArrayView3<f64>, off: &[usize], u: f64) -> T2 {
+    let g = gamma(dout.v.ncols(), u);
+    let abs_r = rhs.mapv(f64::abs);
+    let v = grouped_dgrad(dout.v.view(), rhs, off);
+    let e = grouped_dgrad(dout.e.view(), abs_r.view(), off) * (1.0 + g)
+        + grouped_dgrad(dout.v.mapv(f64::abs).view(), abs_r.view(), off) * g;
+    T2 { v, e }
+}
+
+/// `lhs_gᵀ · dout_g` per group: depth = the group's size.
+pub(super) fn g_wgrad(lhs: &T2, dout: &T2, off: &[usize], u: f64) -> (Array3<f64>, Array3<f64>) {
+    let v = grouped_wgrad(lhs.v.view(), dout.v.view(), off);
+    let (al, ad) = (lhs.v.mapv(f64::abs), dout.v.mapv(f64::abs));
+    let mut e = grouped_wgrad(al.view(), dout.e.view(), off)
+        + grouped_wgrad(lhs.e.view(), ad.view(), off)
+        + grouped_wgrad(lhs.e.view(), dout.e.view(), off);
+    let m = grouped_wgrad(lhs.mag().view(), dout.mag().view(), off);
+    for (gi, mut eg) in e.outer_iter_mut().enumerate() {
+        let g = gamma(off[gi + 1] - off[gi], u);
+        eg.scaled_add(g, &m.index_axis(Axis(0), gi));
+    }
+    (v, e)
+}
+
+/// The replayed grouped SwiGLU FFN and its backward: `(y, dx, dW0, dW1, dWo)` with errors.
+pub(super) struct FfnReplay {
+    pub(super) y: T2,
+    pub(super) xp: T2,
+    pub(super) a: T2,
+    pub(super) b: T2,
+    pub(super) act: T2,
+    pub(super) h: T2,
+}
+
+pub(super) fn ffn_fwd(
+    xp: T2,
+    w0: ArrayView3<f64>,
+    w1: ArrayView3<f64>,
+    wo: ArrayView3<f64>,
+    off: &[usize],
+    u: f64,
+) -> FfnReplay {
+    let a = g_fwd(&xp, w0, off, u);
+    let b = g_fwd(&xp, w1, off, u);
+    let act = a.map(|x| lip(x, silu(x.v), SILU_LIP, u));
+    let h = act.zip(&b, |p, q| p.mul(q, u));
+    let y = g_fwd(&h, wo, off, u);
+    FfnReplay {
+        y,
+        xp,
+        a,
+        b,
+        act,
+        h,
+    }
+}
+
+pub(super) type Grads3 = (
+    T2,
+    (Array3<f64>, Array3<f64>),
+    (Array3<f64>, Array3<f64>),
+    (Array3<f64>, Array3<f64>),
+);
+
+pub(super) fn ffn_bwd(
+    f: &FfnReplay,
+    dy: &T2,
+    w0: ArrayView3<f64>,
+    w1: ArrayView3<f64>,
+    wo: ArrayView3<f64>,
+    off: &[usize],
+    u: f64,
+) -> Grads3 {
+    let dh = g_dgrad(dy, wo, off, u);
+    let dwo = g_wgrad(&f.h, dy, off, u);
+    let sg = f.a.map(|x| lip(x, silu_grad(x.v), SILU_GRAD_LIP, u));
+    let da = dh
+        .zip(&f.b, |p, q| p.mul(q, u))
+        .zip(&sg, |p, q| p.mul(q, u));
+    let db = dh.zip(&f.act, |p, q| p.mul(q, u));
+    let dxa = g_dgrad(&da, w0, off, u);
+    let dxb = g_dgrad(&db, w1, off, u);
+    let dx = dxa.zip(&dxb, |p, q| p.add(q, u));
+    let dw0 = g_wgrad(&f.xp, &da, off, u);
+    let dw1 = g_wgrad(&f.xp, &db, off, u);
+    (dx, dw0, dw1, dwo)
+}
+
+/// The dense product `a (M, K) · b (K, N)` with `b` exact.
+pub(super) fn mm_exact_rhs(a: &T2, b: ArrayView2<f64>, u: f64) -> T2 {
+    let g = gamma(a.v.ncols(), u);
+    let ab = b.mapv(f64::abs);
+    T2 {
+        v: a.v.dot(&b),
+        e: a.e.dot(&ab) * (1.0 + g) + a.v.mapv(f64::abs).dot(&ab) * g,
+    }
+}
