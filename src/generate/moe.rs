@@ -54,11 +54,8 @@ impl MoeSpec {
             }
         }
         if !matches!(self.dtype, Format::Bf16 | Format::F32 | Format::F16) {
-            anyhow::bail!(ParamError::new(
-                "dtype",
-                format!("{}: expected bf16, f16 or f32", self.dtype)
-            )
-            .as_flag());
+            let why = format!("expected bf16, f16 or f32, got {}", self.dtype);
+            anyhow::bail!(ParamError::new("dtype", why).as_flag());
         }
         self.routing
             .validate(self.tokens, self.experts)

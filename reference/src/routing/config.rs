@@ -191,7 +191,7 @@ impl RoutingConfig {
             }
             match (c.policy, c.seq_len) {
                 (DropPolicy::Probs, Some(_)) => {
-                    return bad("seq_len", "only applies to drop_policy position".into())
+                    return bad("seq_len", "only applies to the position drop policy".into())
                 }
                 (DropPolicy::Position, Some(0)) => {
                     return bad("seq_len", "must be at least 1".into())
