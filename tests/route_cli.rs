@@ -4,20 +4,13 @@
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
+use moecheck_reference::seed::mix;
 use ndarray::{Array1, Array2};
 use ndarray_npy::{read_npy, write_npy};
 use predicates::prelude::*;
 
 fn moecheck() -> Command {
     Command::cargo_bin("moecheck").expect("binary built")
-}
-
-/// splitmix64, for seeded test logits.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// Logits `(t, e)`: integers in `-max..=max` times `step`, from `seed` (grid values: ties are
