@@ -8,7 +8,6 @@
 pub mod cuda;
 pub mod generate;
 pub mod impls;
-pub mod moe_report;
 pub mod npy;
 pub mod pipeline;
 pub mod progress;
@@ -16,7 +15,6 @@ pub mod protocol;
 pub mod registry;
 pub mod report;
 pub mod selftest;
-pub mod selftest_moe;
 
 pub use moecheck_curves as curves;
 pub use moecheck_properties as properties;

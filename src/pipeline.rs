@@ -146,6 +146,17 @@ pub fn write_dump<O: Protocol>(
     Ok(())
 }
 
+/// Writes `outputs` into `dir` (created if needed); errors name `flag DIR`.
+pub fn write_outputs<O: Protocol>(
+    dir: &Path,
+    outputs: &O::Outputs,
+    flag: &str,
+) -> anyhow::Result<()> {
+    let flag = || format!("{flag} {}", dir.display());
+    std::fs::create_dir_all(dir).with_context(flag)?;
+    protocol::write_outputs::<O>(dir, outputs).with_context(flag)
+}
+
 /// The report of `run`.
 pub fn report<O: Reported>(run: &Run<O>) -> RunReport<O> {
     let (implementation, verdict) = match &run.checked {

@@ -8,14 +8,14 @@
 use moecheck_properties::{check, Outcome, PropertyOp, RunConfig};
 use moecheck_reference::fp8::Fp8Gemm;
 use moecheck_reference::gemm::Gemm;
+use moecheck_reference::moe::MoeLayer;
 use moecheck_reference::op::VerdictKind;
+use moecheck_reference::routing::Route;
 use serde::Serialize;
 
-use crate::impls::route_emulate::{RouteBug, RouteEmulate};
 use crate::impls::PlantedBug;
 use crate::registry::Backends;
 use crate::report::Report;
-use moecheck_properties::routing::{all_route, check_route};
 
 /// One property against one implementation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -197,33 +197,6 @@ pub(crate) fn cell(property: &str, outcome: Outcome) -> Cell {
     }
 }
 
-fn route_row(bug: Option<RouteBug>, config: &RunConfig) -> Row {
-    let imp = RouteEmulate::with_bug(bug);
-    Row {
-        bug: bug.map(|b| b.name().to_string()),
-        implementation: moecheck_reference::routing::Router::name(&imp),
-        description: bug
-            .map_or("the correct model", |b| b.description())
-            .to_string(),
-        cells: all_route()
-            .iter()
-            .map(|p| cell(p.name, check_route(p, &imp, config)))
-            .collect(),
-    }
-}
-
-/// The routing section: every routing property against the correct routing model and each
-/// planted [`RouteBug`].
-pub fn routing_section(config: &RunConfig) -> Section {
-    let properties = all_route().iter().map(|p| p.name.to_string()).collect();
-    let correct = route_row(None, config);
-    let bugs = RouteBug::ALL
-        .iter()
-        .map(|&b| route_row(Some(b), config))
-        .collect();
-    Section::new("routing", properties, correct, bugs)
-}
-
 /// One model (correct, or with `bug` planted) against every property of `O`.
 fn row<O: PropertyOp + Backends>(bug: Option<O::Bug>, config: &RunConfig) -> Row {
     let imp = O::emulate(bug).expect("selftest runs operations that have a CPU model");
@@ -257,8 +230,8 @@ pub fn run(cases: usize, seed: u64) -> SelftestReport {
     let sections = vec![
         section::<Gemm>("grouped gemm", &config),
         section::<Fp8Gemm>("fp8", &config),
-        routing_section(&config),
-        crate::selftest_moe::section(&config),
+        section::<Route>("routing", &config),
+        section::<MoeLayer>("moe layer", &config),
     ];
     let ok = sections.iter().all(|s| s.ok);
     SelftestReport {
@@ -307,8 +280,8 @@ mod tests {
 
     #[test]
     fn routing_section_catches_every_routing_bug() {
-        let section = routing_section(&RunConfig::new(32, 7));
-        assert_eq!(section.bugs.len(), RouteBug::ALL.len());
+        let section = section::<Route>("routing", &RunConfig::new(32, 7));
+        assert_eq!(section.bugs.len(), <Route as Backends>::Bug::ALL.len());
         assert!(section.ok, "{}", section.render(32, 7));
         assert!(section.render(32, 7).contains("routing: ok"));
     }

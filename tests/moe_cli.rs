@@ -266,3 +266,138 @@ fn jax_adapter_agrees_with_the_reference() {
             .stdout(predicate::str::contains("verdict: PASS"));
     }
 }
+
+/// `--dump` runs the implementation once and dumps the outputs that were checked: an exec:
+/// program (a wrapper around the JAX adapter that counts its runs and keeps a copy of what
+/// it wrote) runs exactly once, the dumped outputs equal its outputs bit for bit, and
+/// `moecheck check` re-verifies the directory.
+#[test]
+fn dump_runs_the_program_once_and_dumps_the_checked_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let counter = dir.path().join("runs");
+    let kept = dir.path().join("written");
+    std::fs::create_dir(&kept).unwrap();
+    let adapter = std::env::current_dir()
+        .unwrap()
+        .join("examples/adapters/jax_moe_layer.py");
+    let wrapper = dir.path().join("counted.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho run >> '{}'\npython3 '{}' --f64 \"$1\" || exit $?\ncp \"$1\"/*.npy '{}'/\n",
+            counter.display(),
+            adapter.display(),
+            kept.display()
+        ),
+    )
+    .unwrap();
+    let d = dir.path().join("case");
+    let imp = format!("exec:sh {}", wrapper.display());
+    small(&[
+        "--impl",
+        &imp,
+        "--compute",
+        "f64",
+        "--out-dtype",
+        "f64",
+        "--shared-ffn",
+        "3",
+        "--capacity-factor",
+        "0.75",
+        "--drop-policy",
+        "probs",
+        "--dump",
+        d.to_str().unwrap(),
+    ])
+    .assert()
+    .code(0)
+    .stdout(predicate::str::contains("verdict: PASS"));
+    let runs = std::fs::read_to_string(&counter).unwrap();
+    assert_eq!(
+        runs.lines().count(),
+        1,
+        "the program ran {} times",
+        runs.lines().count()
+    );
+    for name in [
+        "out",
+        "dx",
+        "dw_router",
+        "dw0",
+        "dw1",
+        "dwo",
+        "dshared_w0",
+        "dshared_w1",
+        "dshared_wo",
+    ] {
+        let file = format!("{name}.npy");
+        let dumped: ndarray::ArrayD<f64> = ndarray_npy::read_npy(d.join(&file)).unwrap();
+        let written: ndarray::ArrayD<f64> = ndarray_npy::read_npy(kept.join(&file)).unwrap();
+        assert_eq!(dumped.shape(), written.shape(), "{file}");
+        assert!(
+            dumped
+                .iter()
+                .zip(&written)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{file}: the dumped outputs are not the ones the program wrote"
+        );
+    }
+    Command::cargo_bin("moecheck")
+        .unwrap()
+        .args([
+            "check",
+            d.to_str().unwrap(),
+            "--compute",
+            "f64",
+            "--out-dtype",
+            "f64",
+        ])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("verdict: PASS"));
+}
+
+/// A dumped case with the model's outputs passes `moecheck check`; a tampered gradient fails.
+#[test]
+fn dumped_layer_case_is_rechecked_and_tampering_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("case");
+    small(&["--bias", "--dump", d.to_str().unwrap()])
+        .assert()
+        .code(0);
+    let check = || {
+        let mut c = Command::cargo_bin("moecheck").unwrap();
+        c.args(["check", d.to_str().unwrap()]);
+        c
+    };
+    check().assert().code(0);
+    let p = d.join("dw_router.npy");
+    let mut g: ndarray::Array2<f64> = ndarray_npy::read_npy(&p).unwrap();
+    g[[1, 2]] += 1e-3;
+    ndarray_npy::write_npy(&p, &g).unwrap();
+    check()
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("dw_router   FAIL"));
+}
+
+/// `--compute` and `--out-dtype` declare an exec: implementation's precision; a built-in
+/// implementation declares its own, so with one they are refused (exit 2).
+#[test]
+fn declaration_flags_need_an_exec_implementation() {
+    for (args, needle) in [
+        (vec!["--compute", "bf16"], "--compute"),
+        (
+            vec!["--impl", "reference", "--out-dtype", "f64"],
+            "--out-dtype",
+        ),
+    ] {
+        let out = moe(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(needle) && err.contains("declares its own"),
+            "{args:?}: {err}"
+        );
+    }
+}

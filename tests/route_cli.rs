@@ -4,20 +4,13 @@
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
+use moecheck_reference::seed::mix;
 use ndarray::{Array1, Array2};
 use ndarray_npy::{read_npy, write_npy};
 use predicates::prelude::*;
 
 fn moecheck() -> Command {
     Command::cargo_bin("moecheck").expect("binary built")
-}
-
-/// splitmix64, for seeded test logits.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// Logits `(t, e)`: integers in `-max..=max` times `step`, from `seed` (grid values: ties are
@@ -486,4 +479,130 @@ fn jax_route_adapter_agrees_with_the_reference() {
             .code(0)
             .stdout(predicate::str::contains("verdict: PASS"));
     }
+}
+
+/// `--dump` with an implementation writes the outputs that were checked: `moecheck check`
+/// re-verifies the directory, and tampered outputs fail it.
+#[test]
+fn dumped_route_case_is_rechecked_and_tampering_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = grid(16, 8, 8, 0.25, 5);
+    l.column_mut(2).mapv_inplace(|v| v + 6.0);
+    let logits = save(dir.path(), "l.npy", &l);
+    let bias = save(
+        dir.path(),
+        "b.npy",
+        &Array1::from_shape_fn(8, |i| (i % 3) as f32 * 0.25),
+    );
+    let d = dir.path().join("case");
+    moecheck()
+        .args(["route", "--logits", s(&logits), "--bias", s(&bias)])
+        .args([
+            "--topk",
+            "2",
+            "--score",
+            "sigmoid",
+            "--scaling-factor",
+            "2.5",
+        ])
+        .args(["--capacity-factor", "1.0", "--drop-policy", "probs"])
+        .args(["--impl", "emulate", "--dump", s(&d)])
+        .assert()
+        .code(0);
+    for f in [
+        "case.json",
+        "logits.npy",
+        "bias.npy",
+        "indices.npy",
+        "weights.npy",
+    ] {
+        assert!(d.join(f).is_file(), "{f} missing");
+    }
+    moecheck()
+        .args(["check", s(&d)])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("implementation: outputs in"))
+        .stdout(predicate::str::contains("verdict: PASS"));
+    // A kept weight off by 1e-3 (relative), then an index moved to another expert.
+    let w_path = d.join("weights.npy");
+    let w: Array2<f64> = read_npy(&w_path).unwrap();
+    let kept: Array2<u8> = read_npy(d.join("kept.npy")).unwrap();
+    let (at, _) = kept.indexed_iter().find(|(_, k)| **k == 1).unwrap();
+    let mut bad = w.clone();
+    bad[at] *= 1.001;
+    write_npy(&w_path, &bad).unwrap();
+    moecheck()
+        .args(["check", s(&d), "--json"])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("\"verdict\": \"fail\""))
+        .stdout(predicate::str::contains("weights"));
+    write_npy(&w_path, &w).unwrap();
+    let i_path = d.join("indices.npy");
+    let mut idx: Array2<i32> = read_npy(&i_path).unwrap();
+    idx[[0, 0]] = (idx[[0, 0]] + 1) % 8;
+    write_npy(&i_path, &idx).unwrap();
+    moecheck()
+        .args(["check", s(&d)])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("indices[0]"))
+        .stdout(predicate::str::contains("verdict: FAIL"));
+    idx[[0, 0]] = 8;
+    write_npy(&i_path, &idx).unwrap();
+    moecheck()
+        .args(["check", s(&d)])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("indices.npy"));
+}
+
+/// `--compute` declares an exec: implementation's format: with a built-in implementation,
+/// or without one, it is refused (exit 2) instead of silently ignored.
+#[test]
+fn compute_is_refused_where_nothing_declares_it() {
+    let base = [
+        "route", "--topk", "2", "--score", "softmax", "--tokens", "8",
+    ];
+    for (extra, needle) in [
+        (vec!["--impl", "emulate", "--compute", "bf16"], "--compute"),
+        (vec!["--impl", "reference", "--compute", "f64"], "--compute"),
+        (vec!["--compute", "f64"], "--compute"),
+        (vec!["--inject", "capacity-off-by-one"], "--inject"),
+        (vec!["--timeout", "5"], "--timeout"),
+    ] {
+        moecheck()
+            .args(base)
+            .args(&extra)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(needle));
+    }
+}
+
+/// Without `--impl` the run is the reference's alone: no verdict line, exit 0, `"done"`.
+#[test]
+fn reference_only_run_is_done() {
+    let out = moecheck()
+        .args([
+            "route", "--topk", "2", "--score", "softmax", "--tokens", "8",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("group sizes:") && !text.contains("verdict"),
+        "{text}"
+    );
+    let out = moecheck()
+        .args([
+            "route", "--topk", "2", "--score", "softmax", "--tokens", "8", "--json",
+        ])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["verdict"], "done");
+    assert!(v["implementation"].is_null());
 }

@@ -1,13 +1,13 @@
 //! Every routing property holds for the reference itself.
 
-use moecheck_properties::routing::{all_route, check_route};
-use moecheck_properties::RunConfig;
-use moecheck_reference::routing::ReferenceRouter;
+use moecheck_properties::{check, PropertyOp, RunConfig};
+use moecheck_reference::op::Reference;
+use moecheck_reference::routing::Route;
 
 #[test]
 fn reference_router_passes_every_routing_property() {
-    for p in all_route() {
-        let out = check_route(&p, &ReferenceRouter, &RunConfig::default());
+    for p in Route::properties() {
+        let out = check(&p, &Reference, &RunConfig::default());
         assert!(out.passed(), "{}: {out:?}", p.name);
     }
 }

@@ -39,7 +39,8 @@ pub enum Error {
         what: &'static str,
     },
     /// A routing parameter or input that the routing reference refuses; `what` names the
-    /// flag or input (`--topk`, `--groups`, `logits`, `bias`, …) as the CLI spells it.
+    /// parameter as `case.json` spells it (`topk`, `topk_groups`, `seq_len`, …) or the input
+    /// (`logits`, `bias`). The CLI turns a parameter into its flag.
     #[error("{what}: {reason}")]
     InvalidRouting { what: &'static str, reason: String },
     /// An unknown format name.

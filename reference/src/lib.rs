@@ -9,7 +9,7 @@
 //! * [`fp8`]: FP8 current (and delayed) scaling as Transformer Engine does it, the FP8
 //!   grouped GEMM's recipe-exact reference and the accumulation models of its bound.
 //! * [`routing`]: MoE routing (score functions, DeepSeek-V3 group-limited top-k, capacity
-//!   dropping), in f64, with the routing implementation trait.
+//!   dropping), in f64, the weight bound and the comparison.
 //! * [`moe`]: the whole MoE layer (permute, SwiGLU experts, combine, shared expert), its
 //!   hand-written VJP, the dense formulation, finite differences and the layer error bound.
 //! * [`op`]: the one vocabulary every operation above speaks — the [`op::Op`] trait, the

@@ -3,9 +3,10 @@
 
 use approx::assert_relative_eq;
 use moecheck_reference::format::Format;
+use moecheck_reference::op::Op;
 use moecheck_reference::routing::{
-    compare_routing, route, Capacity, DropPolicy, GroupLimit, RouteOutputs, RoutePrecision,
-    RoutingCase, RoutingConfig, ScoreFunction,
+    route, Capacity, DropPolicy, GroupLimit, Route, RouteOutputs, RoutePrecision, RouteReport,
+    Routing, RoutingCase, RoutingConfig, ScoreFunction,
 };
 use ndarray::{array, Array2};
 
@@ -21,6 +22,16 @@ const F32: RoutePrecision = RoutePrecision {
     compute: Format::F32,
     output: Format::F32,
 };
+
+/// The reference's own outputs for `c`, as an implementation returns them.
+fn outputs(c: &RoutingCase, r: &Routing) -> RouteOutputs {
+    Route::reference_outputs(c, (), r.clone())
+}
+
+/// The comparison of `got` with the reference `r` of `c`, for an f32 implementation.
+fn compare(c: &RoutingCase, r: &Routing, got: &RouteOutputs) -> RouteReport {
+    Route::compare(c, (), &F32, r, got).expect("a valid case")
+}
 
 #[test]
 fn softmax_then_topk_keeps_the_full_softmax_probabilities() {
@@ -101,11 +112,11 @@ fn weight_bound_accepts_f32_rounding_and_rejects_a_real_error() {
         RoutingConfig::new(4, ScoreFunction::Softmax),
     );
     let r = route(&c).unwrap();
-    let mut got = RouteOutputs::from_routing(&r);
+    let mut got = outputs(&c, &r);
     got.weights.mapv_inplace(|w| w as f32 as f64);
-    assert!(compare_routing(&c, &r, &got, F32).passed());
+    assert!(compare(&c, &r, &got).passed());
     got.weights[[3, 1]] *= 1.0 + 1e-4;
-    let rep = compare_routing(&c, &r, &got, F32);
+    let rep = compare(&c, &r, &got);
     assert_eq!(rep.weight_failures, 1);
     assert!(rep.first_failure().unwrap().starts_with("weights[3, 1]"));
 }
@@ -118,10 +129,10 @@ fn index_mismatch_says_whether_it_is_a_near_tie() {
     );
     let r = route(&near).unwrap();
     assert_eq!(r.indices[[0, 0]], 1);
-    let mut got = RouteOutputs::from_routing(&r);
+    let mut got = outputs(&near, &r);
     got.indices[[0, 0]] = 0;
     got.group_sizes = vec![1, 0, 0];
-    let rep = compare_routing(&near, &r, &got, F32);
+    let rep = compare(&near, &r, &got);
     assert!(!rep.passed());
     assert!(
         rep.first_failure().unwrap().contains("near-tie"),
@@ -133,14 +144,14 @@ fn index_mismatch_says_whether_it_is_a_near_tie() {
         RoutingConfig::new(1, ScoreFunction::Sigmoid),
     );
     let r = route(&far).unwrap();
-    let mut got = RouteOutputs::from_routing(&r);
+    let mut got = outputs(&far, &r);
     got.indices[[0, 0]] = 0;
-    let rep = compare_routing(&far, &r, &got, F32);
+    let rep = compare(&far, &r, &got);
     assert!(!rep.first_failure().unwrap().contains("near-tie"));
 }
 
 #[test]
-fn invalid_configurations_name_the_flag() {
+fn invalid_configurations_name_the_parameter() {
     let l = Array2::zeros((4, 8));
     let mut cfg = RoutingConfig::new(2, ScoreFunction::Softmax);
     cfg.groups = Some(GroupLimit {
@@ -148,7 +159,7 @@ fn invalid_configurations_name_the_flag() {
         topk_groups: 1,
     });
     let e = route(&case(l.clone(), cfg)).unwrap_err().to_string();
-    assert!(e.starts_with("--groups"), "{e}");
+    assert!(e.starts_with("groups:"), "{e}");
     let mut nan = l.clone();
     nan[[1, 2]] = f64::NAN;
     let e = route(&case(nan, RoutingConfig::new(2, ScoreFunction::Softmax)))
@@ -172,20 +183,20 @@ fn probs_boundary_between_equal_weights_is_a_near_tie_not_a_failure() {
     let tie = case(array![[1.0, 0.0], [1.0, 0.0]], cfg());
     let r = route(&tie).unwrap();
     assert_eq!(r.kept, array![[true], [false]]);
-    let mut got = RouteOutputs::from_routing(&r);
+    let mut got = outputs(&tie, &r);
     got.kept = array![[false], [true]];
     got.weights = array![[0.0], [r.weights[[1, 0]]]];
-    let rep = compare_routing(&tie, &r, &got, F32);
+    let rep = compare(&tie, &r, &got);
     assert!(rep.passed(), "{:?}", rep.first_failure());
     assert_eq!(rep.near_tie_assignments, 2);
     // A clear winner (token 1's weight is larger) decided the other way is a failure.
     let clear = case(array![[1.0, 0.0], [2.0, 0.0]], cfg());
     let r = route(&clear).unwrap();
     assert_eq!(r.kept, array![[false], [true]]);
-    let mut got = RouteOutputs::from_routing(&r);
+    let mut got = outputs(&clear, &r);
     got.kept = array![[true], [false]];
     got.weights = array![[r.weights[[0, 0]]], [0.0]];
-    let rep = compare_routing(&clear, &r, &got, F32);
+    let rep = compare(&clear, &r, &got);
     assert!(!rep.passed());
     assert_eq!(rep.near_tie_assignments, 0);
 }

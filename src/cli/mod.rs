@@ -9,6 +9,7 @@ mod gemm;
 mod gemm_fp8;
 mod moe;
 mod route;
+mod routing_flags;
 mod selftest;
 
 use std::process::ExitCode;
@@ -55,10 +56,10 @@ pub enum Command {
     /// Route tokens to experts (softmax / topk-softmax / sigmoid, DeepSeek-V3 groups and bias,
     /// capacity dropping) with the f64 reference, write the result as .npy, and optionally
     /// check an implementation against it.
-    Route(route::RouteArgs),
+    Route(route::RouteFlags),
     /// Check a whole MoE layer (router, routing, permute, SwiGLU experts, combine, shared
     /// expert): the output and every gradient against the f64 reference and its derived bound.
-    Moe(moe::MoeArgsCli),
+    Moe(moe::MoeFlags),
 }
 
 pub fn run() -> anyhow::Result<ExitCode> {

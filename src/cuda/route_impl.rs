@@ -1,5 +1,5 @@
-//! `moecheck route --impl cuda`: kernels/routing.cu ([`super::routing::route`]) as a
-//! [`Router`].
+//! `moecheck route --impl cuda`: kernels/routing.cu ([`super::routing::route`]) as an
+//! implementation of [`Route`].
 //!
 //! The case's logits and bias (f32 values widened to f64) are narrowed back to f32 exactly and
 //! routed on device 0. Declared precision: f32 compute and f32 output. The kernels compute
@@ -9,13 +9,14 @@
 //! f32 declaration covers it. Index near-ties (selection scores equal within the f32 bound) may
 //! legitimately be ordered the other way than the f64 reference; the comparison reports them
 //! and does not fail on them. Supported: the three score functions, group-limited top-k, the
-//! position capacity policy; the probs policy and a non-default `ε` are refused.
+//! position capacity policy; the probs policy is refused before it runs
+//! ([`Implementation::supports`]), a non-default `ε` when it runs.
 
 use moecheck_reference::format::Format;
-use moecheck_reference::op::RunError;
+use moecheck_reference::op::{Implementation, RunError};
 use moecheck_reference::routing::{
-    position_capacity, DropPolicy, RouteOutputs, RoutePrecision, Router, RoutingCase,
-    ScoreFunction, NORM_EPS,
+    position_capacity, DropPolicy, Route, RouteOutputs, RoutePrecision, RoutingCase, ScoreFunction,
+    NORM_EPS,
 };
 use ndarray::Array2;
 
@@ -108,7 +109,7 @@ pub fn outputs_of(r: &Routed, t: usize, k: usize, e: usize) -> Result<RouteOutpu
     })
 }
 
-impl Router for CudaRouter {
+impl Implementation<Route> for CudaRouter {
     fn name(&self) -> String {
         "cuda".into()
     }
@@ -118,7 +119,16 @@ impl Router for CudaRouter {
     fn precision(&self, _case: &RoutingCase) -> RoutePrecision {
         PRECISION
     }
-    fn route(&self, case: &RoutingCase) -> Result<RouteOutputs, RunError> {
+    /// The kernels implement the position capacity policy only.
+    fn supports(&self, case: &RoutingCase, _: ()) -> Result<(), String> {
+        match case.config.capacity {
+            Some(cap) if cap.policy == DropPolicy::Probs => {
+                Err("--drop-policy probs: --impl cuda implements the position policy only".into())
+            }
+            _ => Ok(()),
+        }
+    }
+    fn run(&self, case: &RoutingCase, _: ()) -> Result<RouteOutputs, RunError> {
         let p = params_of(case).map_err(RunError)?;
         let (t, e) = (case.tokens(), case.experts());
         let logits: Vec<f32> = case.logits.iter().map(|&x| x as f32).collect();

@@ -4,6 +4,8 @@
 
 pub mod fp8;
 pub mod gemm;
+pub mod moe;
+pub mod route;
 
 /// A generator parameter that does not fit (the command names it as the flag `--param`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -3,17 +3,15 @@
 //!
 //! * Per operation, its CPU **model** of a kernel with planted bugs (`--impl emulate --inject
 //!   BUG`) and its GPU implementations, registered through [`crate::registry::Backends`]:
-//!   [`gemm`], [`fp8`], [`route_emulate`], [`moe_emulate`]. A model is never a GPU
+//!   [`gemm`], [`fp8`], [`route`], [`moe`]. A model is never a GPU
 //!   result.
 //! * [`exec`]: any external program, through the case-directory protocol, for every operation.
 
 pub mod exec;
-pub mod exec_route;
 pub mod fp8;
 pub mod gemm;
-pub mod moe_emulate;
-pub mod moe_exec;
-pub mod route_emulate;
+pub mod moe;
+pub mod route;
 
 /// A defect that can be planted in an operation's CPU model (`--inject NAME`).
 pub trait PlantedBug: Copy + Eq + std::fmt::Debug + 'static {

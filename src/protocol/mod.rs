@@ -13,12 +13,6 @@ use moecheck_reference::protocol::{FileError, Files, Protocol};
 
 use crate::npy;
 
-// The per-operation readers of the old layout, until every operation speaks `Protocol`.
-pub(crate) mod legacy;
-pub mod moe;
-pub mod route;
-pub(crate) use legacy::{file_err, is_type_error, read_float, read_shaped, write_npy};
-
 /// A protocol failure: one line naming the file.
 #[derive(Debug, thiserror::Error)]
 pub enum ProtocolError {

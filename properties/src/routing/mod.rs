@@ -1,8 +1,7 @@
-//! Routing: strategies ([`strategies`]) and properties ([`props`]) of routing
-//! implementations, generic over [`moecheck_reference::routing::Router`].
+//! Routing: strategies ([`strategies`]) and properties ([`props`]) of implementations of
+//! [`moecheck_reference::routing::Route`] (`impl PropertyOp for Route`).
 
 pub mod props;
 pub mod strategies;
 
-pub use props::{all_route, check_route, RouteProperty};
 pub use strategies::{route_args, LogitPattern, RouteArgs, RouteRequire};

@@ -1,124 +1,121 @@
-//! Routing properties: each a named check of one [`Router`] over generated cases.
+//! Routing properties: each a named check of one implementation of [`Route`] over generated
+//! cases.
 //!
 //! Besides agreement with the reference, each property checks one documented rule from the
 //! implementation's own outputs (metamorphic or by recomputing the rule), so a failure names
 //! the rule that broke rather than only "differs from the reference".
 
+use moecheck_reference::op::{Implementation, Op};
 use moecheck_reference::routing::scores::{gates, normalise_and_scale, scores};
 use moecheck_reference::routing::topk::kept_groups;
 use moecheck_reference::routing::{
-    apply_capacity, route, verify_route, weight_bound, DropPolicy, RouteOutputs, Router,
-    RoutingCase,
+    apply_capacity, weight_bound, DropPolicy, Route, RouteOutputs, RoutingCase,
 };
 use ndarray::Array2;
-use proptest::strategy::BoxedStrategy;
 
 use super::strategies::{route_args, RouteArgs, RouteRequire};
-use crate::runner::{Outcome, RunConfig};
+use crate::property::{verified, Property, PropertyOp};
 
-/// A property of a routing implementation.
-#[derive(Clone, Copy)]
-pub struct RouteProperty {
-    /// Kebab-case name.
-    pub name: &'static str,
-    /// One line on what it checks.
-    pub description: &'static str,
-    /// The cases it runs on.
-    pub strategy: fn() -> BoxedStrategy<RouteArgs>,
-    /// The check of one case: `Err(reason)` when `imp` violates the property.
-    pub test: fn(&dyn Router, &RouteArgs) -> Result<(), String>,
-}
+impl PropertyOp for Route {
+    type Args = RouteArgs;
 
-impl std::fmt::Debug for RouteProperty {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RouteProperty")
-            .field("name", &self.name)
-            .finish()
+    fn properties() -> Vec<Property<Route>> {
+        vec![
+            Property {
+                name: "route-matches-reference",
+                description:
+                    "indices, kept and group_sizes equal the reference, weights within bound",
+                strategy: || route_args(RouteRequire::default()),
+                test: |imp, a| matches_reference(imp, a).into(),
+            },
+            Property {
+                name: "capacity-survivors",
+                description: "kept per expert <= capacity, exactly the documented survivors",
+                strategy: || {
+                    route_args(RouteRequire {
+                        capacity: Some(true),
+                        ..RouteRequire::default()
+                    })
+                },
+                test: |imp, a| capacity_survivors(imp, a).into(),
+            },
+            Property {
+                name: "no-renormalisation",
+                description: "surviving weights equal the weights without dropping",
+                strategy: || {
+                    route_args(RouteRequire {
+                        capacity: Some(true),
+                        ..RouteRequire::default()
+                    })
+                },
+                test: |imp, a| no_renormalisation(imp, a).into(),
+            },
+            Property {
+                name: "token-permutation-equivariance",
+                description: "without dropping, permuting tokens permutes the routing",
+                strategy: || {
+                    route_args(RouteRequire {
+                        capacity: Some(false),
+                        ..RouteRequire::default()
+                    })
+                },
+                test: |imp, a| permutation_equivariance(imp, a).into(),
+            },
+            Property {
+                name: "ties-to-lower-index",
+                description: "equal selection scores go to the lower expert (and group) index",
+                strategy: || {
+                    route_args(RouteRequire {
+                        ties: true,
+                        ..RouteRequire::default()
+                    })
+                },
+                test: |imp, a| ties_to_lower_index(imp, a).into(),
+            },
+            Property {
+                name: "weights-from-prebias-scores",
+                description:
+                    "combine weights come from the pre-bias scores of the selected experts",
+                strategy: || {
+                    route_args(RouteRequire {
+                        bias: true,
+                        capacity: Some(false),
+                        ..RouteRequire::default()
+                    })
+                },
+                test: |imp, a| weights_from_prebias(imp, a).into(),
+            },
+            Property {
+                name: "group-top2-selection",
+                description:
+                    "selected experts lie in the top groups by the sum of their top-2 scores",
+                strategy: || {
+                    route_args(RouteRequire {
+                        groups: true,
+                        ..RouteRequire::default()
+                    })
+                },
+                test: |imp, a| group_top2_selection(imp, a).into(),
+            },
+        ]
+    }
+
+    fn case_of(args: &RouteArgs) -> (RoutingCase, ()) {
+        (args.build(), ())
     }
 }
 
-/// Every routing property, in a fixed order.
-pub fn all_route() -> Vec<RouteProperty> {
-    vec![
-        RouteProperty {
-            name: "route-matches-reference",
-            description: "indices, kept and group_sizes equal the reference, weights within bound",
-            strategy: || route_args(RouteRequire::default()),
-            test: matches_reference,
-        },
-        RouteProperty {
-            name: "capacity-survivors",
-            description: "kept per expert <= capacity, exactly the documented survivors",
-            strategy: || {
-                route_args(RouteRequire {
-                    capacity: Some(true),
-                    ..RouteRequire::default()
-                })
-            },
-            test: capacity_survivors,
-        },
-        RouteProperty {
-            name: "no-renormalisation",
-            description: "surviving weights equal the weights without dropping",
-            strategy: || {
-                route_args(RouteRequire {
-                    capacity: Some(true),
-                    ..RouteRequire::default()
-                })
-            },
-            test: no_renormalisation,
-        },
-        RouteProperty {
-            name: "token-permutation-equivariance",
-            description: "without dropping, permuting tokens permutes the routing",
-            strategy: || {
-                route_args(RouteRequire {
-                    capacity: Some(false),
-                    ..RouteRequire::default()
-                })
-            },
-            test: permutation_equivariance,
-        },
-        RouteProperty {
-            name: "ties-to-lower-index",
-            description: "equal selection scores go to the lower expert (and group) index",
-            strategy: || {
-                route_args(RouteRequire {
-                    ties: true,
-                    ..RouteRequire::default()
-                })
-            },
-            test: ties_to_lower_index,
-        },
-        RouteProperty {
-            name: "weights-from-prebias-scores",
-            description: "combine weights come from the pre-bias scores of the selected experts",
-            strategy: || {
-                route_args(RouteRequire {
-                    bias: true,
-                    capacity: Some(false),
-                    ..RouteRequire::default()
-                })
-            },
-            test: weights_from_prebias,
-        },
-        RouteProperty {
-            name: "group-top2-selection",
-            description: "selected experts lie in the top groups by the sum of their top-2 scores",
-            strategy: || {
-                route_args(RouteRequire {
-                    groups: true,
-                    ..RouteRequire::default()
-                })
-            },
-            test: group_top2_selection,
-        },
-    ]
+/// The case of `args`, which the reference must accept: an invalid generated case is a bug of
+/// the generator, and fails the property saying so.
+fn valid_case(args: &RouteArgs) -> Result<RoutingCase, String> {
+    let case = args.build();
+    Route::validate(&case, ()).map_err(|e| format!("invalid generated case: {e}"))?;
+    Ok(case)
 }
 
 /// Runs `imp` and checks the output shapes and index range (so checks can index freely).
-fn run(imp: &dyn Router, case: &RoutingCase) -> Result<RouteOutputs, String> {
-    let out = imp.route(case).map_err(|e| format!("run failed: {e}"))?;
+fn run(imp: &dyn Implementation<Route>, case: &RoutingCase) -> Result<RouteOutputs, String> {
+    let out = imp.run(case, ()).map_err(|e| format!("run failed: {e}"))?;
     let (t, k, e) = (case.tokens(), case.config.topk, case.experts());
     for (name, dim) in [
         ("indices", out.indices.dim()),
@@ -158,17 +155,12 @@ fn selection_scores(case: &RoutingCase) -> Array2<f64> {
     }
 }
 
-fn matches_reference(imp: &dyn Router, args: &RouteArgs) -> Result<(), String> {
-    let case = args.build();
-    let v = verify_route(imp, &case).map_err(|e| format!("invalid generated case: {e}"))?;
-    match v.failure() {
-        None => Ok(()),
-        Some(f) => Err(f),
-    }
+fn matches_reference(imp: &dyn Implementation<Route>, args: &RouteArgs) -> Result<(), String> {
+    verified(imp, &valid_case(args)?, ())
 }
 
-fn capacity_survivors(imp: &dyn Router, args: &RouteArgs) -> Result<(), String> {
-    let case = args.build();
+fn capacity_survivors(imp: &dyn Implementation<Route>, args: &RouteArgs) -> Result<(), String> {
+    let case = valid_case(args)?;
     let cap = case.config.capacity.ok_or("the case has no capacity")?;
     let got = run(imp, &case)?;
     let free = run(imp, &without_capacity(&case))?;
@@ -223,8 +215,8 @@ fn capacity_survivors(imp: &dyn Router, args: &RouteArgs) -> Result<(), String> 
     Ok(())
 }
 
-fn no_renormalisation(imp: &dyn Router, args: &RouteArgs) -> Result<(), String> {
-    let case = args.build();
+fn no_renormalisation(imp: &dyn Implementation<Route>, args: &RouteArgs) -> Result<(), String> {
+    let case = valid_case(args)?;
     let got = run(imp, &case)?;
     let free = run(imp, &without_capacity(&case))?;
     let precision = imp.precision(&case);
@@ -255,8 +247,11 @@ fn no_renormalisation(imp: &dyn Router, args: &RouteArgs) -> Result<(), String> 
     Ok(())
 }
 
-fn permutation_equivariance(imp: &dyn Router, args: &RouteArgs) -> Result<(), String> {
-    let case = args.build();
+fn permutation_equivariance(
+    imp: &dyn Implementation<Route>,
+    args: &RouteArgs,
+) -> Result<(), String> {
+    let case = valid_case(args)?;
     let t = case.tokens();
     // perm[new] = old: reversed, then rotated by a seed-dependent amount.
     let rot = (args.value_seed as usize) % t.max(1);
@@ -301,8 +296,8 @@ fn permutation_equivariance(imp: &dyn Router, args: &RouteArgs) -> Result<(), St
     Ok(())
 }
 
-fn ties_to_lower_index(imp: &dyn Router, args: &RouteArgs) -> Result<(), String> {
-    let case = args.build();
+fn ties_to_lower_index(imp: &dyn Implementation<Route>, args: &RouteArgs) -> Result<(), String> {
+    let case = valid_case(args)?;
     let got = run(imp, &case)?;
     let u = selection_scores(&case);
     let e = case.experts();
@@ -350,8 +345,8 @@ fn ties_to_lower_index(imp: &dyn Router, args: &RouteArgs) -> Result<(), String>
     Ok(())
 }
 
-fn weights_from_prebias(imp: &dyn Router, args: &RouteArgs) -> Result<(), String> {
-    let case = args.build();
+fn weights_from_prebias(imp: &dyn Implementation<Route>, args: &RouteArgs) -> Result<(), String> {
+    let case = valid_case(args)?;
     let got = run(imp, &case)?;
     let s = scores(&case.logits, case.config.score);
     let g = gates(&s, &got.indices, case.config.score);
@@ -374,8 +369,8 @@ fn weights_from_prebias(imp: &dyn Router, args: &RouteArgs) -> Result<(), String
     Ok(())
 }
 
-fn group_top2_selection(imp: &dyn Router, args: &RouteArgs) -> Result<(), String> {
-    let case = args.build();
+fn group_top2_selection(imp: &dyn Implementation<Route>, args: &RouteArgs) -> Result<(), String> {
+    let case = valid_case(args)?;
     let limit = case.config.groups.ok_or("the case has no groups")?;
     let got = run(imp, &case)?;
     let u = selection_scores(&case);
@@ -397,15 +392,4 @@ fn group_top2_selection(imp: &dyn Router, args: &RouteArgs) -> Result<(), String
         }
     }
     Ok(())
-}
-
-/// Checks `prop` on `config.cases` cases drawn deterministically from `config.seed`; a failure
-/// is shrunk and reported with the minimal case.
-pub fn check_route(prop: &RouteProperty, imp: &dyn Router, config: &RunConfig) -> Outcome {
-    // The reference must accept every generated case; a rejected case is a generator bug.
-    let test = |args: &RouteArgs| {
-        route(&args.build()).map_err(|e| format!("invalid generated case: {e}"))?;
-        (prop.test)(imp, args)
-    };
-    crate::runner::run_property(&(prop.strategy)(), test, config)
 }

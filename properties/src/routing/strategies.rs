@@ -13,6 +13,7 @@
 use moecheck_reference::routing::{
     Capacity, DropPolicy, GroupLimit, RoutingCase, RoutingConfig, ScoreFunction, NORM_EPS,
 };
+use moecheck_reference::seed::mix;
 use ndarray::{Array1, Array2};
 use proptest::prelude::*;
 
@@ -70,14 +71,6 @@ pub struct RouteArgs {
     /// Bias integers in `-bias_max..=bias_max` times 1/8; `None`: no bias.
     pub bias_max: Option<i32>,
     pub value_seed: u64,
-}
-
-/// splitmix64.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 impl RouteArgs {

@@ -35,24 +35,30 @@
 //! routing weights scattered into a masked `(T, E)` matrix, differentiated the same way) and
 //! [`fd`] (central finite differences with a derived step and tolerance, and a guard that
 //! refuses points near a top-k / group / capacity tie).
+//!
+//! As an operation it is [`MoeLayer`] (`op.rs`), with its case directory (`files.rs`) and its
+//! report (`report.rs`).
 
 pub mod backward;
 pub mod bound;
 pub mod compare;
 pub mod dense;
 pub mod fd;
-pub mod implementation;
+mod files;
 pub mod layer;
+mod op;
 pub mod permute;
-mod replay;
+mod report;
 
 pub use backward::{backward, routing_vjp, Backward};
 pub use bound::{layer_bound, LayerBound, LayerPrecision};
 pub use compare::{compare_layer, LayerAt, LayerReport, SliceStats, TensorReport, WorstElement};
 pub use dense::dense_layer;
-pub use implementation::{tie_guard, verify_layer, LayerVerdict, MoeLayer, ReferenceLayer};
+pub use files::MoeJson;
 pub use layer::{forward, Forward, MoeCase, MoeOutputs, SharedExpert, TensorId};
+pub use op::{tie_guard, LayerExpected, LayerFormats, MoeLayer, RoundTrip};
 pub use permute::Permutation;
+pub use report::{MoeReport, MoeShape};
 
 #[cfg(test)]
 mod tests;

@@ -210,10 +210,10 @@ fn an_exact_tie_is_refused_by_both_guards() {
 #[test]
 fn bf16_rounded_outputs_fail_an_f32_declaration() {
     use crate::format::{round_to, Overflow};
-    use crate::op::RunError;
+    use crate::op::{verify, Implementation, Reference, RunError, Verdict};
 
     struct Rounded(Format);
-    impl MoeLayer for Rounded {
+    impl Implementation<MoeLayer> for Rounded {
         fn name(&self) -> String {
             format!("reference rounded to {}", self.0)
         }
@@ -227,8 +227,8 @@ fn bf16_rounded_outputs_fail_an_f32_declaration() {
                 output: Format::F32,
             }
         }
-        fn run(&self, case: &MoeCase) -> Result<MoeOutputs, RunError> {
-            let mut g = ReferenceLayer.run(case)?;
+        fn run(&self, case: &MoeCase, ask: ()) -> Result<MoeOutputs, RunError> {
+            let mut g = Implementation::<MoeLayer>::run(&Reference, case, ask)?;
             let r = |v: f64| round_to(v, self.0, Overflow::Ieee);
             g.out.mapv_inplace(r);
             g.dx.mapv_inplace(r);
@@ -246,10 +246,13 @@ fn bf16_rounded_outputs_fail_an_f32_declaration() {
             continue;
         }
         assert!(
-            verify_layer(&Rounded(Format::F32), &c).unwrap().passed(),
+            verify(&Rounded(Format::F32), &c, ()).verdict.passed(),
             "{cfg:?}"
         );
-        let v = verify_layer(&Rounded(Format::Bf16), &c).unwrap();
-        assert!(!v.passed(), "{cfg:?}: bf16 outputs passed an f32 bound");
+        let v = verify(&Rounded(Format::Bf16), &c, ()).verdict;
+        assert!(
+            matches!(v, Verdict::Fail { .. }),
+            "{cfg:?}: bf16 outputs did not fail an f32 bound: {v:?}"
+        );
     }
 }

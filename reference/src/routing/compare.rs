@@ -29,12 +29,48 @@
 //! The absolute terms cover the underflow region: a sigmoid of a logit below about `-88`
 //! overflows `exp` in f32 and comes back as 0, with a true value below `ν_c`.
 
-use serde::Serialize;
+use ndarray::Array2;
+use serde::{Deserialize, Serialize};
 
 use super::config::ScoreFunction;
 use super::route::{Routing, RoutingCase};
-use super::router::{RouteOutputs, RoutePrecision};
 use crate::format::Format;
+
+/// What an implementation returns for a routing case.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteOutputs {
+    /// `(T, K)` selected experts, in selection order (largest selection score first, ties
+    /// toward the lower index). Every entry `< E`.
+    pub indices: Array2<usize>,
+    /// `(T, K)` combine weights after normalisation and scaling, exactly 0 where dropped,
+    /// widened to f64.
+    pub weights: Array2<f64>,
+    /// `(T, K)` the assignment survived capacity dropping.
+    pub kept: Array2<bool>,
+    /// `(E,)` kept assignments per expert.
+    pub group_sizes: Vec<usize>,
+}
+
+impl RouteOutputs {
+    /// The outputs of a reference [`Routing`].
+    pub fn from_routing(r: &Routing) -> RouteOutputs {
+        RouteOutputs {
+            indices: r.indices.clone(),
+            weights: r.combine.clone(),
+            kept: r.kept.clone(),
+            group_sizes: r.group_sizes.clone(),
+        }
+    }
+}
+
+/// The precision an implementation declares: the weight bound is derived from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoutePrecision {
+    /// The format scores and weights are computed in.
+    pub compute: Format,
+    /// The format the weights are written in.
+    pub output: Format,
+}
 
 /// The bound on `|ŵ - w|` for a kept weight `w` of token `t`, whose selected experts are
 /// `selected` (`K` of them), for an implementation with `precision` (module documentation).

@@ -123,44 +123,46 @@ impl RoutingConfig {
         self.score == ScoreFunction::Sigmoid || self.norm_topk
     }
 
-    /// Checks the configuration against `tokens` and `experts`. The error names the flag.
+    /// Checks the configuration against `tokens` and `experts`. The error names the parameter
+    /// as `case.json` spells it (`topk`, `topk_groups`, `seq_len`, …); the CLI turns it into
+    /// its flag.
     pub fn validate(&self, tokens: usize, experts: usize) -> Result<(), Error> {
         let bad = |what: &'static str, reason: String| Err(Error::InvalidRouting { what, reason });
         if experts == 0 {
             return bad("logits", "has 0 experts (columns)".into());
         }
         if self.topk == 0 {
-            return bad("--topk", "must be at least 1".into());
+            return bad("topk", "must be at least 1".into());
         }
         if self.topk > experts {
             return bad(
-                "--topk",
+                "topk",
                 format!("{} is more than the {experts} experts", self.topk),
             );
         }
         if let Some(g) = self.groups {
             if g.groups == 0 {
-                return bad("--groups", "must be at least 1".into());
+                return bad("groups", "must be at least 1".into());
             }
             if experts % g.groups != 0 {
                 return bad(
-                    "--groups",
+                    "groups",
                     format!("{} does not divide the {experts} experts", g.groups),
                 );
             }
             if g.topk_groups == 0 {
-                return bad("--topk-groups", "must be at least 1".into());
+                return bad("topk_groups", "must be at least 1".into());
             }
             if g.topk_groups > g.groups {
                 return bad(
-                    "--topk-groups",
+                    "topk_groups",
                     format!("{} is more than the {} groups", g.topk_groups, g.groups),
                 );
             }
             let allowed = g.topk_groups * (experts / g.groups);
             if self.topk > allowed {
                 return bad(
-                    "--topk",
+                    "topk",
                     format!(
                         "{} is more than the {allowed} experts in the {} kept groups",
                         self.topk, g.topk_groups
@@ -170,7 +172,7 @@ impl RoutingConfig {
         }
         if !(self.scaling_factor.is_finite() && self.scaling_factor > 0.0) {
             return bad(
-                "--scaling-factor",
+                "scaling_factor",
                 format!("{} must be finite and positive", self.scaling_factor),
             );
         }
@@ -183,20 +185,20 @@ impl RoutingConfig {
         if let Some(c) = self.capacity {
             if !(c.factor.is_finite() && c.factor > 0.0) {
                 return bad(
-                    "--capacity-factor",
+                    "capacity_factor",
                     format!("{} must be finite and positive", c.factor),
                 );
             }
             match (c.policy, c.seq_len) {
                 (DropPolicy::Probs, Some(_)) => {
-                    return bad("--seq-len", "only applies to --drop-policy position".into())
+                    return bad("seq_len", "only applies to the position drop policy".into())
                 }
                 (DropPolicy::Position, Some(0)) => {
-                    return bad("--seq-len", "must be at least 1".into())
+                    return bad("seq_len", "must be at least 1".into())
                 }
                 (DropPolicy::Position, Some(s)) if tokens % s != 0 => {
                     return bad(
-                        "--seq-len",
+                        "seq_len",
                         format!("{s} does not divide the {tokens} tokens"),
                     )
                 }

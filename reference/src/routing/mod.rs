@@ -1,6 +1,9 @@
 //! MoE routing: which experts each token goes to, with which combine weight, and which
 //! assignments are dropped. Everything is computed in f64 from the logits as given.
 //!
+//! As an operation it is [`Route`] (`op.rs`), with its case directory (`files.rs`) and its
+//! report (`report.rs`).
+//!
 //! ## Inputs
 //! Router logits `l (T, E)` (T tokens, E experts; finite), an optional per-expert bias
 //! `b (E,)` (DeepSeek-V3's `e_score_correction_bias`; finite) and a [`RoutingConfig`].
@@ -81,17 +84,20 @@
 pub mod capacity;
 mod compare;
 mod config;
+mod files;
+mod op;
+mod report;
 mod route;
-mod router;
 pub mod scores;
 pub mod topk;
 
 pub use capacity::{apply_capacity, position_capacity, probs_capacity};
 pub use compare::{
-    compare_routing, selection_score_bound, weight_bound, RouteMismatch, RouteReport,
+    compare_routing, selection_score_bound, weight_bound, RouteMismatch, RouteOutputs,
+    RoutePrecision, RouteReport,
 };
 pub use config::{Capacity, DropPolicy, GroupLimit, RoutingConfig, ScoreFunction, NORM_EPS};
+pub use files::{logits_dtype, RouteJson, RoutingJson};
+pub use op::{ComputeFormat, Route};
+pub use report::RouteDocument;
 pub use route::{route, Routing, RoutingCase};
-pub use router::{
-    verify_route, ReferenceRouter, RouteOutputs, RoutePrecision, RouteVerdict, Router,
-};

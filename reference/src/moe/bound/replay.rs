@@ -1,20 +1,14 @@
-//! Running error analysis for the layer bound ([`super::bound`]): a value beside a bound on
-//! its error ([`Ev`], [`T2`]), and the propagation rules for products, sums, Lipschitz
-//! functions, grouped GEMMs and the SwiGLU FFN, each with its derivation in
-//! [`super::bound`]'s module documentation.
+//! Running error analysis, one operation at a time: a value beside a bound on its error
+//! ([`Ev`], [`T2`] for arrays), the rules for products, sums, quotients, dot products,
+//! Lipschitz functions and grouped GEMMs (the module documentation of [`super`] states
+//! them), and the replay of the grouped SwiGLU FFN forward and backward.
 
 use ndarray::{Array2, Array3, ArrayView2, ArrayView3, Axis, Zip};
 
-use super::layer::{silu, silu_grad};
+use super::{FN_ULPS, SILU_GRAD_LIP, SILU_LIP};
 use crate::gemm::bound::gamma;
 use crate::gemm::{grouped_dgrad, grouped_fwd, grouped_wgrad};
-
-/// Relative error, in units of `u`, allowed for one evaluation of `exp`, `σ` or `silu`.
-pub const FN_ULPS: f64 = 4.0;
-/// `max |silu'|`, rounded up.
-const SILU_LIP: f64 = 1.1;
-/// `max |silu''|`.
-const SILU_GRAD_LIP: f64 = 0.5;
+use crate::moe::layer::{silu, silu_grad};
 
 /// A value and a bound on its error.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -186,7 +180,7 @@ pub(super) fn ffn_fwd(
     }
 }
 
-type Grads3 = (
+pub(super) type Grads3 = (
     T2,
     (Array3<f64>, Array3<f64>),
     (Array3<f64>, Array3<f64>),

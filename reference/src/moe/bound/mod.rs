@@ -35,16 +35,23 @@
 //! non-negative coefficients and no constant term, so `e(u_impl) + e(2^-53) <= e(u_impl + 2^-53)`:
 //! the replay runs with `u = u_compute + 2^-53` and bounds `|ŷ − y_ref|` directly.
 
+mod replay;
+
 use ndarray::{Array2, Array3, ArrayD, Axis, Zip};
 use serde::{Deserialize, Serialize};
 
 use super::layer::{shared_as_group, sigmoid, Forward, MoeCase, TensorId};
-use super::replay::{ffn_bwd, ffn_fwd, lip, mm_exact_rhs, Ev, T2};
 use crate::format::Format;
 use crate::gemm::bound::gamma;
 use crate::routing::ScoreFunction;
+use replay::{ffn_bwd, ffn_fwd, lip, mm_exact_rhs, Ev, T2};
 
-pub use super::replay::FN_ULPS;
+/// Relative error, in units of `u`, allowed for one evaluation of `exp`, `σ` or `silu`.
+pub const FN_ULPS: f64 = 4.0;
+/// `max |silu'|`, rounded up.
+const SILU_LIP: f64 = 1.1;
+/// `max |silu''|`.
+const SILU_GRAD_LIP: f64 = 0.5;
 
 /// The precision an MoE-layer implementation declares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

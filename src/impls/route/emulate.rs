@@ -7,12 +7,14 @@
 //! one-hot cumulative count (`position`) or a per-expert sort (`probs`).
 
 use moecheck_reference::format::Format;
-use moecheck_reference::op::RunError;
+use moecheck_reference::op::{Implementation, RunError};
 use moecheck_reference::routing::{
-    position_capacity, probs_capacity, DropPolicy, RouteOutputs, RoutePrecision, Router,
+    position_capacity, probs_capacity, DropPolicy, Route, RouteOutputs, RoutePrecision,
     RoutingCase, ScoreFunction,
 };
 use ndarray::Array2;
+
+use crate::impls::{model_name, PlantedBug};
 
 /// A routing defect that can be planted in [`RouteEmulate`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -32,8 +34,8 @@ pub enum RouteBug {
     DefaultCapacityDrop,
 }
 
-impl RouteBug {
-    pub const ALL: [RouteBug; 6] = [
+impl PlantedBug for RouteBug {
+    const ALL: &'static [RouteBug] = &[
         RouteBug::BiasedCombineWeights,
         RouteBug::RenormaliseSurvivors,
         RouteBug::CapacityOffByOne,
@@ -42,8 +44,7 @@ impl RouteBug {
         RouteBug::DefaultCapacityDrop,
     ];
 
-    /// The kebab-case name used in `--inject`.
-    pub fn name(self) -> &'static str {
+    fn name(self) -> &'static str {
         match self {
             RouteBug::BiasedCombineWeights => "combine-from-biased-scores",
             RouteBug::RenormaliseSurvivors => "renormalise-survivors",
@@ -54,8 +55,7 @@ impl RouteBug {
         }
     }
 
-    /// One line on what the defect does.
-    pub fn description(self) -> &'static str {
+    fn description(self) -> &'static str {
         match self {
             RouteBug::BiasedCombineWeights => "combine weights taken from the biased scores",
             RouteBug::RenormaliseSurvivors => "surviving weights renormalised after dropping",
@@ -66,19 +66,6 @@ impl RouteBug {
                 "drops with capacity factor 1.0 when no capacity is configured"
             }
         }
-    }
-}
-
-impl std::str::FromStr for RouteBug {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        RouteBug::ALL
-            .into_iter()
-            .find(|b| b.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<&str> = RouteBug::ALL.iter().map(|b| b.name()).collect();
-                format!("unknown routing bug (expected one of {})", names.join(", "))
-            })
     }
 }
 
@@ -138,12 +125,9 @@ fn softmax_in_place(v: &mut [f64]) {
     v.iter_mut().for_each(|x| *x /= sum);
 }
 
-impl Router for RouteEmulate {
+impl Implementation<Route> for RouteEmulate {
     fn name(&self) -> String {
-        match self.inject {
-            None => "emulate".into(),
-            Some(b) => format!("emulate[inject={}]", b.name()),
-        }
+        model_name(self.inject)
     }
     fn is_model(&self) -> bool {
         true
@@ -154,7 +138,7 @@ impl Router for RouteEmulate {
             output: Format::F64,
         }
     }
-    fn route(&self, case: &RoutingCase) -> Result<RouteOutputs, RunError> {
+    fn run(&self, case: &RoutingCase, _: ()) -> Result<RouteOutputs, RunError> {
         let cfg = &case.config;
         let (t, e, k) = (case.tokens(), case.experts(), cfg.topk);
         let mut indices = Array2::zeros((t, k));

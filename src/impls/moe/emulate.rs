@@ -15,9 +15,13 @@ use moecheck_reference::format::{round_to, Format, Overflow};
 use moecheck_reference::gemm::{grouped_dgrad, grouped_fwd, grouped_wgrad};
 use moecheck_reference::moe::backward::routing_vjp;
 use moecheck_reference::moe::layer::{shared_as_group, silu, silu_grad, FfnForward};
-use moecheck_reference::moe::{LayerPrecision, MoeCase, MoeLayer, MoeOutputs, Permutation};
-use moecheck_reference::op::RunError;
-use moecheck_reference::routing::route;
+use moecheck_reference::moe::{
+    LayerPrecision, MoeCase, MoeLayer, MoeOutputs, Permutation, RoundTrip,
+};
+use moecheck_reference::op::{Implementation, RunError};
+use moecheck_reference::routing::{route, Routing};
+
+use crate::impls::{model_name, PlantedBug};
 
 /// A defect that can be planted in [`MoeEmulate`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -37,15 +41,15 @@ pub enum MoeBug {
     CombineGradMissing,
 }
 
-impl MoeBug {
-    pub const ALL: [MoeBug; 4] = [
+impl PlantedBug for MoeBug {
+    const ALL: &'static [MoeBug] = &[
         MoeBug::SortBackwardNotInverse,
         MoeBug::DroppedLeakGradient,
         MoeBug::EmptyExpertStaleWgrad,
         MoeBug::CombineGradMissing,
     ];
 
-    pub fn name(self) -> &'static str {
+    fn name(self) -> &'static str {
         match self {
             MoeBug::SortBackwardNotInverse => "sort-backward-not-inverse",
             MoeBug::DroppedLeakGradient => "dropped-leak-gradient",
@@ -54,7 +58,7 @@ impl MoeBug {
         }
     }
 
-    pub fn description(self) -> &'static str {
+    fn description(self) -> &'static str {
         match self {
             MoeBug::SortBackwardNotInverse => {
                 "the backward of the sort is not the inverse permutation for k > 1"
@@ -63,29 +67,6 @@ impl MoeBug {
             MoeBug::EmptyExpertStaleWgrad => "empty experts' dW0/dW1/dWo are stale, not zero",
             MoeBug::CombineGradMissing => "the combine-weight gradient <dout, y> is missing",
         }
-    }
-}
-
-impl std::fmt::Display for MoeBug {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for MoeBug {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let s = s.trim();
-        MoeBug::ALL
-            .into_iter()
-            .find(|b| b.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<_> = MoeBug::ALL.iter().map(|b| b.name()).collect();
-                format!(
-                    "unknown layer bug '{s}' (expected one of: {})",
-                    names.join(", ")
-                )
-            })
     }
 }
 
@@ -104,8 +85,21 @@ fn r<D: ndarray::Dimension>(a: ndarray::Array<f64, D>) -> ndarray::Array<f64, D>
 }
 
 impl MoeEmulate {
+    /// The model with `bug` planted.
+    pub fn with_bug(inject: Option<MoeBug>) -> MoeEmulate {
+        MoeEmulate { inject }
+    }
+
     fn has(&self, b: MoeBug) -> bool {
         self.inject == Some(b)
+    }
+
+    /// The routing of f32-rounded router logits and its permutation.
+    fn route(case: &MoeCase) -> Result<(Routing, Permutation), moecheck_reference::Error> {
+        let logits = r(case.x.dot(&case.wr));
+        let routing = route(&case.routing_case(logits))?;
+        let perm = Permutation::new(&routing.indices, &routing.kept, case.experts())?;
+        Ok((routing, perm))
     }
 
     /// `(token, slot)` of assignment `a` as the backward decomposes it.
@@ -156,12 +150,9 @@ impl MoeEmulate {
     }
 }
 
-impl MoeLayer for MoeEmulate {
+impl Implementation<MoeLayer> for MoeEmulate {
     fn name(&self) -> String {
-        match self.inject {
-            None => "emulate".into(),
-            Some(b) => format!("emulate[inject={b}]"),
-        }
+        model_name(self.inject)
     }
     fn is_model(&self) -> bool {
         true
@@ -174,13 +165,11 @@ impl MoeLayer for MoeEmulate {
         }
     }
 
-    fn run(&self, case: &MoeCase) -> Result<MoeOutputs, RunError> {
+    fn run(&self, case: &MoeCase, _: ()) -> Result<MoeOutputs, RunError> {
         let err = |e: moecheck_reference::Error| RunError(e.to_string());
         let (t, k, e) = (case.tokens(), case.topk(), case.experts());
-        let logits = r(case.x.dot(&case.wr));
-        let routing = route(&case.routing_case(logits)).map_err(err)?;
+        let (routing, perm) = Self::route(case).map_err(err)?;
         let combine = r(routing.combine.clone());
-        let perm = Permutation::new(&routing.indices, &routing.kept, e).map_err(err)?;
         let experts = [case.w0.view(), case.w1.view(), case.wo.view()];
         let off = perm.offsets();
         let xp = perm.permute(case.x.view());
@@ -263,7 +252,11 @@ impl MoeLayer for MoeEmulate {
         })
     }
 
-    fn permute_round_trip(&self, perm: &Permutation, x: &Array2<f64>) -> Option<Array3<f64>> {
+    /// Its own permutation of `case.x`, undone by its own unpermute (the backward's
+    /// decomposition of the assignments).
+    fn internals(&self, case: &MoeCase, _: ()) -> Option<RoundTrip> {
+        let (_, perm) = Self::route(case).ok()?;
+        let x = &case.x;
         let xp = perm.permute(x.view());
         let mut u = Array3::zeros((perm.tokens, perm.topk, x.ncols()));
         for rr in 0..perm.rows() {

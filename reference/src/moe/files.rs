@@ -1,0 +1,144 @@
+//! The MoE layer's case directory (docs/protocol.md, op `moe_layer`).
+//!
+//! Inputs (float32, every value exactly representable in `dtype`): `x.npy (T,H)`,
+//! `w_router.npy (H,E)`, `bias.npy (E,)` (with a bias), `w0.npy (E,H,F)`, `w1.npy (E,H,F)`,
+//! `wo.npy (E,F,H)`, `shared_w0.npy (H,Fs)`, `shared_w1.npy (H,Fs)`, `shared_wo.npy (Fs,H)`
+//! (with a shared expert), `dout.npy (T,H)`. Outputs (float32 or float64): `out.npy (T,H)`,
+//! `dx.npy (T,H)`, `dw_router.npy (H,E)`, `dw0.npy`, `dw1.npy`, `dwo.npy` and, with a shared
+//! expert, `dshared_w0.npy`, `dshared_w1.npy`, `dshared_wo.npy`, each of its input's shape.
+//! The routing fields of `case.json` are op `route`'s ([`RoutingJson`]).
+
+use ndarray::{ArrayD, Dimension, Ix1, Ix2, Ix3};
+use serde::{Deserialize, Serialize};
+
+use super::layer::{MoeCase, MoeOutputs, SharedExpert, TensorId};
+use super::op::MoeLayer;
+use crate::format::Format;
+use crate::protocol::{dims, FileError, Files, Protocol, Stored};
+use crate::routing::RoutingJson;
+
+/// The `case.json` fields of op `moe_layer`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MoeJson {
+    pub tokens: usize,
+    pub hidden: usize,
+    pub experts: usize,
+    /// Expert FFN width `F`.
+    pub ffn: usize,
+    /// Shared-expert width `Fs` (0: no shared expert).
+    pub shared_ffn: usize,
+    /// Every input value is exactly representable in this format.
+    pub dtype: Format,
+    #[serde(flatten)]
+    pub routing: RoutingJson,
+}
+
+/// The float32 input `name.npy` of `shape`, widened to f64.
+fn input<D: Dimension>(
+    files: &mut dyn Files,
+    name: &str,
+    shape: &[usize],
+) -> Result<ndarray::Array<f64, D>, FileError> {
+    let file = format!("{name}.npy");
+    let a: ArrayD<f64> = files.f32(&file, shape)?.mapv(f64::from);
+    dims::<D, _>(&file, a)
+}
+
+/// The output `id` of `case`, float32 or float64, widened to f64.
+fn output<D: Dimension>(
+    files: &mut dyn Files,
+    case: &MoeCase,
+    id: TensorId,
+) -> Result<ndarray::Array<f64, D>, FileError> {
+    let file = format!("{}.npy", id.name());
+    dims::<D, _>(&file, files.float(&file, &id.shape(case))?.0)
+}
+
+impl Protocol for MoeLayer {
+    const PROTOCOL_OP: &'static str = "moe_layer";
+    type CaseJson = MoeJson;
+
+    fn case_json(case: &MoeCase, _: ()) -> MoeJson {
+        MoeJson {
+            tokens: case.tokens(),
+            hidden: case.hidden(),
+            experts: case.experts(),
+            ffn: case.ffn(),
+            shared_ffn: case.shared.as_ref().map_or(0, |s| s.w0.ncols()),
+            dtype: case.dtype,
+            routing: RoutingJson::of(&case.routing, case.bias.is_some()),
+        }
+    }
+
+    /// Every input as float32 (exact: the values are representable in `dtype`).
+    fn input_files(case: &MoeCase, _: ()) -> Vec<(String, Stored)> {
+        case.named_inputs()
+            .into_iter()
+            .map(|(name, a)| (format!("{name}.npy"), Stored::F32(a.mapv(|v| v as f32))))
+            .collect()
+    }
+
+    fn read_case(json: MoeJson, files: &mut dyn Files) -> Result<(MoeCase, ()), FileError> {
+        let routing = json.routing.config()?;
+        let (t, h, e, f, fs) = (
+            json.tokens,
+            json.hidden,
+            json.experts,
+            json.ffn,
+            json.shared_ffn,
+        );
+        let bias = match json.routing.bias {
+            true => Some(input::<Ix1>(files, "bias", &[e])?),
+            false => None,
+        };
+        let shared = match fs {
+            0 => None,
+            _ => Some(SharedExpert {
+                w0: input::<Ix2>(files, "shared_w0", &[h, fs])?,
+                w1: input::<Ix2>(files, "shared_w1", &[h, fs])?,
+                wo: input::<Ix2>(files, "shared_wo", &[fs, h])?,
+            }),
+        };
+        let case = MoeCase {
+            x: input::<Ix2>(files, "x", &[t, h])?,
+            wr: input::<Ix2>(files, "w_router", &[h, e])?,
+            bias,
+            w0: input::<Ix3>(files, "w0", &[e, h, f])?,
+            w1: input::<Ix3>(files, "w1", &[e, h, f])?,
+            wo: input::<Ix3>(files, "wo", &[e, f, h])?,
+            shared,
+            dout: input::<Ix2>(files, "dout", &[t, h])?,
+            routing,
+            dtype: json.dtype,
+        };
+        Ok((case, ()))
+    }
+
+    /// Every tensor as float64 (the names of [`TensorId::name`]).
+    fn output_files(got: &MoeOutputs) -> Vec<(String, Stored)> {
+        TensorId::ALL
+            .into_iter()
+            .filter_map(|id| Some((format!("{}.npy", id.name()), Stored::F64(got.get(id)?))))
+            .collect()
+    }
+
+    fn read_outputs(case: &MoeCase, _: (), files: &mut dyn Files) -> Result<MoeOutputs, FileError> {
+        let dshared = match case.shared {
+            Some(_) => Some([
+                output::<Ix2>(files, case, TensorId::DsharedW0)?,
+                output::<Ix2>(files, case, TensorId::DsharedW1)?,
+                output::<Ix2>(files, case, TensorId::DsharedWo)?,
+            ]),
+            None => None,
+        };
+        Ok(MoeOutputs {
+            out: output::<Ix2>(files, case, TensorId::Out)?,
+            dx: output::<Ix2>(files, case, TensorId::Dx)?,
+            dw_router: output::<Ix2>(files, case, TensorId::DwRouter)?,
+            dw0: output::<Ix3>(files, case, TensorId::Dw0)?,
+            dw1: output::<Ix3>(files, case, TensorId::Dw1)?,
+            dwo: output::<Ix3>(files, case, TensorId::Dwo)?,
+            dshared,
+        })
+    }
+}

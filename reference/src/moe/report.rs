@@ -1,0 +1,188 @@
+//! The report of an MoE-layer check (`moecheck moe`, `moecheck check` on a layer case): the
+//! table and the `--json` document.
+//!
+//! JSON schema ([`MoeReport`]): `verdict` (`"pass"`/`"fail"`), `implementation`, `is_model`
+//! (true for the CPU emulation, never a GPU result), `dtype`, `shape` (tokens, hidden,
+//! experts, ffn, shared_ffn, topk, kept and dropped assignments, empty experts), `routing`
+//! (the configuration), `precision` (declared input/compute/output), `draws` (cases drawn
+//! until one had no near tie), `run_error`, `failure`, and `tensors`: per output tensor
+//! (`out`, `dx`, `dw_router`, `dw0`, `dw1`, `dwo`, `dshared_*`) and, for the expert weight
+//! gradients, per expert: `failed`, `max_abs_err`, `max_bound_ratio`, `max_ulp`,
+//! `calc_diff`, `nan`, `inf`, `worst` element. Non-finite numbers are written as `null`.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::bound::LayerPrecision;
+use super::compare::TensorReport;
+use super::layer::{Forward, MoeCase};
+use super::op::MoeLayer;
+use crate::op::VerdictKind;
+use crate::report::{implementation_lines, verdict_line, Reported, RunInfo, StatsRow, StatsTable};
+use crate::routing::RoutingConfig;
+
+/// The case's shape and routing outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct MoeShape {
+    pub tokens: usize,
+    pub hidden: usize,
+    pub experts: usize,
+    pub ffn: usize,
+    pub shared_ffn: usize,
+    pub topk: usize,
+    pub kept_assignments: usize,
+    pub dropped_assignments: usize,
+    pub empty_experts: usize,
+}
+
+impl MoeShape {
+    pub fn of(case: &MoeCase, fwd: &Forward) -> MoeShape {
+        let kept = fwd.perm.rows_used();
+        MoeShape {
+            tokens: case.tokens(),
+            hidden: case.hidden(),
+            experts: case.experts(),
+            ffn: case.ffn(),
+            shared_ffn: case.shared.as_ref().map_or(0, |s| s.w0.ncols()),
+            topk: case.topk(),
+            kept_assignments: kept,
+            dropped_assignments: fwd.perm.rows() - kept,
+            empty_experts: fwd.perm.group_sizes.iter().filter(|s| **s == 0).count(),
+        }
+    }
+}
+
+/// The `--json` document of `moecheck moe`.
+#[derive(Debug, Clone, Serialize)]
+pub struct MoeReport {
+    pub verdict: VerdictKind,
+    pub implementation: String,
+    pub is_model: bool,
+    pub dtype: String,
+    pub shape: MoeShape,
+    pub routing: RoutingConfig,
+    pub precision: LayerPrecision,
+    /// Cases drawn (from consecutive seeds) until one had no top-k/group/capacity near tie.
+    pub draws: usize,
+    pub run_error: Option<String>,
+    pub failure: Option<String>,
+    pub tensors: Vec<TensorReport>,
+}
+
+impl Reported for MoeLayer {
+    type Document = MoeReport;
+
+    fn document(run: &RunInfo<MoeLayer>) -> MoeReport {
+        MoeReport {
+            verdict: run.verdict_kind(),
+            implementation: run.name(),
+            is_model: run.is_model(),
+            dtype: run.case.dtype.to_string(),
+            shape: MoeShape::of(run.case, &run.expected.forward),
+            routing: run.case.routing,
+            precision: *run.precision,
+            draws: run.draws,
+            run_error: run.run_error(),
+            failure: run.failure(),
+            tensors: run.report().map_or_else(Vec::new, |r| r.tensors.clone()),
+        }
+    }
+
+    /// One line per tensor, then the failing experts.
+    fn render(doc: &MoeReport) -> String {
+        let mut s = String::new();
+        implementation_lines(&mut s, &doc.implementation, doc.is_model);
+        render_case(&mut s, doc);
+        if let Some(e) = &doc.run_error {
+            let _ = writeln!(s, "run failed: {e}");
+        }
+        render_tensors(&mut s, &doc.tensors);
+        verdict_line(&mut s, doc.verdict);
+        s
+    }
+}
+
+/// The shape, the routing and the declared precision.
+fn render_case(s: &mut String, doc: &MoeReport) {
+    let sh = &doc.shape;
+    let r = &doc.routing;
+    let _ = writeln!(
+        s,
+        "case: T={} H={} E={} F={} shared F={} k={}, {} assignments kept, {} dropped, {} empty experts, dtype {}",
+        sh.tokens, sh.hidden, sh.experts, sh.ffn, sh.shared_ffn, sh.topk,
+        sh.kept_assignments, sh.dropped_assignments, sh.empty_experts, doc.dtype
+    );
+    let _ = writeln!(
+        s,
+        "routing: {}{}{}, scaling {}{}",
+        r.score,
+        r.groups
+            .map(|g| format!(", {} groups keep {}", g.groups, g.topk_groups))
+            .unwrap_or_default(),
+        if r.norm_topk { ", norm_topk" } else { "" },
+        r.scaling_factor,
+        r.capacity
+            .map(|c| format!(", capacity factor {} ({})", c.factor, c.policy.name()))
+            .unwrap_or_default()
+    );
+    let _ = writeln!(
+        s,
+        "declared precision: compute {}, output {}; case drawn in {} attempt(s) (near ties resampled)",
+        doc.precision.compute, doc.precision.output, doc.draws
+    );
+}
+
+/// One row per tensor (the statistics table every element-wise report shares), then its
+/// failing slices.
+fn render_tensors(s: &mut String, tensors: &[TensorReport]) {
+    let table = StatsTable {
+        label: "tensor",
+        width: 11,
+        worst_label: "(expert, index)",
+        indent: 12,
+        slice_noun: "experts",
+    };
+    if !tensors.is_empty() {
+        table.header(s);
+    }
+    for t in tensors {
+        let worst = t
+            .worst_slice()
+            .and_then(|sl| {
+                sl.stats.worst.as_ref().map(|w| {
+                    let e = sl
+                        .expert
+                        .map(|e| format!("expert {e}, "))
+                        .unwrap_or_default();
+                    format!("({e}{:?})", w.at.index)
+                })
+            })
+            .unwrap_or_else(|| "-".into());
+        let failing = t
+            .slices
+            .iter()
+            .filter(|g| g.stats.failed > 0)
+            .map(|g| {
+                let w = g.stats.worst.as_ref().expect("a failed slice has a worst element");
+                let at = g.expert.map_or_else(|| "all".into(), |e| format!("expert {e}"));
+                format!(
+                    "{at}: {} of {} elements outside the bound; worst {:?}: got {:e}, want {:e}, bound {:.3e}",
+                    g.stats.failed, g.stats.elements, w.at.index, w.got, w.want, w.bound
+                )
+            })
+            .collect();
+        table.row(
+            s,
+            &StatsRow {
+                name: t.tensor.name(),
+                passed: t.passed(),
+                slices: t.slices.iter().map(|g| &g.stats).collect(),
+                worst,
+                error: t.error.as_deref(),
+                failing,
+                notes: Vec::new(),
+            },
+        );
+    }
+}
