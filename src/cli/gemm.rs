@@ -6,10 +6,12 @@ use std::process::ExitCode;
 
 use clap::Args;
 
+use moecheck::generate::fp8::Fp8Spec;
 use moecheck::generate::gemm::{GemmSpec, Spread};
 use moecheck::registry::{self, Choice};
 use moecheck::{pipeline, report};
 use moecheck_reference::format::Format;
+use moecheck_reference::fp8::Fp8Gemm;
 use moecheck_reference::gemm::{Accumulator, Gemm, Passes, TailContract};
 
 use super::ImplFlags;
@@ -135,7 +137,7 @@ impl GemmFlags {
 
 pub fn run(a: GemmFlags) -> anyhow::Result<ExitCode> {
     if matches!(a.dtype, Format::E4m3 | Format::E5m2) {
-        return super::gemm_fp8::run(a);
+        return run_fp8(a);
     }
     if let Some(flag) = a.fp8.first_given() {
         anyhow::bail!("{flag} needs --dtype fp8");
@@ -149,6 +151,32 @@ pub fn run(a: GemmFlags) -> anyhow::Result<ExitCode> {
         ..a.imp.choice()
     };
     let imp = registry::build(&choice).map_err(anyhow::Error::msg)?;
+    let run = pipeline::run(&spec, Some(imp.as_ref()), a.dump.as_deref())?;
+    report::finish(&pipeline::report(&run), a.json)
+}
+
+/// `moecheck gemm --dtype fp8|e4m3|e5m2`.
+fn run_fp8(a: GemmFlags) -> anyhow::Result<ExitCode> {
+    if matches!(a.out_dtype, Format::E4m3 | Format::E5m2) {
+        anyhow::bail!(
+            "--out-dtype {}: FP8 GEMM outputs are f32 or bf16",
+            a.out_dtype
+        );
+    }
+    super::gemm_fp8::refuse_acc_flags(
+        a.acc.is_some(),
+        a.acc_block.is_some(),
+        "FP8 declares its accumulation with --accum (exact, fast or fast-promote), not with the grouped GEMM's accumulator flags",
+    )?;
+    let recipe = a.fp8.recipe(a.dtype)?;
+    let spec = Fp8Spec {
+        gemm: a.spec(Format::F32),
+        recipe,
+    };
+    spec.gemm
+        .validate()
+        .map_err(|e| anyhow::anyhow!(e.as_flag()))?;
+    let imp = registry::build(&a.imp.choice::<Fp8Gemm>()).map_err(anyhow::Error::msg)?;
     let run = pipeline::run(&spec, Some(imp.as_ref()), a.dump.as_deref())?;
     report::finish(&pipeline::report(&run), a.json)
 }

@@ -1,20 +1,14 @@
-//! `moecheck gemm --dtype fp8`: the FP8 flags, turned into a recipe and a case spec; the
-//! check (recipe-exact, with the unquantised GEMM for information) is the pipeline's.
-
-use std::process::ExitCode;
+//! `moecheck gemm --dtype fp8`: the FP8 flags, turned into a recipe (the command itself is
+//! `gemm`'s; the check, recipe-exact with the unquantised GEMM for information, the pipeline's).
 
 use anyhow::bail;
 use clap::Args;
 
-use moecheck::generate::fp8::Fp8Spec;
-use moecheck::registry;
-use moecheck::{pipeline, report};
 use moecheck_reference::format::Format;
 use moecheck_reference::fp8::{
-    AccumModel, AmaxAlgo, Fp8Gemm, Fp8Recipe, RecipeError, RecipeProblem, ScalingKind, ScopeKind,
+    AccumModel, AmaxAlgo, Fp8Recipe, RecipeError, RecipeProblem, ScalingKind, ScopeKind,
 };
 
-use super::gemm::GemmFlags;
 use super::parse_format;
 
 /// `--dtype`: a number format, or `fp8` (= E4M3 forward operands, the FP8 path).
@@ -122,7 +116,7 @@ impl Fp8Flags {
         .map(|(_, name)| name)
     }
 
-    fn recipe(&self, dtype: Format) -> anyhow::Result<Fp8Recipe> {
+    pub fn recipe(&self, dtype: Format) -> anyhow::Result<Fp8Recipe> {
         let mut r = Fp8Recipe::default();
         r.lhs.format = self.lhs_format.unwrap_or(dtype);
         r.rhs.format = self.rhs_format.unwrap_or(dtype);
@@ -181,30 +175,4 @@ pub fn refuse_acc_flags(acc: bool, acc_block: bool, why: &str) -> anyhow::Result
         (_, true) => bail!("--acc-block: {why}"),
         _ => Ok(()),
     }
-}
-
-/// `moecheck gemm --dtype fp8|e4m3|e5m2`.
-pub fn run(a: GemmFlags) -> anyhow::Result<ExitCode> {
-    if matches!(a.out_dtype, Format::E4m3 | Format::E5m2) {
-        bail!(
-            "--out-dtype {}: FP8 GEMM outputs are f32 or bf16",
-            a.out_dtype
-        );
-    }
-    refuse_acc_flags(
-        a.acc.is_some(),
-        a.acc_block.is_some(),
-        "FP8 declares its accumulation with --accum (exact, fast or fast-promote), not with the grouped GEMM's accumulator flags",
-    )?;
-    let recipe = a.fp8.recipe(a.dtype)?;
-    let spec = Fp8Spec {
-        gemm: a.spec(Format::F32),
-        recipe,
-    };
-    spec.gemm
-        .validate()
-        .map_err(|e| anyhow::anyhow!(e.as_flag()))?;
-    let imp = registry::build(&a.imp.choice::<Fp8Gemm>()).map_err(anyhow::Error::msg)?;
-    let run = pipeline::run(&spec, Some(imp.as_ref()), a.dump.as_deref())?;
-    report::finish(&pipeline::report(&run), a.json)
 }
