@@ -223,6 +223,19 @@ impl<R> Verdict<R> {
         }
     }
 
+    /// The same verdict about `f` of the report (a part of it, another view of it).
+    pub fn map<S>(&self, f: impl FnOnce(&R) -> S) -> Verdict<S> {
+        match self {
+            Verdict::Pass(r) => Verdict::Pass(f(r)),
+            Verdict::Fail { report, reason } => Verdict::Fail {
+                report: f(report),
+                reason: reason.clone(),
+            },
+            Verdict::RunFailed(e) => Verdict::RunFailed(e.clone()),
+            Verdict::BadInput(e) => Verdict::BadInput(e.clone()),
+        }
+    }
+
     /// What a report calls this verdict.
     pub fn kind(&self) -> VerdictKind {
         match self {

@@ -75,6 +75,53 @@ pub trait Reported: Op {
     fn render(doc: &Self::Document) -> String;
 }
 
+/// The fields every element-wise report opens with.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunHead {
+    pub verdict: VerdictKind,
+    pub implementation: String,
+    /// A CPU model of a kernel: never a GPU result.
+    pub is_model: bool,
+}
+
+impl RunHead {
+    pub fn of<O: Op>(run: &RunInfo<O>) -> RunHead {
+        RunHead {
+            verdict: run.verdict_kind(),
+            implementation: run.name(),
+            is_model: run.is_model(),
+        }
+    }
+    /// The implementation lines.
+    pub fn render(&self, s: &mut String) {
+        implementation_lines(s, &self.implementation, self.is_model);
+    }
+}
+
+/// Why a run did not pass, when it did not.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunOutcome {
+    /// One line when the implementation produced nothing.
+    pub run_error: Option<String>,
+    /// One line on the first failure.
+    pub failure: Option<String>,
+}
+
+impl RunOutcome {
+    pub fn of<O: Op>(run: &RunInfo<O>) -> RunOutcome {
+        RunOutcome {
+            run_error: run.run_error(),
+            failure: run.failure(),
+        }
+    }
+    /// `run failed: …` when the implementation produced nothing.
+    pub fn render(&self, s: &mut String) {
+        if let Some(e) = &self.run_error {
+            let _ = writeln!(s, "run failed: {e}");
+        }
+    }
+}
+
 /// `implementation: NAME` and, for a model, the line that says it is not a GPU result.
 pub fn implementation_lines(s: &mut String, name: &str, is_model: bool) {
     let _ = writeln!(s, "implementation: {name}");

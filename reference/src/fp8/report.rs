@@ -16,8 +16,7 @@ use super::case::{Fp8Recipe, ScalingKind};
 use super::high_precision::HighPrecisionStats;
 use super::op::Fp8Gemm;
 use crate::gemm::{render_case, render_passes, Gemm, GemmReport};
-use crate::op::Verdict;
-use crate::report::{implementation_lines, verdict_line, Reported, RunInfo};
+use crate::report::{verdict_line, Reported, RunInfo};
 
 /// The `--json` document of `moecheck gemm --dtype fp8` and of `moecheck check` on an FP8
 /// case.
@@ -43,15 +42,7 @@ impl Reported for Fp8Gemm {
 
     fn document(run: &RunInfo<Fp8Gemm>) -> Fp8Document {
         // The verdict of the recipe-exact comparison alone, as the grouped GEMM reports it.
-        let verdict = run.verdict.map(|v| match v {
-            Verdict::Pass(r) => Verdict::Pass(r.recipe_exact.clone()),
-            Verdict::Fail { report, reason } => Verdict::Fail {
-                report: report.recipe_exact.clone(),
-                reason: reason.clone(),
-            },
-            Verdict::RunFailed(e) => Verdict::RunFailed(e.clone()),
-            Verdict::BadInput(e) => Verdict::BadInput(e.clone()),
-        });
+        let verdict = run.verdict.map(|v| v.map(|r| r.recipe_exact.clone()));
         let gemm = <Gemm as Reported>::document(&RunInfo::<Gemm> {
             implementation: run.implementation,
             case: &run.case.gemm,
@@ -81,14 +72,12 @@ impl Reported for Fp8Gemm {
         render_recipe(&mut s, &doc.fp8.recipe);
         let _ = writeln!(s, "verdict below: recipe-exact (the GEMM of the recipe's dequantised operands, bound from the accumulation model)");
         let g = &doc.gemm;
-        implementation_lines(&mut s, &g.implementation, g.is_model);
+        g.head.render(&mut s);
         render_case(&mut s, g);
-        if let Some(e) = &g.run_error {
-            let _ = writeln!(s, "run failed: {e}");
-        }
+        g.outcome.render(&mut s);
         render_passes(&mut s, &g.passes);
         render_high_precision(&mut s, &doc.fp8.high_precision);
-        verdict_line(&mut s, g.verdict);
+        verdict_line(&mut s, g.head.verdict);
         s
     }
 }

@@ -17,8 +17,7 @@ use super::bound::Precision;
 use super::case::{GroupedGemmCase, TailContract};
 use super::compare::PassReport;
 use super::op::Gemm;
-use crate::op::VerdictKind;
-use crate::report::{implementation_lines, verdict_line, Reported, RunInfo, StatsRow, StatsTable};
+use crate::report::{verdict_line, Reported, RunHead, RunInfo, RunOutcome, StatsRow, StatsTable};
 
 /// The case's shape.
 #[derive(Debug, Clone, Serialize)]
@@ -47,16 +46,15 @@ impl Shape {
 /// The `--json` document of `moecheck gemm` and `moecheck check`.
 #[derive(Debug, Clone, Serialize)]
 pub struct GemmReport {
-    pub verdict: VerdictKind,
-    pub implementation: String,
-    pub is_model: bool,
+    #[serde(flatten)]
+    pub head: RunHead,
     pub dtype: String,
     pub out_dtype: String,
     pub shape: Shape,
     pub precision: Precision,
     pub tail: TailContract,
-    pub run_error: Option<String>,
-    pub failure: Option<String>,
+    #[serde(flatten)]
+    pub outcome: RunOutcome,
     pub passes: Vec<PassReport>,
 }
 
@@ -65,29 +63,24 @@ impl Reported for Gemm {
 
     fn document(run: &RunInfo<Gemm>) -> GemmReport {
         GemmReport {
-            verdict: run.verdict_kind(),
-            implementation: run.name(),
-            is_model: run.is_model(),
+            head: RunHead::of(run),
             dtype: run.case.dtype.to_string(),
             out_dtype: run.case.out_dtype.to_string(),
             shape: Shape::of(run.case),
             precision: *run.precision,
             tail: run.case.tail,
-            run_error: run.run_error(),
-            failure: run.failure(),
+            outcome: RunOutcome::of(run),
             passes: run.report().map_or_else(Vec::new, |r| r.passes.clone()),
         }
     }
 
     fn render(doc: &GemmReport) -> String {
         let mut s = String::new();
-        implementation_lines(&mut s, &doc.implementation, doc.is_model);
+        doc.head.render(&mut s);
         render_case(&mut s, doc);
-        if let Some(e) = &doc.run_error {
-            let _ = writeln!(s, "run failed: {e}");
-        }
+        doc.outcome.render(&mut s);
         render_passes(&mut s, &doc.passes);
-        verdict_line(&mut s, doc.verdict);
+        verdict_line(&mut s, doc.head.verdict);
         s
     }
 }

@@ -18,8 +18,8 @@ use super::bound::LayerPrecision;
 use super::compare::TensorReport;
 use super::layer::{Forward, MoeCase};
 use super::op::MoeLayer;
-use crate::op::VerdictKind;
-use crate::report::{implementation_lines, verdict_line, Reported, RunInfo, StatsRow, StatsTable};
+
+use crate::report::{verdict_line, Reported, RunHead, RunInfo, RunOutcome, StatsRow, StatsTable};
 use crate::routing::RoutingConfig;
 
 /// The case's shape and routing outcome.
@@ -56,17 +56,16 @@ impl MoeShape {
 /// The `--json` document of `moecheck moe`.
 #[derive(Debug, Clone, Serialize)]
 pub struct MoeReport {
-    pub verdict: VerdictKind,
-    pub implementation: String,
-    pub is_model: bool,
+    #[serde(flatten)]
+    pub head: RunHead,
     pub dtype: String,
     pub shape: MoeShape,
     pub routing: RoutingConfig,
     pub precision: LayerPrecision,
     /// Cases drawn (from consecutive seeds) until one had no top-k/group/capacity near tie.
     pub draws: usize,
-    pub run_error: Option<String>,
-    pub failure: Option<String>,
+    #[serde(flatten)]
+    pub outcome: RunOutcome,
     pub tensors: Vec<TensorReport>,
 }
 
@@ -75,16 +74,13 @@ impl Reported for MoeLayer {
 
     fn document(run: &RunInfo<MoeLayer>) -> MoeReport {
         MoeReport {
-            verdict: run.verdict_kind(),
-            implementation: run.name(),
-            is_model: run.is_model(),
+            head: RunHead::of(run),
             dtype: run.case.dtype.to_string(),
             shape: MoeShape::of(run.case, &run.expected.forward),
             routing: run.case.routing,
             precision: *run.precision,
             draws: run.draws,
-            run_error: run.run_error(),
-            failure: run.failure(),
+            outcome: RunOutcome::of(run),
             tensors: run.report().map_or_else(Vec::new, |r| r.tensors.clone()),
         }
     }
@@ -92,13 +88,11 @@ impl Reported for MoeLayer {
     /// One line per tensor, then the failing experts.
     fn render(doc: &MoeReport) -> String {
         let mut s = String::new();
-        implementation_lines(&mut s, &doc.implementation, doc.is_model);
+        doc.head.render(&mut s);
         render_case(&mut s, doc);
-        if let Some(e) = &doc.run_error {
-            let _ = writeln!(s, "run failed: {e}");
-        }
+        doc.outcome.render(&mut s);
         render_tensors(&mut s, &doc.tensors);
-        verdict_line(&mut s, doc.verdict);
+        verdict_line(&mut s, doc.head.verdict);
         s
     }
 }
