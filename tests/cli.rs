@@ -3,36 +3,14 @@
 use assert_cmd::Command;
 use predicates::prelude::*;
 
-fn moecheck() -> Command {
-    Command::cargo_bin("moecheck").expect("binary built")
-}
+mod common;
+use common::{moecheck, with_defaults, SMALL_GEMM};
 
-/// `moecheck gemm` with small shape flags (so every run takes well under a second), where a
-/// flag given in `extra` replaces the default of the same name.
+/// `moecheck gemm` on the small case, where a flag given in `extra` replaces the default of the
+/// same name.
 fn gemm(extra: &[&str]) -> Command {
-    let mut args: Vec<String> = Vec::new();
-    for pair in SMALL.chunks(2) {
-        if !extra.contains(&pair[0]) {
-            args.extend(pair.iter().map(|s| s.to_string()));
-        }
-    }
-    let mut c = moecheck();
-    c.arg("gemm").args(args).args(extra);
-    c
+    with_defaults(&["gemm"], &SMALL_GEMM, extra)
 }
-
-const SMALL: [&str; 10] = [
-    "--experts",
-    "6",
-    "--tokens",
-    "40",
-    "--hidden",
-    "24",
-    "--ffn",
-    "16",
-    "--empty",
-    "2",
-];
 
 #[test]
 fn gemm_default_emulate_passes_and_says_it_is_a_model() {

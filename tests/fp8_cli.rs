@@ -4,30 +4,13 @@
 use assert_cmd::Command;
 use predicates::prelude::*;
 
+mod common;
+use common::{with_defaults, SMALL_GEMM};
+
 /// `moecheck gemm --dtype fp8` on a small routed case (two empty experts, a dropped tail),
 /// where a flag in `extra` replaces the default of the same name.
 fn fp8_gemm(extra: &[&str]) -> Command {
-    const SMALL: [&str; 10] = [
-        "--experts",
-        "6",
-        "--tokens",
-        "40",
-        "--hidden",
-        "24",
-        "--ffn",
-        "16",
-        "--empty",
-        "2",
-    ];
-    let mut c = Command::cargo_bin("moecheck").expect("binary built");
-    c.args(["gemm", "--dtype", "fp8"]);
-    for pair in SMALL.chunks(2) {
-        if !extra.contains(&pair[0]) {
-            c.args(pair);
-        }
-    }
-    c.args(extra);
-    c
+    with_defaults(&["gemm", "--dtype", "fp8"], &SMALL_GEMM, extra)
 }
 
 #[test]

@@ -1,6 +1,10 @@
 //! One property type for every operation: [`Property`], generic over the [`Op`] it checks,
 //! and [`PropertyOp`], what an operation adds to join (its strategy arguments and its list of
 //! properties).
+//!
+//! Each operation lists its properties as a table of `Property` values (name, description,
+//! strategy, test). The tables of different operations look alike line by line — they are
+//! data of one shape, not repeated logic — and the duplicate finder reports them as such.
 
 use moecheck_reference::op::{verify, Implementation, Op, Verdict};
 use proptest::strategy::BoxedStrategy;

@@ -145,11 +145,7 @@ impl CaseReport {
         if let Some(e) = &p.error {
             return Some(format!("{}: {e}", p.pass));
         }
-        let g = p
-            .groups
-            .iter()
-            .filter(|g| !g.passed())
-            .max_by(|a, b| a.stats.max_bound_ratio.total_cmp(&b.stats.max_bound_ratio))?;
+        let g = worst_slice(p.groups.iter().filter(|g| !g.passed()), |g| &g.stats)?;
         let w = g.stats.worst.as_ref()?;
         Some(format!(
             "{}: {} of {} elements of {} outside the bound; worst at row {} col {}: got {:e}, want {:e}, bound {:e}",

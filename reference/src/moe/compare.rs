@@ -71,11 +71,7 @@ impl LayerReport {
         if let Some(e) = &t.error {
             return Some(format!("{}: {e}", t.tensor));
         }
-        let s = t
-            .slices
-            .iter()
-            .filter(|s| s.stats.failed > 0)
-            .max_by(|a, b| a.stats.max_bound_ratio.total_cmp(&b.stats.max_bound_ratio))?;
+        let s = worst_slice(t.slices.iter().filter(|s| s.stats.failed > 0), |s| &s.stats)?;
         let w = s.stats.worst.as_ref()?;
         let at = s
             .expert

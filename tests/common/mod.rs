@@ -1,0 +1,38 @@
+//! Helpers shared by the tests that drive the real binary.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use assert_cmd::Command;
+
+/// The `moecheck` binary.
+pub fn moecheck() -> Command {
+    Command::cargo_bin("moecheck").expect("binary built")
+}
+
+/// A small routed grouped-GEMM case (six experts, two of them empty, a dropped tail): every
+/// run takes well under a second.
+pub const SMALL_GEMM: [&str; 10] = [
+    "--experts",
+    "6",
+    "--tokens",
+    "40",
+    "--hidden",
+    "24",
+    "--ffn",
+    "16",
+    "--empty",
+    "2",
+];
+
+/// `moecheck` with `command`, the flag/value pairs of `defaults`, and `extra`, where a flag
+/// given in `extra` replaces the default of the same name.
+pub fn with_defaults(command: &[&str], defaults: &[&str], extra: &[&str]) -> Command {
+    let mut c = moecheck();
+    c.args(command);
+    for pair in defaults.chunks(2) {
+        if !extra.contains(&pair[0]) {
+            c.args(pair);
+        }
+    }
+    c.args(extra);
+    c
+}
