@@ -1,5 +1,6 @@
-//! The one progress indicator: a spinner with the elapsed time and the current stage, on
-//! stderr, shown only when stderr is a terminal and the work is large enough to wait for.
+//! The one progress indicator, on stderr and only when stderr is a terminal: a spinner with
+//! the elapsed time and the current stage (shown when the work is large enough to wait for),
+//! or a bar over a counted number of steps.
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -26,6 +27,27 @@ impl Progress {
         );
         pb.enable_steady_tick(Duration::from_millis(120));
         Progress(Some(pb))
+    }
+
+    /// A bar counting `len` steps (repetitions of a benchmark), on a terminal.
+    pub fn steps(len: u64, what: &str) -> Progress {
+        if !std::io::stderr().is_terminal() {
+            return Progress(None);
+        }
+        let pb = ProgressBar::new(len);
+        pb.set_style(
+            ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+                .expect("valid template"),
+        );
+        pb.set_message(what.to_string());
+        Progress(Some(pb))
+    }
+
+    /// One step done.
+    pub fn step(&self) {
+        if let Some(pb) = &self.0 {
+            pb.inc(1);
+        }
     }
 
     /// No spinner.

@@ -128,7 +128,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
         t.elapsed().as_secs_f64()
     };
     let load_before = load_average();
-    let bar = indicatif::ProgressBar::new(a.reps as u64);
+    let bar = moecheck::progress::Progress::steps(a.reps as u64, "repetitions");
     let (mut dense, mut grouped, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     for rep in 0..a.reps {
         let (td, tg) = if rep % 2 == 0 {
@@ -141,9 +141,9 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
         dense.push(td);
         grouped.push(tg);
         ratios.push(td / tg);
-        bar.inc(1);
+        bar.step();
     }
-    bar.finish_and_clear();
+    bar.done();
     let load_after = load_average();
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
