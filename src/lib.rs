@@ -9,6 +9,7 @@ pub mod cuda;
 pub mod generate;
 pub mod impls;
 pub mod npy;
+pub mod ops;
 pub mod pipeline;
 pub mod progress;
 pub mod protocol;

@@ -4,11 +4,13 @@
 //!
 //! Every operation has `reference` (the f64 reference itself) and `exec:CMD` (any program,
 //! through the case-directory protocol); an operation adds its CPU model (`emulate`, with
-//! planted bugs) and its GPU implementations through [`Backends`].
+//! planted bugs), its GPU implementations and the declaration flags it reads through
+//! [`Backends`].
 
 use std::time::Duration;
 
-use moecheck_reference::op::{Implementation, Op, Reference};
+use moecheck_reference::format::Format;
+use moecheck_reference::op::{Implementation, Reference};
 use moecheck_reference::protocol::Protocol;
 
 use crate::impls::exec::{Exec, Program};
@@ -16,6 +18,36 @@ use crate::impls::{parse_bug, PlantedBug};
 
 /// Seconds an `exec:` implementation may run when `--timeout` is not given.
 pub const DEFAULT_TIMEOUT_S: f64 = 600.0;
+
+/// The declaration flags a command line gave: what an external implementation declares
+/// about its arithmetic. `None` where a flag was not given (the operation's default applies).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Declared {
+    /// `--acc`: the accumulator format (grouped GEMM).
+    pub acc: Option<Format>,
+    /// `--acc-block`: the accumulator's K block (grouped GEMM).
+    pub acc_block: Option<usize>,
+    /// `--compute`: the compute format (routing, MoE layer).
+    pub compute: Option<Format>,
+    /// `--out-dtype`: the output format (MoE layer; a grouped GEMM's is its case's).
+    pub out_dtype: Option<Format>,
+}
+
+impl Declared {
+    /// The flags that were given, in a fixed order.
+    pub fn given(&self) -> Vec<&'static str> {
+        [
+            (self.acc.is_some(), "--acc"),
+            (self.acc_block.is_some(), "--acc-block"),
+            (self.compute.is_some(), "--compute"),
+            (self.out_dtype.is_some(), "--out-dtype"),
+        ]
+        .into_iter()
+        .filter(|(given, _)| *given)
+        .map(|(_, flag)| flag)
+        .collect()
+    }
+}
 
 /// What an operation adds to the registry beyond `reference` and `exec:`.
 pub trait Backends: Protocol {
@@ -25,6 +57,16 @@ pub trait Backends: Protocol {
     /// What the declaration flags declare about an external implementation, for messages
     /// (`accumulator`, `compute format`).
     const DECLARES: &'static str;
+
+    /// The declaration flags it reads (a subset of [`Declared`]'s).
+    const DECLARATION_FLAGS: &'static [&'static str];
+
+    /// Why a declaration flag it does not read does not apply (one line).
+    const NOT_DECLARED_BY: &'static str = "it declares nothing with flags";
+
+    /// Its declaration from the flags it reads (defaults where they were not given); the
+    /// error is one line naming the flag.
+    fn declaration(declared: &Declared) -> Result<Self::Declaration, String>;
 
     /// Its CPU model with `bug` planted; `None` when the operation has no model.
     fn emulate(bug: Option<Self::Bug>) -> Option<Box<dyn Implementation<Self>>>;
@@ -42,48 +84,80 @@ pub trait Backends: Protocol {
     }
 }
 
+/// The declaration `declared` makes for `O`, refusing a flag `O` does not read.
+pub fn declaration<O: Backends>(declared: &Declared) -> Result<O::Declaration, String> {
+    if let Some(flag) = declared
+        .given()
+        .into_iter()
+        .find(|f| !O::DECLARATION_FLAGS.contains(f))
+    {
+        return Err(format!(
+            "{flag} does not apply to op {}: {}",
+            O::NAME,
+            O::NOT_DECLARED_BY
+        ));
+    }
+    O::declaration(declared)
+}
+
 /// The implementation flags of one command line.
-#[derive(Debug, Clone)]
-pub struct Choice<O: Op> {
+#[derive(Debug, Clone, Default)]
+pub struct Choice {
     /// `--impl`.
     pub name: String,
     /// `--inject`.
     pub inject: Option<String>,
     /// `--timeout`, in seconds.
     pub timeout: Option<f64>,
-    /// What the declaration flags declared, with the flags that were given (empty when none
-    /// was: the default declaration applies).
-    pub declaration: O::Declaration,
-    pub declared_by: Vec<&'static str>,
+    /// The declaration flags.
+    pub declared: Declared,
 }
 
-impl<O: Op> Choice<O> {
+impl Choice {
     /// `--impl name` with every other flag left at its default.
-    pub fn named(name: &str) -> Choice<O> {
+    pub fn named(name: &str) -> Choice {
         Choice {
             name: name.to_string(),
-            inject: None,
-            timeout: None,
-            declaration: O::Declaration::default(),
-            declared_by: Vec::new(),
+            ..Choice::default()
         }
     }
 }
 
+/// What `--impl` names.
+enum Kind<'a> {
+    Reference,
+    Emulate,
+    Exec(&'a str),
+    Gpu,
+}
+
 /// The names `--impl` accepts for `O`, as a message lists them.
 fn accepted<O: Backends>() -> String {
-    let mut names = vec!["reference", "emulate", "exec:CMD"];
+    let mut names = vec!["reference"];
+    if O::emulate(None).is_some() {
+        names.push("emulate");
+    }
+    names.push("exec:CMD");
     names.extend(O::gpu_names());
     let last = names.pop().unwrap_or_default();
     format!("{} or {last}", names.join(", "))
 }
 
 /// Builds the implementation `choice` names, or the one-line reason it cannot.
-pub fn build<O: Backends>(choice: &Choice<O>) -> Result<Box<dyn Implementation<O>>, String> {
+pub fn build<O: Backends>(choice: &Choice) -> Result<Box<dyn Implementation<O>>, String> {
     let name = choice.name.trim();
-    let exec = name.strip_prefix("exec:");
+    let kind = match name {
+        "reference" => Kind::Reference,
+        "emulate" => Kind::Emulate,
+        _ if O::gpu_names().contains(&name) => Kind::Gpu,
+        _ => match name.strip_prefix("exec:") {
+            Some(cmd) if !cmd.trim().is_empty() => Kind::Exec(cmd),
+            _ => return Err(format!("--impl {name}: expected {}", accepted::<O>())),
+        },
+    };
+    let external = matches!(kind, Kind::Exec(_));
     if let Some(bug) = &choice.inject {
-        if name != "emulate" {
+        if !matches!(kind, Kind::Emulate) {
             return Err(format!(
                 "--inject {bug} needs --impl emulate (got --impl {name})"
             ));
@@ -95,22 +169,23 @@ pub fn build<O: Backends>(choice: &Choice<O>) -> Result<Box<dyn Implementation<O
                 "--timeout {t} must be a positive number of seconds"
             ));
         }
-        if exec.is_none() {
+        if !external {
             return Err(format!(
                 "--timeout: --impl {name} runs inside moecheck; --timeout applies to exec: implementations"
             ));
         }
     }
-    if let (Some(flag), None) = (choice.declared_by.first(), exec) {
+    let declaration = declaration::<O>(&choice.declared)?;
+    if let (Some(flag), false) = (choice.declared.given().first(), external) {
         return Err(format!(
             "{flag}: --impl {name} declares its own {}; {flag} declares the {} of an exec: implementation",
             O::DECLARES,
             O::DECLARES
         ));
     }
-    match (name, exec) {
-        ("reference", _) => Ok(Box::new(Reference)),
-        ("emulate", _) => {
+    match kind {
+        Kind::Reference => Ok(Box::new(Reference)),
+        Kind::Emulate => {
             let bug = match &choice.inject {
                 Some(b) => Some(parse_bug::<O::Bug>(b).map_err(|e| format!("--inject {b}: {e}"))?),
                 None => None,
@@ -118,15 +193,138 @@ pub fn build<O: Backends>(choice: &Choice<O>) -> Result<Box<dyn Implementation<O
             O::emulate(bug)
                 .ok_or_else(|| format!("--impl emulate: there is no CPU model of op {}", O::NAME))
         }
-        (_, Some(cmd)) if !cmd.trim().is_empty() => Ok(Box::new(Exec::<O> {
+        Kind::Exec(cmd) => Ok(Box::new(Exec::<O> {
             program: Program {
                 command: cmd.to_string(),
                 timeout: Duration::from_secs_f64(choice.timeout.unwrap_or(DEFAULT_TIMEOUT_S)),
             },
-            declaration: choice.declaration.clone(),
+            declaration,
         })),
-        _ if O::gpu_names().contains(&name) => O::gpu(name)
+        Kind::Gpu => O::gpu(name)
             .ok_or_else(|| format!("--impl {name}: moecheck was built without the `cuda` feature")),
-        _ => Err(format!("--impl {name}: expected {}", accepted::<O>())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use moecheck_reference::gemm::{Accumulator, Gemm};
+    use moecheck_reference::moe::MoeLayer;
+
+    use super::*;
+
+    fn refused<O: Backends>(choice: Choice) -> String {
+        match build::<O>(&choice) {
+            Ok(imp) => panic!("{} was built from {choice:?}", imp.name()),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn built_in_implementations_refuse_declarations_and_timeouts() {
+        for name in ["reference", "emulate", "cuda", "cublas"] {
+            let acc = Declared {
+                acc: Some(Format::Bf16),
+                ..Declared::default()
+            };
+            let e = refused::<Gemm>(Choice {
+                declared: acc,
+                ..Choice::named(name)
+            });
+            assert!(
+                e.contains("--acc") && e.contains("declares its own accumulator"),
+                "{e}"
+            );
+            let e = refused::<Gemm>(Choice {
+                timeout: Some(5.0),
+                ..Choice::named(name)
+            });
+            assert!(
+                e.contains("--timeout") && e.contains("runs inside moecheck"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn exec_takes_the_declaration() {
+        let declared = Declared {
+            acc: Some(Format::Bf16),
+            acc_block: Some(32),
+            ..Declared::default()
+        };
+        let imp = build::<Gemm>(&Choice {
+            declared,
+            timeout: Some(1.0),
+            ..Choice::named("exec:true")
+        })
+        .expect("exec takes --acc, --acc-block and --timeout");
+        let case = moecheck_reference::gemm::GroupedGemmCase {
+            lhs: ndarray::Array2::zeros((2, 3)),
+            rhs: ndarray::Array3::zeros((1, 3, 2)),
+            group_sizes: vec![2],
+            dout: None,
+            dtype: Format::Bf16,
+            out_dtype: Format::F32,
+            tail: Default::default(),
+        };
+        let p = imp.precision(&case);
+        assert_eq!(
+            p.accumulator,
+            Accumulator {
+                format: Format::Bf16,
+                block: Some(32)
+            }
+        );
+    }
+
+    #[test]
+    fn a_flag_the_operation_does_not_read_is_refused_for_every_implementation() {
+        for name in ["exec:true", "reference", "emulate"] {
+            let e = refused::<Gemm>(Choice {
+                declared: Declared {
+                    compute: Some(Format::F64),
+                    ..Declared::default()
+                },
+                ..Choice::named(name)
+            });
+            assert!(e.contains("--compute does not apply to op gemm"), "{e}");
+        }
+        let e = refused::<MoeLayer>(Choice {
+            declared: Declared {
+                acc: Some(Format::F32),
+                ..Declared::default()
+            },
+            ..Choice::named("exec:true")
+        });
+        assert!(e.contains("--acc does not apply to op moe"), "{e}");
+    }
+
+    #[test]
+    fn an_unknown_name_is_refused_before_any_flag_is_blamed_on_it() {
+        let e = refused::<Gemm>(Choice {
+            declared: Declared {
+                acc: Some(Format::Bf16),
+                ..Declared::default()
+            },
+            ..Choice::named("emulat")
+        });
+        assert!(
+            e.starts_with("--impl emulat: expected reference, emulate"),
+            "{e}"
+        );
+        assert!(refused::<Gemm>(Choice::named("exec:")).contains("--impl exec:"));
+        let e = refused::<Gemm>(Choice {
+            inject: Some("tail-rows-uninitialised".into()),
+            ..Choice::named("reference")
+        });
+        assert!(
+            e.contains("--inject") && e.contains("needs --impl emulate"),
+            "{e}"
+        );
+        let e = refused::<Gemm>(Choice {
+            inject: Some("no-such-bug".into()),
+            ..Choice::named("emulate")
+        });
+        assert!(e.contains("unknown bug 'no-such-bug'"), "{e}");
     }
 }

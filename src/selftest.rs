@@ -5,15 +5,14 @@
 //! property must catch. Every property must also catch at least one bug, or it checks nothing
 //! the others do not.
 
+use std::ops::ControlFlow;
+
 use moecheck_properties::{check, Outcome, PropertyOp, RunConfig};
-use moecheck_reference::fp8::Fp8Gemm;
-use moecheck_reference::gemm::Gemm;
-use moecheck_reference::moe::MoeLayer;
 use moecheck_reference::op::VerdictKind;
-use moecheck_reference::routing::Route;
 use serde::Serialize;
 
 use crate::impls::PlantedBug;
+use crate::ops::{self, Operation, Visit};
 use crate::registry::Backends;
 use crate::report::Report;
 
@@ -226,13 +225,19 @@ pub fn section<O: PropertyOp + Backends>(name: &str, config: &RunConfig) -> Sect
 
 /// Runs every section with `cases` cases per property from `seed`.
 pub fn run(cases: usize, seed: u64) -> SelftestReport {
+    struct Sections(RunConfig, Vec<Section>);
+    impl Visit for Sections {
+        fn visit<O: Operation>(&mut self, title: &'static str) -> ControlFlow<()> {
+            if O::emulate(None).is_some() {
+                self.1.push(section::<O>(title, &self.0));
+            }
+            ControlFlow::Continue(())
+        }
+    }
     let config = RunConfig::new(cases.min(u32::MAX as usize) as u32, seed);
-    let sections = vec![
-        section::<Gemm>("grouped gemm", &config),
-        section::<Fp8Gemm>("fp8", &config),
-        section::<Route>("routing", &config),
-        section::<MoeLayer>("moe layer", &config),
-    ];
+    let mut all = Sections(config, Vec::new());
+    ops::each(&mut all);
+    let sections = all.1;
     let ok = sections.iter().all(|s| s.ok);
     SelftestReport {
         verdict: if ok {
@@ -277,6 +282,7 @@ impl Report for SelftestReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use moecheck_reference::routing::Route;
 
     #[test]
     fn routing_section_catches_every_routing_bug() {

@@ -116,6 +116,65 @@ fn check_missing_dir_exits_2() {
         .stderr(predicate::str::contains("/nonexistent/moecheck-case"));
 }
 
+/// Issue 10's defect: a declaration flag (`--acc`, `--acc-block`) or `--timeout` given with an
+/// implementation that cannot honour it was silently ignored. Every built-in implementation
+/// now refuses them with exit 2 and a reason naming the flag.
+#[test]
+fn flags_an_implementation_cannot_honour_exit_2() {
+    for imp in ["reference", "emulate", "cuda", "cublas"] {
+        for (flags, reason) in [
+            (&["--acc", "bf16"][..], "declares its own accumulator"),
+            (&["--acc-block", "32"][..], "declares its own accumulator"),
+            (&["--timeout", "5"][..], "runs inside moecheck"),
+        ] {
+            let mut args = vec!["--impl", imp];
+            args.extend(flags);
+            let out = gemm(&args).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert!(
+                err.contains(flags[0]) && err.contains(reason),
+                "{args:?}: {err}"
+            );
+            assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        }
+    }
+    // A flag another operation reads, and one check does not apply to this case.
+    let out = gemm(&["--impl", "exec:true", "--compute", "f64"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// ... and an exec: implementation takes the declaration: the report says so and the bound
+/// follows it (bf16 accumulation passes the f32 adapter; an f32 declaration is the default).
+#[test]
+fn exec_declares_its_accumulator_with_acc() {
+    let adapter = "exec:python3 examples/adapters/numpy_grouped_gemm.py";
+    let out = gemm(&[
+        "--impl",
+        adapter,
+        "--dtype",
+        "f32",
+        "--acc",
+        "bf16",
+        "--acc-block",
+        "16",
+        "--json",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["precision"]["accumulator"]["format"], "bf16");
+    assert_eq!(v["precision"]["accumulator"]["block"], 16);
+}
+
 #[test]
 fn numpy_adapter_passes_through_exec() {
     gemm(&[

@@ -187,12 +187,20 @@ fn fp8_delayed_dump_round_trips_its_scales_and_refuses_bad_ones() {
         .assert()
         .code(0)
         .stdout(predicate::str::contains("delayed scaling"));
-    // The recipe declares the accumulation: the GEMM's --acc does not apply.
+    // The recipe declares the accumulation: the GEMM's --acc does not apply, nor does any
+    // other operation's declaration flag.
     check()
         .args(["--acc", "bf16"])
         .assert()
         .code(2)
         .stderr(predicate::str::contains("fp8.accumulation"));
+    for flags in [["--compute", "bf16"], ["--out-dtype", "f16"]] {
+        check()
+            .args(flags)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(flags[0]));
+    }
     let p = dir.join("rhs_scale.npy");
     let mut s: ndarray::Array1<f32> = ndarray_npy::read_npy(&p).unwrap();
     s[0] = -s[0];

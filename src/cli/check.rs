@@ -1,17 +1,18 @@
 //! `moecheck check DIR`: re-verify a case directory holding inputs and outputs, whatever
 //! operation wrote it (`case.json` says).
 
-use std::path::PathBuf;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
 
+use moecheck::ops::{self, Operation, Visit};
+use moecheck::protocol::CaseHeader;
+use moecheck::registry::{self, Declared};
+use moecheck::report::Report;
 use moecheck::{pipeline, protocol, report};
 use moecheck_reference::format::Format;
-use moecheck_reference::fp8::Fp8Gemm;
-use moecheck_reference::gemm::{Accumulator, Gemm};
-use moecheck_reference::moe::{LayerFormats, MoeLayer};
-use moecheck_reference::routing::{ComputeFormat, Route};
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
@@ -41,62 +42,48 @@ pub struct CheckArgs {
 
 pub fn run(a: CheckArgs) -> anyhow::Result<ExitCode> {
     let header = protocol::read_header(&a.dir)?;
-    // Before the grouped GEMM: an FP8 case is a grouped-GEMM case marked by its `fp8` object.
-    if header.is::<Fp8Gemm>() {
-        super::gemm_fp8::refuse_acc_flags(
-            a.acc.is_some(),
-            a.acc_block.is_some(),
-            "an FP8 case declares its accumulation in case.json (fp8.accumulation)",
-        )?;
-        return report::finish(&pipeline::check_dir::<Fp8Gemm>(&a.dir, &())?, a.json);
-    }
-    if header.is::<Gemm>() {
-        a.only("grouped_gemm", &["--acc", "--acc-block"])?;
-        if a.acc_block == Some(0) {
-            anyhow::bail!("--acc-block 0: a K block holds at least one product");
-        }
-        let acc = Accumulator {
-            format: a.acc.unwrap_or(Format::F32),
-            block: a.acc_block,
-        };
-        return report::finish(&pipeline::check_dir::<Gemm>(&a.dir, &acc)?, a.json);
-    }
-    if header.is::<Route>() {
-        a.only("route", &["--compute"])?;
-        let compute = ComputeFormat(a.compute.unwrap_or(Format::F32));
-        return report::finish(&pipeline::check_dir::<Route>(&a.dir, &compute)?, a.json);
-    }
-    if header.is::<MoeLayer>() {
-        a.only("moe_layer", &["--compute", "--out-dtype"])?;
-        let formats = LayerFormats {
-            compute: a.compute.unwrap_or(Format::F32),
-            output: a.out_dtype.unwrap_or(Format::F32),
-        };
-        return report::finish(&pipeline::check_dir::<MoeLayer>(&a.dir, &formats)?, a.json);
-    }
-    anyhow::bail!(
-        "{}: op '{}' is not supported (expected grouped_gemm, route or moe_layer)",
-        a.dir.join("case.json").display(),
-        header.op
-    )
+    let declared = Declared {
+        acc: a.acc,
+        acc_block: a.acc_block,
+        compute: a.compute,
+        out_dtype: a.out_dtype,
+    };
+    let mut check = CheckAs {
+        dir: &a.dir,
+        header: &header,
+        declared,
+        result: None,
+    };
+    ops::each(&mut check);
+    let report = check.result.unwrap_or_else(|| {
+        Err(anyhow::anyhow!(
+            "{}: op '{}' is not supported (expected grouped_gemm, route or moe_layer)",
+            a.dir.join("case.json").display(),
+            header.op
+        ))
+    })?;
+    report::finish(report.as_ref(), a.json)
 }
 
-impl CheckArgs {
-    /// Refuses a declaration flag that op `op` does not read (exit 2), so none is silently
-    /// ignored.
-    fn only(&self, op: &str, reads: &[&str]) -> anyhow::Result<()> {
-        let given = [
-            ("--acc", self.acc.is_some()),
-            ("--acc-block", self.acc_block.is_some()),
-            ("--compute", self.compute.is_some()),
-            ("--out-dtype", self.out_dtype.is_some()),
-        ];
-        match given.iter().find(|(f, g)| *g && !reads.contains(f)) {
-            Some((flag, _)) => anyhow::bail!(
-                "{flag} does not apply to op {op} (it declares {})",
-                reads.join(", ")
-            ),
-            None => Ok(()),
+/// Checks the directory as the first operation that reads it.
+struct CheckAs<'a> {
+    dir: &'a Path,
+    header: &'a CaseHeader,
+    declared: Declared,
+    result: Option<anyhow::Result<Box<dyn Report>>>,
+}
+
+impl Visit for CheckAs<'_> {
+    fn visit<O: Operation>(&mut self, _: &'static str) -> ControlFlow<()> {
+        if !ops::reads::<O>(self.header) {
+            return ControlFlow::Continue(());
         }
+        self.result = Some(
+            registry::declaration::<O>(&self.declared)
+                .map_err(anyhow::Error::msg)
+                .and_then(|d| pipeline::check_dir::<O>(self.dir, &d))
+                .map(|r| Box::new(r) as Box<dyn Report>),
+        );
+        ControlFlow::Break(())
     }
 }

@@ -8,11 +8,11 @@ use clap::Args;
 
 use moecheck::generate::fp8::Fp8Spec;
 use moecheck::generate::gemm::{GemmSpec, Spread};
-use moecheck::registry::{self, Choice};
+use moecheck::registry::{self, Declared};
 use moecheck::{pipeline, report};
 use moecheck_reference::format::Format;
 use moecheck_reference::fp8::Fp8Gemm;
-use moecheck_reference::gemm::{Accumulator, Gemm, Passes, TailContract};
+use moecheck_reference::gemm::{Gemm, Passes, TailContract};
 
 use super::ImplFlags;
 
@@ -115,23 +115,13 @@ impl GemmFlags {
         }
     }
 
-    /// `--acc`, `--acc-block`: the declared accumulator, and the flags that were given.
-    pub fn accumulator(&self) -> anyhow::Result<(Accumulator, Vec<&'static str>)> {
-        if self.acc_block == Some(0) {
-            anyhow::bail!("--acc-block 0: a K block holds at least one product");
+    /// `--acc`, `--acc-block`.
+    pub fn declared(&self) -> Declared {
+        Declared {
+            acc: self.acc,
+            acc_block: self.acc_block,
+            ..Declared::default()
         }
-        let mut given = Vec::new();
-        if self.acc.is_some() {
-            given.push("--acc");
-        }
-        if self.acc_block.is_some() {
-            given.push("--acc-block");
-        }
-        let acc = Accumulator {
-            format: self.acc.unwrap_or(Format::F32),
-            block: self.acc_block,
-        };
-        Ok((acc, given))
     }
 }
 
@@ -144,13 +134,7 @@ pub fn run(a: GemmFlags) -> anyhow::Result<ExitCode> {
     }
     let spec = a.spec(a.dtype);
     spec.validate().map_err(|e| anyhow::anyhow!(e.as_flag()))?;
-    let (declaration, declared_by) = a.accumulator()?;
-    let choice = Choice::<Gemm> {
-        declaration,
-        declared_by,
-        ..a.imp.choice()
-    };
-    let imp = registry::build(&choice).map_err(anyhow::Error::msg)?;
+    let imp = registry::build::<Gemm>(&a.imp.choice(a.declared())).map_err(anyhow::Error::msg)?;
     let run = pipeline::run(&spec, Some(imp.as_ref()), a.dump.as_deref())?;
     report::finish(&pipeline::report(&run), a.json)
 }
@@ -163,11 +147,6 @@ fn run_fp8(a: GemmFlags) -> anyhow::Result<ExitCode> {
             a.out_dtype
         );
     }
-    super::gemm_fp8::refuse_acc_flags(
-        a.acc.is_some(),
-        a.acc_block.is_some(),
-        "FP8 declares its accumulation with --accum (exact, fast or fast-promote), not with the grouped GEMM's accumulator flags",
-    )?;
     let recipe = a.fp8.recipe(a.dtype)?;
     let spec = Fp8Spec {
         gemm: a.spec(Format::F32),
@@ -176,7 +155,8 @@ fn run_fp8(a: GemmFlags) -> anyhow::Result<ExitCode> {
     spec.gemm
         .validate()
         .map_err(|e| anyhow::anyhow!(e.as_flag()))?;
-    let imp = registry::build(&a.imp.choice::<Fp8Gemm>()).map_err(anyhow::Error::msg)?;
+    let imp =
+        registry::build::<Fp8Gemm>(&a.imp.choice(a.declared())).map_err(anyhow::Error::msg)?;
     let run = pipeline::run(&spec, Some(imp.as_ref()), a.dump.as_deref())?;
     report::finish(&pipeline::report(&run), a.json)
 }

@@ -166,13 +166,3 @@ fn recipe_flag_error(e: &RecipeError) -> String {
         RecipeProblem::ScopeDoesNotApply(_) => format!("{flag} {}", e.why()),
     }
 }
-
-/// The grouped GEMM's accumulator flags (`--acc`, `--acc-block`) do not apply to FP8, whose
-/// recipe declares its accumulation: exit 2 with `why` when one was given.
-pub fn refuse_acc_flags(acc: bool, acc_block: bool, why: &str) -> anyhow::Result<()> {
-    match (acc, acc_block) {
-        (true, _) => bail!("--acc: {why}"),
-        (_, true) => bail!("--acc-block: {why}"),
-        _ => Ok(()),
-    }
-}

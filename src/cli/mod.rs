@@ -16,7 +16,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use moecheck::registry::Choice;
+use moecheck::registry::{Choice, Declared};
 use moecheck_reference::format::Format;
 
 /// Exit status of a check that found a mismatch.
@@ -105,8 +105,9 @@ pub struct ImplFlags {
 
 impl ImplFlags {
     /// The registry's choice, `--impl` defaulting to `emulate`.
-    pub fn choice<O: moecheck_reference::op::Op>(&self) -> Choice<O> {
+    pub fn choice(&self, declared: Declared) -> Choice {
         Choice {
+            declared,
             inject: self.inject.clone(),
             timeout: self.timeout,
             ..Choice::named(self.implementation.as_deref().unwrap_or("emulate"))

@@ -8,10 +8,10 @@ use std::process::ExitCode;
 use clap::Args;
 
 use moecheck::generate::moe::MoeSpec;
-use moecheck::registry::{self, Choice};
+use moecheck::registry::{self, Choice, Declared};
 use moecheck::{pipeline, report};
 use moecheck_reference::format::Format;
-use moecheck_reference::moe::{LayerFormats, MoeLayer};
+use moecheck_reference::moe::MoeLayer;
 
 use super::routing_flags::RoutingFlags;
 use super::ImplFlags;
@@ -81,25 +81,18 @@ impl MoeFlags {
     }
 
     /// `--impl` and its flags, with `--compute` and `--out-dtype` as the declaration.
-    fn choice(&self) -> Choice<MoeLayer> {
-        let given = [
-            (self.compute.is_some(), "--compute"),
-            (self.out_dtype.is_some(), "--out-dtype"),
-        ];
-        Choice {
-            declaration: LayerFormats {
-                compute: self.compute.unwrap_or(Format::F32),
-                output: self.out_dtype.unwrap_or(Format::F32),
-            },
-            declared_by: given.iter().filter(|(g, _)| *g).map(|(_, f)| *f).collect(),
-            ..self.imp.choice()
-        }
+    fn choice(&self) -> Choice {
+        self.imp.choice(Declared {
+            compute: self.compute,
+            out_dtype: self.out_dtype,
+            ..Declared::default()
+        })
     }
 }
 
 pub fn run(a: MoeFlags) -> anyhow::Result<ExitCode> {
     let spec = a.spec()?;
-    let imp = registry::build(&a.choice()).map_err(anyhow::Error::msg)?;
+    let imp = registry::build::<MoeLayer>(&a.choice()).map_err(anyhow::Error::msg)?;
     let run = pipeline::run(&spec, Some(imp.as_ref()), a.dump.as_deref())?;
     report::finish(&pipeline::report(&run), a.json)
 }

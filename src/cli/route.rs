@@ -8,11 +8,11 @@ use std::process::ExitCode;
 use clap::Args;
 
 use moecheck::generate::route::{Logits, RouteSpec};
-use moecheck::registry::{self, Choice};
+use moecheck::registry::{self, Choice, Declared};
 use moecheck::{pipeline, report};
 use moecheck_reference::format::Format;
 use moecheck_reference::op::Op;
-use moecheck_reference::routing::{ComputeFormat, Route};
+use moecheck_reference::routing::Route;
 
 use super::routing_flags::RoutingFlags;
 use super::ImplFlags;
@@ -82,7 +82,7 @@ impl RouteFlags {
 
     /// `--impl` and its flags; `None` without `--impl` (the reference only), where the
     /// implementation flags have nothing to apply to.
-    fn choice(&self) -> anyhow::Result<Option<Choice<Route>>> {
+    fn choice(&self) -> anyhow::Result<Option<Choice>> {
         if self.imp.implementation.is_none() {
             let given = [
                 (self.imp.inject.is_some(), "--inject needs --impl emulate"),
@@ -100,18 +100,17 @@ impl RouteFlags {
             }
             return Ok(None);
         }
-        Ok(Some(Choice {
-            declaration: ComputeFormat(self.compute.unwrap_or(Format::F32)),
-            declared_by: self.compute.map(|_| "--compute").into_iter().collect(),
-            ..self.imp.choice()
-        }))
+        Ok(Some(self.imp.choice(Declared {
+            compute: self.compute,
+            ..Declared::default()
+        })))
     }
 }
 
 pub fn run(a: RouteFlags) -> anyhow::Result<ExitCode> {
     let spec = a.spec()?;
     let imp = match a.choice()? {
-        Some(c) => Some(registry::build(&c).map_err(anyhow::Error::msg)?),
+        Some(c) => Some(registry::build::<Route>(&c).map_err(anyhow::Error::msg)?),
         None => None,
     };
     let run = pipeline::run(&spec, imp.as_deref(), a.dump.as_deref())?;

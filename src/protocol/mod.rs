@@ -53,13 +53,6 @@ pub struct CaseHeader {
     pub keys: Vec<String>,
 }
 
-impl CaseHeader {
-    /// Whether `O` reads this case: its `op`, and its marker key where it has one.
-    pub fn is<O: Protocol>(&self) -> bool {
-        self.op == O::PROTOCOL_OP && O::MARKER.is_none_or(|k| self.keys.iter().any(|x| x == k))
-    }
-}
-
 /// The arrays of one case directory, as [`Files`].
 pub struct DirFiles<'a>(pub &'a Path);
 

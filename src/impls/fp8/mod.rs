@@ -9,7 +9,7 @@ pub mod operand;
 use moecheck_reference::fp8::Fp8Gemm;
 use moecheck_reference::op::Implementation;
 
-use crate::registry::Backends;
+use crate::registry::{Backends, Declared};
 
 pub use bug::Fp8Bug;
 pub use emulate::EmulateFp8;
@@ -17,6 +17,13 @@ pub use emulate::EmulateFp8;
 impl Backends for Fp8Gemm {
     type Bug = Fp8Bug;
     const DECLARES: &'static str = "accumulation model";
+    const DECLARATION_FLAGS: &'static [&'static str] = &[];
+    const NOT_DECLARED_BY: &'static str =
+        "the FP8 recipe declares its accumulation (--accum exact|fast|fast-promote; fp8.accumulation in case.json)";
+
+    fn declaration(_: &Declared) -> Result<(), String> {
+        Ok(())
+    }
 
     fn emulate(bug: Option<Fp8Bug>) -> Option<Box<dyn Implementation<Fp8Gemm>>> {
         Some(Box::new(EmulateFp8::with_bug(bug)))

@@ -3,14 +3,25 @@
 
 pub mod emulate;
 
-use moecheck_reference::moe::MoeLayer;
+use moecheck_reference::format::Format;
+use moecheck_reference::moe::{LayerFormats, MoeLayer};
 use moecheck_reference::op::Implementation;
 
-use crate::registry::Backends;
+use crate::registry::{Backends, Declared};
 
 impl Backends for MoeLayer {
     type Bug = emulate::MoeBug;
     const DECLARES: &'static str = "compute and output formats";
+    const DECLARATION_FLAGS: &'static [&'static str] = &["--compute", "--out-dtype"];
+    const NOT_DECLARED_BY: &'static str =
+        "the MoE layer declares its compute and output formats (--compute, --out-dtype)";
+
+    fn declaration(d: &Declared) -> Result<LayerFormats, String> {
+        Ok(LayerFormats {
+            compute: d.compute.unwrap_or(Format::F32),
+            output: d.out_dtype.unwrap_or(Format::F32),
+        })
+    }
 
     fn emulate(bug: Option<emulate::MoeBug>) -> Option<Box<dyn Implementation<MoeLayer>>> {
         Some(Box::new(emulate::MoeEmulate::with_bug(bug)))

@@ -3,14 +3,22 @@
 
 pub mod emulate;
 
+use moecheck_reference::format::Format;
 use moecheck_reference::op::Implementation;
-use moecheck_reference::routing::Route;
+use moecheck_reference::routing::{ComputeFormat, Route};
 
-use crate::registry::Backends;
+use crate::registry::{Backends, Declared};
 
 impl Backends for Route {
     type Bug = emulate::RouteBug;
     const DECLARES: &'static str = "compute format";
+    const DECLARATION_FLAGS: &'static [&'static str] = &["--compute"];
+    const NOT_DECLARED_BY: &'static str =
+        "routing declares its compute format (--compute); its weights' format is that of weights.npy";
+
+    fn declaration(d: &Declared) -> Result<ComputeFormat, String> {
+        Ok(ComputeFormat(d.compute.unwrap_or(Format::F32)))
+    }
 
     fn emulate(bug: Option<emulate::RouteBug>) -> Option<Box<dyn Implementation<Route>>> {
         Some(Box::new(emulate::RouteEmulate::with_bug(bug)))
