@@ -43,12 +43,10 @@ pub enum Error {
     /// (`logits`, `bias`). The CLI turns a parameter into its flag.
     #[error("{what}: {reason}")]
     InvalidRouting { what: &'static str, reason: String },
-    /// An unknown format name.
-    #[error("unknown dtype '{0}' (expected one of f32, bf16, f16, e4m3, e5m2, f64)")]
-    UnknownFormat(String),
-    /// An FP8 recipe that cannot be applied (a non-FP8 format, a scope that does not fit).
-    #[error("invalid FP8 recipe: {0}")]
-    InvalidRecipe(#[from] crate::fp8::RecipeError),
+    /// An FP8 recipe that cannot be applied (a non-FP8 format, a scope that does not fit);
+    /// `reason` is [`crate::fp8::RecipeError`]'s line.
+    #[error("invalid FP8 recipe: {reason}")]
+    InvalidRecipe { reason: String },
     /// An MoE-layer input or parameter the layer reference refuses; `what` names it.
     #[error("{what}: {reason}")]
     InvalidMoe { what: &'static str, reason: String },

@@ -16,7 +16,8 @@
 //! `S.11111.10` (0x7e/0xfe) in E5M2. An E4M3 overflow under [`Overflow::Ieee`] gives the NaN
 //! with the sign of the input (−1e6 → 0xff).
 
-use super::{pow2, round_to, Format, Overflow};
+use super::kind::{pow2, Format, Overflow};
+use super::round::round_to;
 
 /// Bit layout of an FP8 format: (mantissa bits, exponent bits, bias).
 fn layout(format: Format) -> (u32, u32, i32) {

@@ -1,6 +1,6 @@
 //! Correctly rounded casts from f64 to every [`Format`].
 
-use super::{pow2, Format, Overflow};
+use super::kind::{pow2, Format, Overflow};
 
 /// Rounds `x` to the nearest value of `format`, ties to even, with gradual underflow.
 ///
@@ -83,6 +83,13 @@ fn quantum(a: f64, emin: i32, mantissa_bits: i32) -> f64 {
         biased - 1023
     };
     pow2(e.max(emin) - mantissa_bits)
+}
+
+impl Format {
+    /// Whether `x` is exactly representable (finite values only; NaN and ±inf are not).
+    pub fn represents(self, x: f64) -> bool {
+        x.is_finite() && round_to(x, self, Overflow::Ieee) == x
+    }
 }
 
 #[cfg(test)]

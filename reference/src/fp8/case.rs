@@ -225,7 +225,9 @@ impl Fp8GemmCase {
     /// Validates the float32 inputs (finite, shapes) and the recipe.
     pub fn validate(&self, passes: Passes) -> Result<(), Error> {
         self.gemm.validate(passes)?;
-        self.recipe.validate().map_err(Error::from)
+        self.recipe.validate().map_err(|e| Error::InvalidRecipe {
+            reason: e.to_string(),
+        })
     }
 }
 

@@ -5,10 +5,16 @@
 
 use ndarray::{Array2, Array3, ArrayView2, ArrayView3, Axis, Zip};
 
-use super::{FN_ULPS, SILU_GRAD_LIP, SILU_LIP};
 use crate::gemm::bound::gamma;
 use crate::gemm::{grouped_dgrad, grouped_fwd, grouped_wgrad};
 use crate::moe::layer::{silu, silu_grad};
+
+/// Relative error, in units of `u`, allowed for one evaluation of `exp`, `σ` or `silu`.
+pub const FN_ULPS: f64 = 4.0;
+/// `max |silu'|`, rounded up.
+const SILU_LIP: f64 = 1.1;
+/// `max |silu''|`.
+const SILU_GRAD_LIP: f64 = 0.5;
 
 /// A value and a bound on its error.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -1,0 +1,292 @@
+//! The bound of every tensor of a layer: the forward and backward replayed with
+//! [`super::replay`]'s rules beside the reference values (the derivation is in
+//! [`super`]'s documentation).
+
+use ndarray::{Array2, Array3, ArrayD, Axis, Zip};
+use serde::{Deserialize, Serialize};
+
+use super::replay::{ffn_bwd, ffn_fwd, lip, mm_exact_rhs, Ev, FN_ULPS, T2};
+use crate::format::Format;
+use crate::gemm::bound::gamma;
+use crate::moe::layer::{shared_as_group, sigmoid, Forward, MoeCase, TensorId};
+use crate::routing::ScoreFunction;
+
+/// The precision an MoE-layer implementation declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayerPrecision {
+    /// The format of every input value.
+    pub input: Format,
+    /// The format of every intermediate operation (GEMM accumulation included).
+    pub compute: Format,
+    /// The format the outputs are written in.
+    pub output: Format,
+}
+
+/// The bound of every output tensor, and the errors the tie guard needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerBound {
+    /// Per-element bounds, in [`TensorId::of_case`] order.
+    pub tensors: Vec<(TensorId, ArrayD<f64>)>,
+    /// `e(u) (T, E)`: the error of the selection scores `u = s + b`.
+    pub selection_err: Array2<f64>,
+    /// `e(w) (T, k)`: the error of the weights before dropping (what `probs` ranks).
+    pub weight_err: Array2<f64>,
+}
+
+impl LayerBound {
+    pub fn get(&self, id: TensorId) -> Option<&ArrayD<f64>> {
+        self.tensors.iter().find(|(t, _)| *t == id).map(|(_, a)| a)
+    }
+}
+
+/// Per-element error bounds of every output of an implementation declaring `precision`, on
+/// `case` with the reference forward `fwd` (module documentation).
+pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) -> LayerBound {
+    let u = precision.compute.info().unit_roundoff() + Format::F64.info().unit_roundoff();
+    let u_out = precision.output.info().unit_roundoff();
+    let r = &fwd.routing;
+    let cfg = &r.config;
+    let (t, e) = r.scores.dim();
+    let k = cfg.topk;
+    // Router logits.
+    let z = mm_exact_rhs(&T2::exact(case.x.clone()), case.wr.view(), u);
+    // Scores and the selection scores.
+    let mut s = T2::exact(r.scores.clone());
+    match cfg.score {
+        ScoreFunction::TopkSoftmax => s.e.assign(&z.e),
+        ScoreFunction::Sigmoid => s = z.map(|x| lip(x, sigmoid(x.v), 0.25, u)),
+        ScoreFunction::Softmax => {
+            let g = gamma(e + FN_ULPS as usize + 1, u);
+            for ti in 0..t {
+                let d = z.e.row(ti).fold(0.0f64, |m, v| m.max(*v));
+                let f = (2.0 * d).exp_m1() + g * (2.0 * d).exp();
+                for j in 0..e {
+                    s.e[(ti, j)] = r.scores[(ti, j)] * f;
+                }
+            }
+        }
+    }
+    let mut selection_err = s.e.clone();
+    if let Some(b) = &case.bias {
+        Zip::indexed(&mut selection_err).for_each(|(ti, j), v| {
+            *v += u * (s.v[(ti, j)].abs() + *v + b[j].abs());
+        });
+    }
+    // Gates, weights, combine weights.
+    let mut w = T2::exact(Array2::zeros((t, k)));
+    let mut c = T2::exact(Array2::zeros((t, k)));
+    let alpha = Ev::exact(cfg.scaling_factor);
+    let mut gates_ev: Vec<Vec<Ev>> = Vec::with_capacity(t);
+    for ti in 0..t {
+        let idx = r.indices.row(ti);
+        let g: Vec<Ev> = match cfg.score {
+            ScoreFunction::TopkSoftmax => {
+                let d = (0..k).map(|j| z.e[(ti, idx[j])]).fold(0.0f64, f64::max);
+                let f = (2.0 * d).exp_m1() + gamma(k + FN_ULPS as usize + 1, u) * (2.0 * d).exp();
+                (0..k)
+                    .map(|j| Ev {
+                        v: r.gates[(ti, j)],
+                        e: r.gates[(ti, j)] * f,
+                    })
+                    .collect()
+            }
+            _ => (0..k).map(|j| s.at(ti, idx[j])).collect(),
+        };
+        for j in 0..k {
+            let wj = if cfg.normalises() {
+                let mut d = Ev::exact(cfg.norm_eps);
+                let m: f64 = g.iter().map(|x| x.mag()).sum::<f64>() + cfg.norm_eps;
+                d.v += g.iter().map(|x| x.v).sum::<f64>();
+                d.e += g.iter().map(|x| x.e).sum::<f64>() + gamma(k, u) * m;
+                g[j].div(d, u).mul(alpha, u)
+            } else {
+                g[j].mul(alpha, u)
+            };
+            w.v[(ti, j)] = wj.v;
+            w.e[(ti, j)] = wj.e;
+            if r.kept[(ti, j)] {
+                c.v[(ti, j)] = wj.v;
+                c.e[(ti, j)] = wj.e;
+            }
+        }
+        gates_ev.push(g);
+    }
+    // Experts.
+    let p = &fwd.perm;
+    let off = p.offsets();
+    let ffn = ffn_fwd(
+        T2::exact(fwd.xp.clone()),
+        case.w0.view(),
+        case.w1.view(),
+        case.wo.view(),
+        &off,
+        u,
+    );
+    let hidden = case.hidden();
+    let mut out = T2::exact(Array2::zeros((t, hidden)));
+    for ti in 0..t {
+        for col in 0..hidden {
+            let pairs: Vec<(Ev, Ev)> = (0..k)
+                .filter(|&j| r.kept[(ti, j)])
+                .map(|j| (c.at(ti, j), ffn.y.at(p.inverse[ti * k + j], col)))
+                .collect();
+            let o = Ev::dot(&pairs, u);
+            out.v[(ti, col)] = o.v;
+            out.e[(ti, col)] = o.e;
+        }
+    }
+    let shared_w = case.shared.as_ref().map(shared_as_group);
+    let all = [0, t];
+    let shared = shared_w.as_ref().map(|[w0, w1, wo]| {
+        ffn_fwd(
+            T2::exact(case.x.clone()),
+            w0.view(),
+            w1.view(),
+            wo.view(),
+            &all,
+            u,
+        )
+    });
+    if let Some(sf) = &shared {
+        out = out.zip(&sf.y, |a, b| a.add(b, u));
+    }
+    // Backward.
+    let dout = T2::exact(case.dout.clone());
+    let mut dyp = T2::exact(Array2::zeros((p.rows(), hidden)));
+    for rr in 0..p.rows_used() {
+        let a = p.order[rr];
+        let (ti, j) = (a / k, a % k);
+        for col in 0..hidden {
+            let v = c.at(ti, j).mul(dout.at(ti, col), u);
+            dyp.v[(rr, col)] = v.v;
+            dyp.e[(rr, col)] = v.e;
+        }
+    }
+    let mut dc = T2::exact(Array2::zeros((t, k)));
+    for ti in 0..t {
+        for j in 0..k {
+            if r.kept[(ti, j)] {
+                let rr = p.inverse[ti * k + j];
+                let pairs: Vec<(Ev, Ev)> = (0..hidden)
+                    .map(|col| (dout.at(ti, col), ffn.y.at(rr, col)))
+                    .collect();
+                let v = Ev::dot(&pairs, u);
+                dc.v[(ti, j)] = v.v;
+                dc.e[(ti, j)] = v.e;
+            }
+        }
+    }
+    let (dxp, dw0, dw1, dwo) = ffn_bwd(
+        &ffn,
+        &dyp,
+        case.w0.view(),
+        case.w1.view(),
+        case.wo.view(),
+        &off,
+        u,
+    );
+    let mut dx = T2::exact(Array2::zeros((t, hidden)));
+    for ti in 0..t {
+        for col in 0..hidden {
+            let mut acc = Ev::exact(0.0);
+            let mut m = 0.0;
+            for j in 0..k {
+                let x = dxp.at(p.inverse[ti * k + j], col);
+                acc.v += x.v;
+                acc.e += x.e;
+                m += x.mag();
+            }
+            acc.e += gamma(k, u) * m;
+            dx.v[(ti, col)] = acc.v;
+            dx.e[(ti, col)] = acc.e;
+        }
+    }
+    // Routing VJP.
+    let mut dz = T2::exact(Array2::zeros((t, e)));
+    for (ti, g) in gates_ev.iter().enumerate() {
+        let idx = r.indices.row(ti);
+        let dw: Vec<Ev> = (0..k).map(|j| dc.at(ti, j)).collect();
+        let dg: Vec<Ev> = if cfg.normalises() {
+            let m: f64 = g.iter().map(|x| x.mag()).sum::<f64>() + cfg.norm_eps;
+            let d = Ev {
+                v: g.iter().map(|x| x.v).sum::<f64>() + cfg.norm_eps,
+                e: g.iter().map(|x| x.e).sum::<f64>() + gamma(k, u) * m,
+            };
+            let pairs: Vec<(Ev, Ev)> = (0..k).map(|i| (dw[i], g[i])).collect();
+            let dot = Ev::dot(&pairs, u).div(d, u);
+            dw.iter()
+                .map(|x| alpha.mul(x.sub(dot, u), u).div(d, u))
+                .collect()
+        } else {
+            dw.iter().map(|x| alpha.mul(*x, u)).collect()
+        };
+        match cfg.score {
+            ScoreFunction::Softmax => {
+                let mut ds = vec![Ev::exact(0.0); e];
+                for j in 0..k {
+                    ds[idx[j]] = ds[idx[j]].add(dg[j], u);
+                }
+                let pairs: Vec<(Ev, Ev)> = (0..e).map(|f| (s.at(ti, f), ds[f])).collect();
+                let dot = Ev::dot(&pairs, u);
+                for (f, dsf) in ds.iter().enumerate() {
+                    let v = s.at(ti, f).mul(dsf.sub(dot, u), u);
+                    dz.v[(ti, f)] = v.v;
+                    dz.e[(ti, f)] = v.e;
+                }
+            }
+            ScoreFunction::Sigmoid => {
+                for j in 0..k {
+                    let sv = s.at(ti, idx[j]);
+                    let v = dg[j].mul(sv, u).mul(Ev::exact(1.0).sub(sv, u), u);
+                    dz.v[(ti, idx[j])] = v.v;
+                    dz.e[(ti, idx[j])] = v.e;
+                }
+            }
+            ScoreFunction::TopkSoftmax => {
+                let pairs: Vec<(Ev, Ev)> = (0..k).map(|i| (g[i], dg[i])).collect();
+                let dot = Ev::dot(&pairs, u);
+                for j in 0..k {
+                    let v = g[j].mul(dg[j].sub(dot, u), u);
+                    dz.v[(ti, idx[j])] = v.v;
+                    dz.e[(ti, idx[j])] = v.e;
+                }
+            }
+        }
+    }
+    let dx_router = mm_exact_rhs(&dz, case.wr.t(), u);
+    dx = dx.zip(&dx_router, |a, b| a.add(b, u));
+    let gt = gamma(t, u);
+    let ax = case.x.mapv(f64::abs);
+    let dwr_e = ax.t().dot(&dz.e) * (1.0 + gt) + ax.t().dot(&dz.v.mapv(f64::abs)) * gt;
+    let dwr_v = case.x.t().dot(&dz.v);
+    let mut dshared = None;
+    if let (Some(sf), Some([w0, w1, wo])) = (&shared, &shared_w) {
+        let (dxs, d0, d1, d_o) = ffn_bwd(sf, &dout, w0.view(), w1.view(), wo.view(), &all, u);
+        dx = dx.zip(&dxs, |a, b| a.add(b, u));
+        dshared = Some([d0, d1, d_o]);
+    }
+    let out3 =
+        |(v, e): (Array3<f64>, Array3<f64>)| (&e + &((v.mapv(f64::abs) + &e) * u_out)).into_dyn();
+    let mut tensors = vec![
+        (TensorId::Out, out.output(u_out).into_dyn()),
+        (TensorId::Dx, dx.output(u_out).into_dyn()),
+        (
+            TensorId::DwRouter,
+            T2 { v: dwr_v, e: dwr_e }.output(u_out).into_dyn(),
+        ),
+        (TensorId::Dw0, out3(dw0)),
+        (TensorId::Dw1, out3(dw1)),
+        (TensorId::Dwo, out3(dwo)),
+    ];
+    if let Some([d0, d1, d_o]) = dshared {
+        let first = |(v, e): (Array3<f64>, Array3<f64>)| out3((v, e)).index_axis_move(Axis(0), 0);
+        tensors.push((TensorId::DsharedW0, first(d0)));
+        tensors.push((TensorId::DsharedW1, first(d1)));
+        tensors.push((TensorId::DsharedWo, first(d_o)));
+    }
+    LayerBound {
+        tensors,
+        selection_err,
+        weight_err: w.e,
+    }
+}
