@@ -96,9 +96,10 @@ fn read_exact<A: ReadableElement>(path: &Path, shape: &[usize]) -> Result<ArrayD
     let a = ArrayD::<A>::read_npy(BufReader::new(f)).map_err(|e| {
         use ndarray_npy::ReadNpyError as E;
         match e {
-            E::WrongDescriptor(d) => {
-                ReadError::WrongType(format!("wrong element type (descr {d:?})"))
-            }
+            E::WrongDescriptor(d) => ReadError::WrongType(format!(
+                "holds {d} elements, expected {}",
+                std::any::type_name::<A>()
+            )),
             E::ParseHeader(h) => ReadError::Other(one_line(&format!("malformed .npy header: {h}"))),
             other => ReadError::Other(one_line(&format!("malformed .npy: {other}"))),
         }
@@ -125,9 +126,12 @@ fn read_either<A: ReadableElement, B: ReadableElement, T>(
     // other type reaches the element-type check and is then read as that type.
     match read_exact::<A>(path, shape) {
         Ok(x) => Ok(a(x)),
-        Err(ReadError::WrongType(_)) => match read_exact::<B>(path, shape) {
+        Err(ReadError::WrongType(holds)) => match read_exact::<B>(path, shape) {
             Ok(x) => Ok(b(x)),
-            Err(ReadError::WrongType(_)) => Err(format!("expected {expected}")),
+            Err(ReadError::WrongType(_)) => {
+                let holds = holds.split(", expected").next().unwrap_or_default();
+                Err(format!("{holds}, expected {expected}"))
+            }
             Err(e) => Err(e.reason()),
         },
         Err(e) => Err(e.reason()),

@@ -61,8 +61,16 @@ pub struct Run<O: Op> {
     pub reference_seconds: f64,
     /// `None` for a reference-only run.
     pub checked: Option<(Implemented, Verified<O>)>,
-    /// The precision of the report: the implementation's, or the reference's.
-    pub precision: O::Precision,
+}
+
+impl<O: Op> Run<O> {
+    /// The precision the report states: the implementation's, or the reference's.
+    pub fn precision(&self) -> O::Precision {
+        match &self.checked {
+            Some((_, v)) => v.precision.clone(),
+            None => O::reference_precision(&self.generated.case),
+        }
+    }
 }
 
 /// Generates the case, computes the reference, runs `imp` once (when given), checks its
@@ -117,16 +125,11 @@ pub fn run<O: Protocol>(
         let outputs = checked.as_ref().and_then(|(_, v)| v.outputs.as_ref());
         write_dump::<O>(dir, case, ask, outputs)?;
     }
-    let precision = match &checked {
-        Some((_, v)) => v.precision.clone(),
-        None => O::reference_precision(case),
-    };
     Ok(Run {
         generated,
         expected,
         reference_seconds,
         checked,
-        precision,
     })
 }
 
@@ -168,7 +171,7 @@ pub fn report<O: Reported>(run: &Run<O>) -> RunReport<O> {
         case: &run.generated.case,
         ask: run.generated.ask,
         expected: &run.expected,
-        precision: &run.precision,
+        precision: &run.precision(),
         verdict,
         draws: run.generated.draws,
         reference_seconds: run.reference_seconds,
@@ -202,7 +205,7 @@ pub fn check_dir<O: Protocol + Reported>(
         expected: &expected,
         precision: &precision,
         verdict: Some(&verdict),
-        draws: 1,
+        draws: 0,
         reference_seconds,
     }))
 }

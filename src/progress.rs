@@ -50,11 +50,6 @@ impl Progress {
         }
     }
 
-    /// No spinner.
-    pub fn hidden() -> Progress {
-        Progress(None)
-    }
-
     /// Shows what is being done now.
     pub fn stage(&self, msg: &str) {
         if let Some(pb) = &self.0 {

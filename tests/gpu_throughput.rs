@@ -9,7 +9,7 @@
 //!   (`moecheck::cuda::device::last_compute_ms`): our kernel launch; cuBLAS's zero fills and
 //!   per-expert calls; cuBLAS grouped's zero fills, pointer-array upload and grouped call.
 //!   TFLOP/s = 2 · rows_used · K · N / time.
-//! * wall time of the whole `GroupedGemm::run` (uploads, NaN poison, download, conversion to
+//! * wall time of the whole `Implementation::run` (uploads, NaN poison, download, conversion to
 //!   f64 included), for scale.
 #![cfg(feature = "cuda")]
 

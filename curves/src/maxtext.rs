@@ -16,7 +16,7 @@
 use std::path::Path;
 
 use crate::parse::{
-    f32_quantum, json_number, json_step, malformed, quote_python_nonfinite, value_after,
+    f32_quantum, json_number, json_step, malformed, push_fields, quote_python_nonfinite, step_after,
 };
 use crate::{Curve, CurveError, LogFormat, Metric, Sample};
 
@@ -35,39 +35,10 @@ pub fn read_stdout(path: &Path, text: &str) -> Result<Curve, CurveError> {
             continue;
         };
         let line = &line[at..];
-        let step = match value_after(line, "completed step:") {
-            Some(Ok((v, _))) if v >= 0.0 && v.fract() == 0.0 => v as u64,
-            _ => {
-                return Err(malformed(
-                    path,
-                    n,
-                    "`completed step:` is not followed by a step number",
-                ))
-            }
-        };
-        for (key, metric) in STDOUT_FIELDS {
-            match value_after(line, key) {
-                Some(Ok((value, quantum))) => curve.push(
-                    metric,
-                    Sample {
-                        step,
-                        value,
-                        line: n,
-                        quantum,
-                    },
-                ),
-                Some(Err(tok)) => {
-                    return Err(malformed(
-                        path,
-                        n,
-                        format!("`{key}` value `{tok}` is not a number"),
-                    ))
-                }
-                None if metric == Metric::Loss => {
-                    return Err(malformed(path, n, "`completed step:` line has no `loss:`"))
-                }
-                None => {}
-            }
+        let step = step_after(path, n, line, "completed step:")?;
+        let found = push_fields(&mut curve, (path, n), line, step, &STDOUT_FIELDS)?;
+        if !found.contains(&Metric::Loss) {
+            return Err(malformed(path, n, "`completed step:` line has no `loss:`"));
         }
     }
     Ok(curve)

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::CurveError;
+use crate::{Curve, CurveError, Metric, Sample};
 
 /// A [`CurveError::Malformed`] naming `path` and the 1-based `line`.
 pub(crate) fn malformed(path: &Path, line: usize, reason: impl Into<String>) -> CurveError {
@@ -173,6 +173,55 @@ pub(crate) fn json_step(v: &serde_json::Value) -> Option<u64> {
         serde_json::Value::String(s) => s.trim().parse().ok(),
         _ => None,
     }
+}
+
+/// The step number after `key` on line `n` of `path` (a whole, non-negative number).
+pub(crate) fn step_after(path: &Path, n: usize, line: &str, key: &str) -> Result<u64, CurveError> {
+    match value_after(line, key) {
+        Some(Ok((v, _))) if v >= 0.0 && v.fract() == 0.0 => Ok(v as u64),
+        _ => Err(malformed(
+            path,
+            n,
+            format!("`{key}` is not followed by a step number"),
+        )),
+    }
+}
+
+/// Pushes the value after each key of `fields` on line `n` of `path` into `curve` at `step`;
+/// returns the metrics found. A key whose value is not a number is a malformed line.
+pub(crate) fn push_fields(
+    curve: &mut Curve,
+    (path, n): (&Path, usize),
+    line: &str,
+    step: u64,
+    fields: &[(&str, Metric)],
+) -> Result<Vec<Metric>, CurveError> {
+    let mut found = Vec::new();
+    for &(key, metric) in fields {
+        match value_after(line, key) {
+            Some(Ok((value, quantum))) => {
+                curve.push(
+                    metric,
+                    Sample {
+                        step,
+                        value,
+                        line: n,
+                        quantum,
+                    },
+                );
+                found.push(metric);
+            }
+            Some(Err(tok)) => {
+                return Err(malformed(
+                    path,
+                    n,
+                    format!("`{key}` value `{tok}` is not a number"),
+                ))
+            }
+            None => {}
+        }
+    }
+    Ok(found)
 }
 
 #[cfg(test)]

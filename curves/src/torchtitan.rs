@@ -10,8 +10,8 @@
 
 use std::path::Path;
 
-use crate::parse::{malformed, strip_ansi, value_after};
-use crate::{Curve, CurveError, LogFormat, Metric, Sample};
+use crate::parse::{push_fields, step_after, strip_ansi, value_after};
+use crate::{Curve, CurveError, LogFormat, Metric};
 
 /// A training-step line once colours are stripped: `step: N` followed by `loss: X`.
 pub fn is_step_line(line: &str) -> bool {
@@ -29,42 +29,19 @@ pub fn read(path: &Path, text: &str) -> Result<Curve, CurveError> {
         if line.contains("evaluation:") || !line.contains("step:") || !line.contains("loss:") {
             continue;
         }
-        let step = match value_after(&line, "step:") {
-            Some(Ok((v, _))) if v >= 0.0 && v.fract() == 0.0 => v as u64,
-            _ => {
-                return Err(malformed(
-                    path,
-                    n,
-                    "`step:` is not followed by a step number",
-                ))
-            }
-        };
-        for (key, metric) in [
-            ("loss:", Metric::Loss),
-            ("tps:", Metric::TokensPerS),
-            ("wps:", Metric::TokensPerS),
-            ("tflops:", Metric::Tflops),
-        ] {
-            match value_after(&line, key) {
-                Some(Ok((value, quantum))) => curve.push(
-                    metric,
-                    Sample {
-                        step,
-                        value,
-                        line: n,
-                        quantum,
-                    },
-                ),
-                Some(Err(tok)) => {
-                    return Err(malformed(
-                        path,
-                        n,
-                        format!("`{key}` value `{tok}` is not a number"),
-                    ))
-                }
-                None => {}
-            }
-        }
+        let step = step_after(path, n, &line, "step:")?;
+        push_fields(
+            &mut curve,
+            (path, n),
+            &line,
+            step,
+            &[
+                ("loss:", Metric::Loss),
+                ("tps:", Metric::TokensPerS),
+                ("wps:", Metric::TokensPerS),
+                ("tflops:", Metric::Tflops),
+            ],
+        )?;
     }
     Ok(curve)
 }

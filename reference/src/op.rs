@@ -294,11 +294,10 @@ pub struct Verified<O: Op> {
 
 /// Computes the reference, runs `imp` once and compares.
 pub fn verify<O: Op>(imp: &dyn Implementation<O>, case: &O::Case, ask: O::Ask) -> Verified<O> {
-    let precision = imp.precision(case);
     match O::expected(case, ask) {
         Ok(expected) => verify_against(imp, case, ask, &expected),
         Err(e) => Verified {
-            precision,
+            precision: imp.precision(case),
             outputs: None,
             verdict: Verdict::BadInput(e),
         },
@@ -327,19 +326,5 @@ pub fn verify_against<O: Op>(
         precision,
         outputs,
         verdict,
-    }
-}
-
-/// Checks the outputs `got` that some implementation wrote (a case directory under `moecheck
-/// check`), declared at `precision`.
-pub fn verify_outputs<O: Op>(
-    case: &O::Case,
-    ask: O::Ask,
-    precision: &O::Precision,
-    got: &O::Outputs,
-) -> Verdict<O::Report> {
-    match O::expected(case, ask).and_then(|e| O::compare(case, ask, precision, &e, got)) {
-        Ok(report) => Verdict::of(report),
-        Err(e) => Verdict::BadInput(e),
     }
 }

@@ -33,7 +33,8 @@ pub struct RunInfo<'a, O: Op> {
     pub precision: &'a O::Precision,
     /// `None` for a reference-only run.
     pub verdict: Option<&'a Verdict<O::Report>>,
-    /// Cases drawn until one could be checked (near ties are redrawn); 1 when none was.
+    /// Cases drawn until one could be checked (near ties are redrawn); 0 for a case read
+    /// from a directory.
     pub draws: usize,
     /// Seconds the f64 reference took.
     pub reference_seconds: f64,

@@ -37,6 +37,8 @@ pub struct ElementStats<L> {
     pub calc_diff: f64,
     pub nan: usize,
     pub inf: usize,
+    /// `Some` whenever an element was checked ([`StatsAcc::push`] keeps the first one at
+    /// least), so always when `failed > 0`.
     pub worst: Option<WorstElement<L>>,
 }
 

@@ -17,6 +17,7 @@ use moecheck_reference::gemm::{Gemm, Passes, TailContract};
 use super::ImplFlags;
 
 #[derive(Debug, Args)]
+#[command(mut_arg("implementation", |a| a.help(IMPL_HELP)))]
 pub struct GemmFlags {
     /// Number of experts G.
     #[arg(long, default_value_t = 8)]
@@ -51,7 +52,12 @@ pub struct GemmFlags {
     #[arg(long)]
     pub acc_block: Option<usize>,
     /// How rows are spread over experts.
-    #[arg(long = "routing", value_enum, default_value = "skewed")]
+    #[arg(
+        long = "routing",
+        value_name = "ROUTING",
+        value_enum,
+        default_value = "skewed"
+    )]
     pub spread: Spread,
     /// Experts forced empty (the first, the last and the middle one first).
     #[arg(long, default_value_t = 2)]
@@ -79,6 +85,9 @@ pub struct GemmFlags {
     #[command(flatten)]
     pub fp8: super::gemm_fp8::Fp8Flags,
 }
+
+/// `--impl` of `moecheck gemm`.
+const IMPL_HELP: &str = "Implementation under test: reference | emulate (a CPU model of a tiled kernel, never a GPU result) | exec:CMD (CMD gets the case directory as its last argument, see docs/protocol.md) | cuda | cuda-tiled | cublas | cublas-grouped (GPU; without a device the run fails saying \"no CUDA device\"). With --dtype fp8: reference | emulate | exec:CMD | cuda [default: emulate]";
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum TailArg {

@@ -88,11 +88,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
 /// `--impl`, `--inject`, `--timeout`: which implementation runs (the registry builds it).
 #[derive(Debug, Args)]
 pub struct ImplFlags {
-    /// Implementation under test: reference | emulate (a CPU model of a kernel, never a GPU
-    /// result) | exec:CMD (any program: CMD gets the case directory as its last argument,
-    /// docs/protocol.md) | a GPU implementation: cuda, cuda-tiled, cublas, cublas-grouped
-    /// (gemm), cuda (gemm --dtype fp8, route); without a device a GPU run fails saying "no
-    /// CUDA device" [default: emulate; route: none, the reference only].
+    /// Implementation under test (each command lists its own) [default: emulate].
     #[arg(long = "impl")]
     pub implementation: Option<String>,
     /// Planted bug for --impl emulate (`moecheck selftest` lists them).

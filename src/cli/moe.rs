@@ -19,7 +19,8 @@ use super::ImplFlags;
 #[derive(Debug, Args)]
 #[command(
     mut_arg("topk", |a| a.default_value("2")),
-    mut_arg("score", |a| a.default_value("topk-softmax"))
+    mut_arg("score", |a| a.default_value("topk-softmax")),
+    mut_arg("implementation", |a| a.help("Implementation under test: reference | emulate (a CPU model of a fused layer kernel, never a GPU result) | exec:CMD (op moe_layer, docs/protocol.md) [default: emulate]"))
 )]
 pub struct MoeFlags {
     /// Number of routed experts E.

@@ -20,7 +20,8 @@ use super::ImplFlags;
 #[derive(Debug, Args)]
 #[command(
     mut_arg("topk", |a| a.required(true)),
-    mut_arg("score", |a| a.required(true))
+    mut_arg("score", |a| a.required(true)),
+    mut_arg("implementation", |a| a.help("Also run an implementation and check it against the reference: reference | emulate (a CPU model with planted bugs) | exec:CMD (CMD gets a routing case directory, docs/protocol.md \"Op route\") | cuda (the routing kernels, f32; index near-ties may legitimately differ; without a device the run fails saying \"no CUDA device\"). Without --impl: the reference only"))
 )]
 pub struct RouteFlags {
     /// Router logits (T, E), float32 or float64 .npy. Without it, logits are generated from
@@ -108,6 +109,19 @@ impl RouteFlags {
 }
 
 pub fn run(a: RouteFlags) -> anyhow::Result<ExitCode> {
+    if let (Some(out), Some(dump)) = (&a.out, &a.dump) {
+        let same = out == dump
+            || matches!(
+                (std::fs::canonicalize(out), std::fs::canonicalize(dump)),
+                (Ok(x), Ok(y)) if x == y
+            );
+        if same {
+            anyhow::bail!(
+                "--out and --dump name the same directory {}: the reference's outputs would replace the checked ones",
+                out.display()
+            );
+        }
+    }
     let spec = a.spec()?;
     let imp = match a.choice()? {
         Some(c) => Some(registry::build::<Route>(&c).map_err(anyhow::Error::msg)?),

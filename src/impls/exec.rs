@@ -52,7 +52,11 @@ impl<O: Protocol> Implementation<O> for Exec<O> {
         let dir = tmp.path();
         protocol::write_case::<O>(dir, case, ask).map_err(|e| RunError(e.to_string()))?;
         self.program.run_in(dir)?;
-        protocol::read_outputs::<O>(dir, case, ask).map_err(|e| RunError(e.to_string()))
+        protocol::read_outputs::<O>(dir, case, ask).map_err(|e| {
+            RunError(format!(
+                "{e} (a temporary case directory, deleted now; --dump DIR writes the case to rerun the program on)"
+            ))
+        })
     }
 }
 

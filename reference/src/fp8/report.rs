@@ -3,7 +3,7 @@
 //! (information).
 //!
 //! JSON schema ([`Fp8Document`]): every field of the grouped GEMM's report
-//! ([`crate::gemm::GemmReport`]), flattened, for the recipe-exact comparison, plus `fp8`:
+//! ([`crate::gemm::GemmDocument`]), flattened, for the recipe-exact comparison, plus `fp8`:
 //! `recipe` (the `case.json` `fp8` object), `verdict_from` (`"recipe-exact"`) and
 //! `high_precision` (per pass: `elements`, `rel_err`, `calc_diff`, `max_abs_err`,
 //! `outside_envelope`, `max_envelope_ratio`).
@@ -15,7 +15,7 @@ use serde::Serialize;
 use super::case::{Fp8Recipe, ScalingKind};
 use super::high_precision::HighPrecisionStats;
 use super::op::Fp8Gemm;
-use crate::gemm::{render_case, render_passes, Gemm, GemmReport};
+use crate::gemm::{render_case, render_passes, Gemm, GemmDocument};
 use crate::report::{verdict_line, Reported, RunInfo};
 
 /// The `--json` document of `moecheck gemm --dtype fp8` and of `moecheck check` on an FP8
@@ -23,7 +23,7 @@ use crate::report::{verdict_line, Reported, RunInfo};
 #[derive(Debug, Clone, Serialize)]
 pub struct Fp8Document {
     #[serde(flatten)]
-    pub gemm: GemmReport,
+    pub gemm: GemmDocument,
     pub fp8: Fp8Extra,
 }
 

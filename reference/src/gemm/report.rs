@@ -1,6 +1,6 @@
 //! The report of a grouped-GEMM check: the readable table and the `--json` document.
 //!
-//! JSON schema ([`GemmReport`]): `verdict` (`"pass"`/`"fail"`), `implementation`, `is_model`
+//! JSON schema ([`GemmDocument`]): `verdict` (`"pass"`/`"fail"`), `implementation`, `is_model`
 //! (true for the CPU emulation, which is never a GPU result), `dtype`, `out_dtype`, `shape`
 //! (`m`, `k`, `n`, `groups`, `rows_used`, `empty_groups`), `precision` (declared
 //! input/accumulator/output), `tail` (`"zero"`/`"ignored"`), `run_error` (one line when the
@@ -45,7 +45,7 @@ impl Shape {
 
 /// The `--json` document of `moecheck gemm` and `moecheck check`.
 #[derive(Debug, Clone, Serialize)]
-pub struct GemmReport {
+pub struct GemmDocument {
     #[serde(flatten)]
     pub head: RunHead,
     pub dtype: String,
@@ -59,10 +59,10 @@ pub struct GemmReport {
 }
 
 impl Reported for Gemm {
-    type Document = GemmReport;
+    type Document = GemmDocument;
 
-    fn document(run: &RunInfo<Gemm>) -> GemmReport {
-        GemmReport {
+    fn document(run: &RunInfo<Gemm>) -> GemmDocument {
+        GemmDocument {
             head: RunHead::of(run),
             dtype: run.case.dtype.to_string(),
             out_dtype: run.case.out_dtype.to_string(),
@@ -74,7 +74,7 @@ impl Reported for Gemm {
         }
     }
 
-    fn render(doc: &GemmReport) -> String {
+    fn render(doc: &GemmDocument) -> String {
         let mut s = String::new();
         doc.head.render(&mut s);
         render_case(&mut s, doc);
@@ -86,7 +86,7 @@ impl Reported for Gemm {
 }
 
 /// The case line and the declared precision.
-pub fn render_case(s: &mut String, doc: &GemmReport) {
+pub fn render_case(s: &mut String, doc: &GemmDocument) {
     let sh = &doc.shape;
     let _ = writeln!(
         s,

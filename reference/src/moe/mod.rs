@@ -58,7 +58,7 @@ pub use files::MoeJson;
 pub use layer::{forward, Forward, MoeCase, MoeOutputs, SharedExpert, TensorId};
 pub use op::{tie_guard, LayerExpected, LayerFormats, MoeLayer, RoundTrip};
 pub use permute::Permutation;
-pub use report::{MoeReport, MoeShape};
+pub use report::{MoeDocument, MoeShape};
 
 #[cfg(test)]
 mod tests;

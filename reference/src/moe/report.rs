@@ -1,13 +1,13 @@
 //! The report of an MoE-layer check (`moecheck moe`, `moecheck check` on a layer case): the
 //! table and the `--json` document.
 //!
-//! JSON schema ([`MoeReport`]): `verdict` (`"pass"`/`"fail"`), `implementation`, `is_model`
+//! JSON schema ([`MoeDocument`]): `verdict` (`"pass"`/`"fail"`), `implementation`, `is_model`
 //! (true for the CPU emulation, never a GPU result), `dtype`, `shape` (tokens, hidden,
 //! experts, ffn, shared_ffn, topk, kept and dropped assignments, empty experts), `routing`
 //! (the configuration), `precision` (declared input/compute/output), `draws` (cases drawn
-//! until one had no near tie), `run_error`, `failure`, and `tensors`: per output tensor
-//! (`out`, `dx`, `dw_router`, `dw0`, `dw1`, `dwo`, `dshared_*`) and, for the expert weight
-//! gradients, per expert: `failed`, `max_abs_err`, `max_bound_ratio`, `max_ulp`,
+//! until one had no near tie; 0 for a case read by `moecheck check`), `run_error`, `failure`,
+//! and `tensors`: per output tensor (`out`, `dx`, `dw_router`, `dw0`, `dw1`, `dwo`,
+//! `dshared_*`) and, for the expert weight gradients, per expert: `failed`, `max_abs_err`, `max_bound_ratio`, `max_ulp`,
 //! `calc_diff`, `nan`, `inf`, `worst` element. Non-finite numbers are written as `null`.
 
 use std::fmt::Write as _;
@@ -55,7 +55,7 @@ impl MoeShape {
 
 /// The `--json` document of `moecheck moe`.
 #[derive(Debug, Clone, Serialize)]
-pub struct MoeReport {
+pub struct MoeDocument {
     #[serde(flatten)]
     pub head: RunHead,
     pub dtype: String,
@@ -70,10 +70,10 @@ pub struct MoeReport {
 }
 
 impl Reported for MoeLayer {
-    type Document = MoeReport;
+    type Document = MoeDocument;
 
-    fn document(run: &RunInfo<MoeLayer>) -> MoeReport {
-        MoeReport {
+    fn document(run: &RunInfo<MoeLayer>) -> MoeDocument {
+        MoeDocument {
             head: RunHead::of(run),
             dtype: run.case.dtype.to_string(),
             shape: MoeShape::of(run.case, &run.expected.forward),
@@ -86,7 +86,7 @@ impl Reported for MoeLayer {
     }
 
     /// One line per tensor, then the failing experts.
-    fn render(doc: &MoeReport) -> String {
+    fn render(doc: &MoeDocument) -> String {
         let mut s = String::new();
         doc.head.render(&mut s);
         render_case(&mut s, doc);
@@ -98,7 +98,7 @@ impl Reported for MoeLayer {
 }
 
 /// The shape, the routing and the declared precision.
-fn render_case(s: &mut String, doc: &MoeReport) {
+fn render_case(s: &mut String, doc: &MoeDocument) {
     let sh = &doc.shape;
     let r = &doc.routing;
     let _ = writeln!(
@@ -120,10 +120,14 @@ fn render_case(s: &mut String, doc: &MoeReport) {
             .map(|c| format!(", capacity factor {} ({})", c.factor, c.policy.name()))
             .unwrap_or_default()
     );
+    let drawn = match doc.draws {
+        0 => "case read from a directory".to_string(),
+        n => format!("case drawn in {n} attempt(s) (near ties resampled)"),
+    };
     let _ = writeln!(
         s,
-        "declared precision: compute {}, output {}; case drawn in {} attempt(s) (near ties resampled)",
-        doc.precision.compute, doc.precision.output, doc.draws
+        "declared precision: compute {}, output {}; {drawn}",
+        doc.precision.compute, doc.precision.output
     );
 }
 
