@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::stats::upper_median;
+
 /// A metric a training log can carry. `Loss` is the one compared by default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -138,12 +140,24 @@ impl Curve {
         self.metrics.keys().map(|m| m.name()).collect()
     }
 
-    /// The logging precision of `metric`: the largest quantum among its samples.
+    /// The logging precision of `metric` over the whole log: the (upper) median quantum of
+    /// its finite samples — the resolution its values are typically printed at. One value
+    /// printed coarser (`12` among `12.269`s) does not set it. `diff` takes the same median
+    /// over the compared steps only. 0 when there is no finite sample.
     pub fn precision(&self, metric: Metric) -> f64 {
-        self.metrics
+        let quanta: Vec<f64> = self
+            .metrics
             .get(&metric)
-            .map(|s| s.iter().map(|x| x.quantum).fold(0.0, f64::max))
-            .unwrap_or(0.0)
+            .into_iter()
+            .flatten()
+            .filter(|x| x.value.is_finite())
+            .map(|x| x.quantum)
+            .collect();
+        if quanta.is_empty() {
+            0.0
+        } else {
+            upper_median(&quanta)
+        }
     }
 }
 

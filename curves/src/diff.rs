@@ -9,7 +9,10 @@
 //!    the paired gap `test − base` in each: `g_1..g_m` (averaging tames step-to-step noise and
 //!    autocorrelation).
 //! 4. `δ = max(rel · |mean base loss|, k · σ_seed, 2 · logging precision)` where `σ_seed` is the
-//!    RMS of the windowed gaps between BASE and a second baseline seed, when one is given.
+//!    RMS of the windowed gaps between BASE and a second baseline seed, when one is given, and
+//!    the logging precision is the upper median, over the compared steps, of each pair's
+//!    coarser quantum `max(q_base, q_test)` (warm-up steps do not enter it, and one value
+//!    printed coarser than the rest does not loosen the whole comparison).
 //! 5. `CI = mean(g) ± t_{L, m−1} · sd(g)/√m`; tail = mean of the last `ceil(tail_frac · m)`
 //!    windows, ± `t_{L, m−2} · s_res/√m_tail` (each at level `L = 1 − (1 − conf)/2`, so the
 //!    two together are a `conf` joint statement), with `s_res` the residual sd of a line fitted
@@ -25,7 +28,9 @@
 use std::collections::BTreeMap;
 
 use crate::decide::decide;
-use crate::stats::{bootstrap_median_ratio, mad_outliers, mean, median, sd, slope, t_two_sided};
+use crate::stats::{
+    bootstrap_median_ratio, mad_outliers, mean, median, sd, slope, t_two_sided, upper_median,
+};
 use crate::{Curve, CurveError, Metric};
 
 pub use crate::report::{
@@ -37,10 +42,13 @@ pub use crate::report::{
 #[derive(Debug, Clone)]
 pub struct Series {
     pub values: BTreeMap<u64, f64>,
+    /// The quantum of each value kept in `values`.
+    pub quanta: BTreeMap<u64, f64>,
     /// Steps logged more than once (the last value is kept).
     pub duplicate_steps: Vec<u64>,
     /// Times the step number went backwards (a restart from a checkpoint).
     pub restarts: usize,
+    /// [`Curve::precision`]: the median quantum over the whole log.
     pub precision: f64,
 }
 
@@ -57,6 +65,7 @@ impl Series {
                 found: curve.metrics_found().join(", "),
             })?;
         let mut values = BTreeMap::new();
+        let mut quanta = BTreeMap::new();
         let mut duplicate_steps = Vec::new();
         let mut restarts = 0;
         let mut last: Option<u64> = None;
@@ -67,12 +76,14 @@ impl Series {
             if values.insert(s.step, s.value).is_some() {
                 duplicate_steps.push(s.step);
             }
+            quanta.insert(s.step, s.quantum);
             last = Some(s.step);
         }
         duplicate_steps.sort_unstable();
         duplicate_steps.dedup();
         Ok(Series {
             values,
+            quanta,
             duplicate_steps,
             restarts,
             precision: curve.precision(metric),
@@ -80,14 +91,49 @@ impl Series {
     }
 }
 
+impl Series {
+    /// The upper median of this log's quanta at `steps` (its precision over the whole log
+    /// when `steps` is empty).
+    pub fn precision_at(&self, steps: &[u64]) -> f64 {
+        let q: Vec<f64> = steps
+            .iter()
+            .filter_map(|s| self.quanta.get(s))
+            .copied()
+            .collect();
+        if q.is_empty() {
+            self.precision
+        } else {
+            upper_median(&q)
+        }
+    }
+}
+
+/// The logging precision of the comparison: the upper median, over the compared steps, of the
+/// coarser quantum of each pair (0 when nothing is compared).
+pub fn pair_precision(eval: &[(u64, f64, f64)], bs: &Series, ts: &Series) -> f64 {
+    let q: Vec<f64> = eval
+        .iter()
+        .map(|p| {
+            let at = |s: &Series| s.quanta.get(&p.0).copied().unwrap_or(0.0);
+            at(bs).max(at(ts))
+        })
+        .collect();
+    if q.is_empty() {
+        0.0
+    } else {
+        upper_median(&q)
+    }
+}
+
 impl InputSummary {
-    pub fn new(curve: &Curve, s: &Series) -> InputSummary {
+    /// `compared`: the steps the criterion compares, whose quanta give `logging_precision`.
+    pub fn new(curve: &Curve, s: &Series, compared: &[u64]) -> InputSummary {
         InputSummary {
             path: curve.path.display().to_string(),
             format: curve.format.name().to_string(),
             metrics_found: curve.metrics_found(),
             steps: s.values.len(),
-            logging_precision: s.precision,
+            logging_precision: s.precision_at(compared),
             duplicate_steps: s.duplicate_steps.clone(),
             restarts: s.restarts,
         }
@@ -140,6 +186,7 @@ pub fn diff(
         .collect();
     let warmup = ((c.warmup_frac * finite.len() as f64).ceil() as usize).min(finite.len());
     let eval = &finite[warmup..];
+    let compared: Vec<u64> = eval.iter().map(|p| p.0).collect();
     let mut notes = Vec::new();
     for (name, s) in [("BASE", &bs), ("TEST", &ts)] {
         if !s.duplicate_steps.is_empty() {
@@ -174,11 +221,11 @@ pub fn diff(
         suggestion: None,
         notes,
         metric: metric.name(),
-        base: InputSummary::new(base, &bs),
-        test: InputSummary::new(test, &ts),
+        base: InputSummary::new(base, &bs, &compared),
+        test: InputSummary::new(test, &ts, &compared),
         baseline2: base2
             .zip(b2s.as_ref())
-            .map(|(c, s)| InputSummary::new(c, s)),
+            .map(|(c, s)| InputSummary::new(c, s, &compared)),
         criterion: c.clone(),
         alignment,
         test_nonfinite_steps: test_nonfinite.clone(),
@@ -239,7 +286,7 @@ fn windowed(
             .collect();
         (!h.is_empty()).then(|| (h.iter().map(|v| v * v).sum::<f64>() / h.len() as f64).sqrt())
     });
-    let precision = bs.precision.max(ts.precision);
+    let precision = pair_precision(eval, bs, ts);
     let rel_term = c.rel * mean_base.abs();
     let seed_term = sigma_seed.map(|s| c.k_seed * s);
     let precision_term = 2.0 * precision;

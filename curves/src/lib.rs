@@ -6,8 +6,9 @@
 //! Every reader returns, per metric it found, the samples `(step, value, line, quantum)` in file
 //! order, where `quantum` is the logging resolution of that printed value (`0.001` for MaxText's
 //! `loss: 12.269`, `1e-5` for Megatron's `lm loss: 1.034443E+01`, the f32 spacing for values
-//! stored as binary or JSON floats). A format's *logging precision* is the largest quantum of
-//! the samples compared; the criterion never asks for agreement finer than twice that.
+//! stored as binary or JSON floats). A comparison's *logging precision* is the upper median,
+//! over the compared steps, of each pair's coarser quantum (one value printed coarser does not
+//! set it); the criterion never asks for agreement finer than twice that.
 //!
 //! Readers refuse malformed input with [`CurveError::Malformed`], naming the file and the
 //! 1-based line (or, for binary TensorBoard files, the byte offset of the bad record).

@@ -34,6 +34,15 @@ pub fn median(x: &[f64]) -> f64 {
     }
 }
 
+/// The upper median: the middle value of the sorted slice, the larger of the two middle ones
+/// for an even length (so a tie between two values goes to the larger); NaN for an empty
+/// slice. Always one of the values, unlike [`median`].
+pub fn upper_median(x: &[f64]) -> f64 {
+    let mut v = x.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
 /// Threshold of the modified z-score above which a value is an outlier (Iglewicz and Hoaglin,
 /// 1993): `|0.6745 (x - median) / MAD| > 3.5`.
 pub const MAD_Z_LIMIT: f64 = 3.5;

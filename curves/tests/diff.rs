@@ -263,6 +263,77 @@ fn seed_maxtext_logs_fail_with_the_documented_reasons() {
     assert!(t.speedup_ci[0] > 1.0 && t.speedup_ci[0] <= t.speedup && t.speedup <= t.speedup_ci[1]);
 }
 
+/// `native.log` with every loss multiplied by `factor` (printed `:.3f`, as MaxText prints it)
+/// and the losses of `coarse` steps printed as whole numbers (`12` for 12.269).
+fn scaled_native(dir: &Path, name: &str, factor: f64, coarse: &[u64]) -> PathBuf {
+    let native = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/curves/native.log");
+    let text: String = std::fs::read_to_string(native)
+        .unwrap()
+        .lines()
+        .enumerate()
+        .map(|(step, line)| {
+            let (head, loss) = line.rsplit_once("loss: ").unwrap();
+            let v = factor * loss.parse::<f64>().unwrap();
+            if coarse.contains(&(step as u64)) {
+                format!("{head}loss: {v:.0}\n")
+            } else {
+                format!("{head}loss: {v:.3}\n")
+            }
+        })
+        .collect();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Issue 16, item 6: one value printed with fewer decimals set the whole log's logging
+/// precision. A TEST 5% above BASE fails; with step 0 (warm-up, never compared) written as
+/// `12` the precision became 1, δ = 2.0 and the verdict PASS. The precision now comes from
+/// the compared pairs (their upper median), so neither a coarse warm-up value nor one coarse
+/// compared value loosens δ. See: issue 16.
+#[test]
+fn one_coarse_value_does_not_set_the_logging_precision() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = scaled_native(dir.path(), "base.log", 1.0, &[]);
+    let c = Criterion::default();
+    let want = run(
+        &base,
+        &scaled_native(dir.path(), "t.log", 1.05, &[]),
+        None,
+        &c,
+    );
+    assert_eq!(want.verdict, Verdict::Fail);
+    let delta = want.margin.as_ref().unwrap().delta;
+    for (name, coarse) in [
+        ("warmup.log", vec![0]),
+        ("mid.log", vec![7]),
+        ("both.log", vec![0, 7]),
+    ] {
+        let r = run(
+            &base,
+            &scaled_native(dir.path(), name, 1.05, &coarse),
+            None,
+            &c,
+        );
+        assert_eq!(r.verdict, Verdict::Fail, "{name}: {:?}", r.reasons);
+        let m = r.margin.as_ref().unwrap();
+        assert_eq!((m.set_by, m.delta), ("rel", delta), "{name}");
+        assert_eq!(m.precision_term, 0.002, "{name}");
+        assert_eq!(r.test.logging_precision, 1e-3, "{name}");
+    }
+    // A log printed coarsely throughout is still compared at its own precision.
+    let all: Vec<u64> = (0..15).collect();
+    let r = run(
+        &base,
+        &scaled_native(dir.path(), "all.log", 1.0, &all),
+        None,
+        &c,
+    );
+    let m = r.margin.as_ref().unwrap();
+    assert_eq!((m.set_by, m.precision_term), ("precision", 2.0));
+    assert_eq!(r.test.logging_precision, 1.0);
+}
+
 mod properties {
     //! Properties of the criterion on generated curves `1 + scale·exp(−step/tau)` (plus noise),
     //! built in memory with a 4-decimal quantum.
