@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use crate::parse::{json_number, json_step, malformed, quote_python_nonfinite};
+use crate::parse::{json_number, json_step, malformed, quote_python_nonfinite, STEP_RANGE};
 use crate::{Curve, CurveError, LogFormat, Metric, Sample};
 
 /// `round(loss, 4)`: the quantum of every logged loss.
@@ -37,7 +37,7 @@ pub fn read(path: &Path, text: &str) -> Result<Curve, CurveError> {
             malformed(
                 path,
                 line,
-                format!("log_history[{j}] has no integer \"step\""),
+                format!("log_history[{j}] \"step\" is missing or not {STEP_RANGE}"),
             )
         })?;
         let value = json_number(loss).ok_or_else(|| {

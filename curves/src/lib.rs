@@ -30,6 +30,6 @@ mod tensorboard;
 mod torchtitan;
 
 pub use curve::{Curve, CurveError, LogFormat, Metric, Sample};
-pub use parse::{f32_quantum, parse_printed, strip_ansi};
+pub use parse::{f32_quantum, parse_printed, strip_ansi, MAX_STEP};
 pub use read::{detect, read};
 pub use tensorboard::crc32c;

@@ -16,7 +16,8 @@
 use std::path::Path;
 
 use crate::parse::{
-    f32_quantum, json_number, json_step, malformed, push_fields, quote_python_nonfinite, step_after,
+    f32_quantum, json_number, json_step, malformed, push_fields, quote_python_nonfinite,
+    step_after, STEP_RANGE,
 };
 use crate::{Curve, CurveError, LogFormat, Metric, Sample};
 
@@ -67,7 +68,7 @@ pub fn read_jsonl(path: &Path, text: &str) -> Result<Curve, CurveError> {
         let step = obj
             .get("step")
             .and_then(json_step)
-            .ok_or_else(|| malformed(path, n, "no non-negative integer \"step\""))?;
+            .ok_or_else(|| malformed(path, n, format!("\"step\" is not {STEP_RANGE}")))?;
         let mut tflops_seen = false;
         for (key, metric) in JSON_FIELDS {
             let Some(raw) = obj.get(key) else { continue };

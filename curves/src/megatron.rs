@@ -12,14 +12,17 @@
 //! *golden values* (tests/functional_tests/.../golden_values_*.json): an object of metrics,
 //! each `{"start_step": a, "end_step": b, "step_interval": s, "values": ...}` where `values` is
 //! either an object keyed by step (`{"1": 10.85, ...}`, current releases) or a list holding
-//! the values at `a, a+s, ...` (older releases). Metric names: `"lm loss"` and
-//! `"iteration-time"` (seconds). Values may be `"nan"`. They were f32 on device: quantum is
-//! the f32 spacing. Line numbers for golden files point at the line of the metric's key.
+//! the values at `a, a+s, ...` (older releases; `start_step` and `step_interval` default to 1).
+//! `start_step` must be a whole number from 0 and `step_interval` from 1, both up to 2^53, and
+//! every step they give must stay within 2^53: anything else is refused, naming the field.
+//! Metric names: `"lm loss"` and `"iteration-time"` (seconds). Values may be `"nan"`. They were
+//! f32 on device: quantum is the f32 spacing. Line numbers for golden files point at the line of the metric's key.
 
 use std::path::Path;
 
 use crate::parse::{
-    f32_quantum, json_number, json_step, malformed, quote_python_nonfinite, value_after,
+    f32_quantum, json_number, json_step, malformed, quote_python_nonfinite, value_after, MAX_STEP,
+    STEP_RANGE,
 };
 use crate::{Curve, CurveError, LogFormat, Metric, Sample};
 
@@ -40,9 +43,11 @@ pub fn read_stdout(path: &Path, text: &str) -> Result<Curve, CurveError> {
             // Prose that happens to contain the word "iteration".
             continue;
         }
-        let step: u64 = head
-            .parse()
-            .map_err(|_| malformed(path, n, format!("iteration `{head}` is not a number")))?;
+        let step = head
+            .parse::<u64>()
+            .ok()
+            .filter(|s| *s <= MAX_STEP)
+            .ok_or_else(|| malformed(path, n, format!("iteration `{head}` is not {STEP_RANGE}")))?;
         let mut push = |metric, key: &str, scale: f64| -> Result<(), CurveError> {
             match value_after(line, key) {
                 Some(Ok((v, q))) => {
@@ -90,6 +95,21 @@ pub fn read_golden(path: &Path, text: &str) -> Result<Curve, CurveError> {
         let line = line_of(text, &format!("\"{key}\""));
         let bad = |reason: &str| malformed(path, line, format!("\"{key}\": {reason}"));
         let values = entry.get("values").ok_or_else(|| bad("no \"values\""))?;
+        // Checked whenever present (a broken file shows here even when the steps are keys);
+        // used by the list layout, whose steps are `start, start + interval, ...`.
+        let field = |name: &str, least: u64| -> Result<u64, CurveError> {
+            let Some(raw) = entry.get(name) else {
+                return Ok(1);
+            };
+            json_step(raw).filter(|v| *v >= least).ok_or_else(|| {
+                let range = if least == 0 { "0" } else { "1" };
+                bad(&format!(
+                    "\"{name}\" is {raw}, not a whole number from {range} to 2^53"
+                ))
+            })
+        };
+        let start = field("start_step", 0)?;
+        let interval = field("step_interval", 1)?;
         let mut push = |step: u64, raw: &serde_json::Value| -> Result<(), CurveError> {
             let value = json_number(raw)
                 .ok_or_else(|| bad(&format!("value at step {step} is not a number")))?;
@@ -109,7 +129,7 @@ pub fn read_golden(path: &Path, text: &str) -> Result<Curve, CurveError> {
                 let mut pairs = Vec::with_capacity(map.len());
                 for (k, raw) in map {
                     let step = json_step(&serde_json::Value::String(k.clone()))
-                        .ok_or_else(|| bad(&format!("step key \"{k}\" is not an integer")))?;
+                        .ok_or_else(|| bad(&format!("step key \"{k}\" is not {STEP_RANGE}")))?;
                     pairs.push((step, raw));
                 }
                 pairs.sort_by_key(|p| p.0);
@@ -118,13 +138,17 @@ pub fn read_golden(path: &Path, text: &str) -> Result<Curve, CurveError> {
                 }
             }
             serde_json::Value::Array(list) => {
-                let start = entry.get("start_step").and_then(json_step).unwrap_or(1);
-                let interval = entry.get("step_interval").and_then(json_step).unwrap_or(1);
-                if interval == 0 {
-                    return Err(bad("\"step_interval\" is 0"));
-                }
                 for (j, raw) in list.iter().enumerate() {
-                    push(start + interval * j as u64, raw)?;
+                    let step = (j as u64)
+                        .checked_mul(interval)
+                        .and_then(|d| d.checked_add(start))
+                        .filter(|s| *s <= MAX_STEP)
+                        .ok_or_else(|| {
+                            bad(&format!(
+                                "value {j} falls at step {start} + {j}·{interval}, beyond 2^53"
+                            ))
+                        })?;
+                    push(step, raw)?;
                 }
             }
             _ => return Err(bad("\"values\" is neither an object nor a list")),

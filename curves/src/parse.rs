@@ -161,24 +161,37 @@ pub(crate) fn json_number(v: &serde_json::Value) -> Option<f64> {
     }
 }
 
-/// A JSON step number: a non-negative integer, written as `3` or `3.0` (MaxText writes
-/// `float(step)`), or a string of digits (Megatron golden values key steps by strings).
+/// The largest step any reader accepts: 2^53, below which every whole number is an f64 (the
+/// criterion's slope and the plot place steps on an f64 axis; above it neighbouring steps
+/// would fall onto one point, as larger values once clamped onto one u64).
+pub const MAX_STEP: u64 = 1 << 53;
+
+/// What every refused step is told: the accepted range.
+pub(crate) const STEP_RANGE: &str = "a whole number from 0 to 2^53";
+
+/// `v` as a step: a whole number in `0..=MAX_STEP`.
+pub(crate) fn whole_step(v: f64) -> Option<u64> {
+    (v >= 0.0 && v.fract() == 0.0 && v <= MAX_STEP as f64).then_some(v as u64)
+}
+
+/// A JSON step number: a whole number in `0..=MAX_STEP`, written as `3` or `3.0` (MaxText
+/// writes `float(step)`), or a string of digits (Megatron golden values key steps by strings).
 pub(crate) fn json_step(v: &serde_json::Value) -> Option<u64> {
     match v {
-        serde_json::Value::Number(n) => n.as_u64().or_else(|| {
-            n.as_f64()
-                .filter(|f| *f >= 0.0 && f.fract() == 0.0 && *f < 9.0e15)
-                .map(|f| f as u64)
-        }),
-        serde_json::Value::String(s) => s.trim().parse().ok(),
+        serde_json::Value::Number(n) => n
+            .as_u64()
+            .filter(|s| *s <= MAX_STEP)
+            .or_else(|| n.as_f64().and_then(whole_step)),
+        serde_json::Value::String(s) => s.trim().parse().ok().filter(|s| *s <= MAX_STEP),
         _ => None,
     }
 }
 
-/// The step number after `key` on line `n` of `path` (a whole, non-negative number).
+/// The step number after `key` on line `n` of `path` (see [`whole_step`]).
 pub(crate) fn step_after(path: &Path, n: usize, line: &str, key: &str) -> Result<u64, CurveError> {
     match value_after(line, key) {
-        Some(Ok((v, _))) if v >= 0.0 && v.fract() == 0.0 => Ok(v as u64),
+        Some(Ok((v, _))) => whole_step(v)
+            .ok_or_else(|| malformed(path, n, format!("`{key}` step is not {STEP_RANGE}"))),
         _ => Err(malformed(
             path,
             n,

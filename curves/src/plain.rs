@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use crate::parse::{malformed, parse_printed};
+use crate::parse::{malformed, parse_printed, whole_step, STEP_RANGE};
 use crate::{Curve, CurveError, LogFormat, Metric, Sample};
 
 fn split(line: &str) -> Vec<&str> {
@@ -104,16 +104,15 @@ pub fn read(path: &Path, text: &str) -> Result<Curve, CurveError> {
                 format!("expected {width} columns, found {}", cols.len()),
             ));
         }
-        let step = match parse_printed(cols[step_col]) {
-            Some((v, _)) if v >= 0.0 && v.fract() == 0.0 => v as u64,
-            _ => {
-                return Err(malformed(
+        let step = parse_printed(cols[step_col])
+            .and_then(|(v, _)| whole_step(v))
+            .ok_or_else(|| {
+                malformed(
                     path,
                     n,
-                    format!("step `{}` is not a non-negative integer", cols[step_col]),
-                ))
-            }
-        };
+                    format!("step `{}` is not {STEP_RANGE}", cols[step_col]),
+                )
+            })?;
         for &(j, metric) in &columns {
             let (value, quantum) = parse_printed(cols[j])
                 .ok_or_else(|| malformed(path, n, format!("`{}` is not a number", cols[j])))?;

@@ -23,7 +23,7 @@
 
 use std::path::Path;
 
-use crate::parse::{f32_quantum, malformed};
+use crate::parse::{f32_quantum, malformed, MAX_STEP, STEP_RANGE};
 use crate::{Curve, CurveError, LogFormat, Metric, Sample};
 
 const TAGS: [(Metric, &[&str]); 4] = [
@@ -191,8 +191,8 @@ fn decode_event(data: &[u8], record: usize, curve: &mut Curve) -> Result<(), Str
     if summaries.is_empty() {
         return Ok(());
     }
-    if step < 0 {
-        return Err(format!("negative step {step}"));
+    if step < 0 || step as u64 > MAX_STEP {
+        return Err(format!("step {step} is not {STEP_RANGE}"));
     }
     let mut found: Vec<(Metric, usize, f64, f64)> = Vec::new();
     for summary in summaries {
