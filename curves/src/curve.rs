@@ -120,6 +120,44 @@ pub struct Curve {
     pub format: LogFormat,
     /// Per metric, the samples in file order (restarts and duplicates kept; see [`diff::Series`]).
     pub metrics: BTreeMap<Metric, Vec<Sample>>,
+    /// What the reader skipped that the user should hear of (the CLI prints each on stderr).
+    pub warnings: Vec<ReadWarning>,
+}
+
+/// Input a reader skipped rather than refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadWarning {
+    /// The file ends inside TensorBoard record `record` (1-based), which starts at byte
+    /// `offset` with `bytes_left` bytes of the file after it; `needs` is the record's whole
+    /// size when its header was complete. The records before it were read.
+    TruncatedRecord {
+        record: usize,
+        offset: u64,
+        bytes_left: u64,
+        needs: Option<u64>,
+    },
+}
+
+impl fmt::Display for ReadWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadWarning::TruncatedRecord {
+                record,
+                offset,
+                bytes_left,
+                needs,
+            } => {
+                let of = needs.map_or(String::new(), |n| format!(" of the {n} it needs"));
+                write!(
+                    f,
+                    "the last record ({record}, at byte {offset}) is truncated: {bytes_left} \
+                     byte(s){of}; read the {} whole record(s) before it (a run still writing, \
+                     or one that stopped mid-write)",
+                    record - 1
+                )
+            }
+        }
+    }
 }
 
 impl Curve {
@@ -128,6 +166,7 @@ impl Curve {
             path: path.to_path_buf(),
             format,
             metrics: BTreeMap::new(),
+            warnings: Vec::new(),
         }
     }
 
@@ -177,6 +216,9 @@ pub enum CurveError {
     },
     #[error("{path}: {reason}")]
     Unrecognised { path: PathBuf, reason: String },
+    /// Nothing to read: no bytes (`blank` false) or only whitespace.
+    #[error("{path}: empty file{}", if *blank { " (only whitespace)" } else { "" })]
+    Empty { path: PathBuf, blank: bool },
     #[error("{path}: no {metric} values found (read as {format}; metrics found: {found})")]
     NoMetric {
         path: PathBuf,

@@ -188,6 +188,11 @@ pub fn diff(
     let eval = &finite[warmup..];
     let compared: Vec<u64> = eval.iter().map(|p| p.0).collect();
     let mut notes = Vec::new();
+    for (name, curve) in [("BASE", Some(base)), ("TEST", Some(test)), ("BASE2", base2)] {
+        for w in curve.map(|c| c.warnings.as_slice()).unwrap_or_default() {
+            notes.push(format!("{name}: {w}"));
+        }
+    }
     for (name, s) in [("BASE", &bs), ("TEST", &ts)] {
         if !s.duplicate_steps.is_empty() {
             notes.push(format!(

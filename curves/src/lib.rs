@@ -29,7 +29,7 @@ pub mod stats;
 mod tensorboard;
 mod torchtitan;
 
-pub use curve::{Curve, CurveError, LogFormat, Metric, Sample};
+pub use curve::{Curve, CurveError, LogFormat, Metric, ReadWarning, Sample};
 pub use parse::{f32_quantum, parse_printed, strip_ansi, MAX_STEP};
 pub use read::{detect, read};
 pub use tensorboard::crc32c;

@@ -6,12 +6,20 @@ use crate::parse::{malformed, strip_ansi};
 use crate::{hf, maxtext, megatron, plain, tensorboard, torchtitan};
 use crate::{Curve, CurveError, LogFormat};
 
-/// Reads `path` as `format`, or detects the format when `format` is `None`.
+/// Reads `path` as `format`, or detects the format when `format` is `None`. An empty file (or
+/// one of only whitespace) is [`CurveError::Empty`] whatever the format.
 pub fn read(path: &Path, format: Option<LogFormat>) -> Result<Curve, CurveError> {
     let bytes = std::fs::read(path).map_err(|source| CurveError::Io {
         path: path.to_path_buf(),
         source,
     })?;
+    let body = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(CurveError::Empty {
+            path: path.to_path_buf(),
+            blank: !body.is_empty(),
+        });
+    }
     let format = match format {
         Some(f) => f,
         None => detect(path, &bytes)?,

@@ -19,12 +19,15 @@
 //! `iteration-time`; tokens/s — `perf/per_device_tokens_per_sec`, `throughput(tps)`; TFLOP/s —
 //! `perf/per_device_tflops_per_sec`, `throughput`, `tflops`.
 //!
-//! Errors name the record (1-based, as the "line") and its byte offset.
+//! Errors name the record (1-based, as the "line") and its byte offset. A file that ends
+//! inside its last record (a run still writing, or one that crashed mid-write) is read up to
+//! that record, with a [`ReadWarning::TruncatedRecord`] naming its offset; a file with no
+//! whole record, or a checksum mismatch anywhere, is refused.
 
 use std::path::Path;
 
 use crate::parse::{f32_quantum, malformed, MAX_STEP, STEP_RANGE};
-use crate::{Curve, CurveError, LogFormat, Metric, Sample};
+use crate::{Curve, CurveError, LogFormat, Metric, ReadWarning, Sample};
 
 const TAGS: [(Metric, &[&str]); 4] = [
     (
@@ -88,8 +91,27 @@ pub fn read(path: &Path, bytes: &[u8]) -> Result<Curve, CurveError> {
         record += 1;
         let bad =
             |reason: String| malformed(path, record, format!("record at byte {at}: {reason}"));
-        if bytes.len() - at < 12 {
-            return Err(bad("truncated record header".into()));
+        // The file ends inside this record: a writer still running, or one that crashed
+        // mid-write. After at least one whole record that is the end of what was written,
+        // with a warning; a file with no whole record at all stays an error.
+        let left = (bytes.len() - at) as u64;
+        let truncated = |curve: &mut Curve, needs: Option<u64>, why: &str| {
+            if record == 1 {
+                return Err(bad(format!(
+                    "truncated {why}; the file holds no whole record"
+                )));
+            }
+            curve.warnings.push(ReadWarning::TruncatedRecord {
+                record,
+                offset: at as u64,
+                bytes_left: left,
+                needs,
+            });
+            Ok(())
+        };
+        if left < 12 {
+            truncated(&mut curve, None, "record header")?;
+            break;
         }
         let len_bytes = &bytes[at..at + 8];
         let len = u64::from_le_bytes(len_bytes.try_into().unwrap());
@@ -101,10 +123,16 @@ pub fn read(path: &Path, bytes: &[u8]) -> Result<Curve, CurveError> {
         }
         let start = at + 12;
         let remaining = (bytes.len() - start) as u64;
+        // The length's checksum held, so the length is what was written: a record longer
+        // than the rest of the file was cut short.
         if len.checked_add(4).is_none_or(|need| need > remaining) {
-            return Err(bad(format!(
-                "truncated: record says {len} bytes, file has {remaining} left"
-            )));
+            let needs = len.saturating_add(16);
+            truncated(
+                &mut curve,
+                Some(needs),
+                &format!("record: it says {len} bytes, the file has {remaining} left"),
+            )?;
+            break;
         }
         let end = start + len as usize;
         let data = &bytes[start..end];

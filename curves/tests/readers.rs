@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use moecheck_curves::{read, CurveError, LogFormat, Metric};
+use moecheck_curves::{read, CurveError, LogFormat, Metric, ReadWarning};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -250,9 +250,9 @@ fn corrupt_tensorboard_files_name_the_record() {
     let e = error_of("events.out.tfevents.1", &flipped, None);
     assert_eq!(line_of(&e), 3, "{e}");
     assert!(e.to_string().contains("checksum"), "{e}");
-    // Truncated in the middle of the last record.
-    let e = error_of("events.out.tfevents.2", &good[..good.len() - 3], None);
-    assert!(e.to_string().contains("truncated"), "{e}");
+    // Cut inside the first record: there is nothing whole to read.
+    let e = error_of("events.out.tfevents.2", &good[..20], None);
+    assert!(e.to_string().contains("no whole record"), "{e}");
     // Not TensorBoard at all, but named as if it were.
     let e = error_of(
         "events.out.tfevents.3",
@@ -294,4 +294,113 @@ fn unrecognised_text_asks_for_format() {
     let e = error_of("notes.txt", b"hello\nworld\n", None);
     assert!(matches!(e, CurveError::Unrecognised { .. }), "{e}");
     assert!(e.to_string().contains("--format"));
+}
+
+/// Byte offsets at which each record of a TFRecord file starts.
+fn record_starts(bytes: &[u8]) -> Vec<usize> {
+    let mut starts = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        starts.push(at);
+        at += 16 + u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+    }
+    starts
+}
+
+/// A run still writing (or one that crashed) leaves its last record cut short: the records
+/// before it are read and a warning names the record and its byte offset. See: issue 16,
+/// item 17 (the whole file used to be refused).
+#[test]
+fn a_truncated_last_tensorboard_record_is_skipped_with_a_warning() {
+    let good = std::fs::read(fixture("tensorboard/simple.tfevents")).unwrap();
+    let whole = read(&fixture("tensorboard/simple.tfevents"), None).unwrap();
+    let starts = record_starts(&good);
+    let last = *starts.last().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // Cut inside the last record's data, then inside its 12-byte header.
+    for (cut, needs) in [
+        (good.len() - 3, Some((good.len() - last) as u64)),
+        (last + 5, None),
+    ] {
+        let p = dir.path().join("events.out.tfevents.live");
+        std::fs::write(&p, &good[..cut]).unwrap();
+        let c = read(&p, None).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+        assert_eq!(
+            c.warnings,
+            [ReadWarning::TruncatedRecord {
+                record: starts.len(),
+                offset: last as u64,
+                bytes_left: (cut - last) as u64,
+                needs,
+            }]
+        );
+        let text = c.warnings[0].to_string();
+        assert!(text.contains(&format!("at byte {last}")), "{text}");
+        // Every sample of the whole records, and none of the cut one.
+        for (m, samples) in &whole.metrics {
+            let kept: Vec<_> = samples.iter().filter(|s| s.line < starts.len()).collect();
+            let got: Vec<_> = c.metrics.get(m).into_iter().flatten().collect();
+            assert_eq!(got, kept, "{m:?}");
+        }
+    }
+    // A file cut at a record boundary is whole: no warning.
+    let p = dir.path().join("events.out.tfevents.boundary");
+    std::fs::write(&p, &good[..last]).unwrap();
+    assert!(read(&p, None).unwrap().warnings.is_empty());
+    // A checksum mismatch in the last record is corruption, not truncation.
+    let mut bad = good.clone();
+    bad[good.len() - 6] ^= 1;
+    let e = error_of("events.out.tfevents.bad", &bad, None);
+    assert!(e.to_string().contains("checksum"), "{e}");
+}
+
+/// Semicolon-separated values (a spreadsheet's CSV where `,` is the decimal mark) are read
+/// under a header naming the columns, and refused with the reason otherwise. See: issue 16,
+/// item 17 (they were "format not recognised").
+#[test]
+fn semicolon_separated_values_need_a_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("loss_de.csv");
+    std::fs::write(&p, "step;loss;tps\n0;2,345;1000\n1;2,340;1010\n2;2.3;990\n").unwrap();
+    let c = read(&p, None).unwrap();
+    assert_eq!(c.format, LogFormat::Plain);
+    let loss = &c.metrics[&Metric::Loss];
+    let got: Vec<(u64, f64, f64)> = loss.iter().map(|s| (s.step, s.value, s.quantum)).collect();
+    assert_eq!(got, [(0, 2.345, 1e-3), (1, 2.34, 1e-3), (2, 2.3, 0.1)]);
+    assert_eq!(c.metrics[&Metric::TokensPerS][1].value, 1010.0);
+    let e = error_of("bare.csv", b"0;2,5\n1;2,4\n", None);
+    assert_eq!(line_of(&e), 1, "{e}");
+    assert!(
+        e.to_string().contains(
+            "semicolon-separated values are read only under a first line naming the columns"
+        ),
+        "{e}"
+    );
+    let e = error_of("both.csv", b"step;loss\n0;1.234,5\n", None);
+    assert_eq!(line_of(&e), 2, "{e}");
+    assert!(e.to_string().contains("`1.234,5` is ambiguous"), "{e}");
+}
+
+/// An empty file says so, with or without `--format`. See: issue 16, item 17.
+#[test]
+fn empty_files_are_called_empty() {
+    for (bytes, blank) in [
+        (&b""[..], false),
+        (b"\n  \r\n\t\n", true),
+        (b"\xEF\xBB\xBF", false),
+    ] {
+        for format in [None, Some(LogFormat::Plain), Some(LogFormat::Tensorboard)] {
+            let e = error_of("events.out.tfevents.empty", bytes, format);
+            assert!(
+                matches!(e, CurveError::Empty { blank: b, .. } if b == blank),
+                "{e}"
+            );
+            assert!(
+                e.to_string()
+                    .ends_with("events.out.tfevents.empty: empty file")
+                    != blank,
+                "{e}"
+            );
+        }
+    }
 }
