@@ -224,3 +224,95 @@ fn read_reports_every_format() {
         assert_eq!(v["metrics"][0]["metric"], "loss", "{name}");
     }
 }
+
+/// Issue 16, item 15: `curves read` printed the file's header line and then refused it (a
+/// log with no metric, or a malformed one): on an error stdout stays empty and the exit
+/// status is 2, with the reason on stderr.
+#[test]
+fn read_prints_nothing_before_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let quiet = dir.path().join("quiet.log");
+    std::fs::write(&quiet, "loading checkpoint\nnothing logged yet\n").unwrap();
+    let golden = dir.path().join("golden.json");
+    std::fs::write(
+        &golden,
+        "{\"lm loss\": {\"start_step\": 0, \"step_interval\": -1, \"values\": [10.0, 9.0]}}\n",
+    )
+    .unwrap();
+    let empty = dir.path().join("empty.log");
+    std::fs::write(&empty, "").unwrap();
+    for (log, format, reason) in [
+        (&quiet, Some("maxtext-stdout"), "quiet.log: no metric found"),
+        (
+            &golden,
+            None,
+            "golden.json:1: \"lm loss\": \"step_interval\" is -1",
+        ),
+        (&empty, None, "empty.log: empty file"),
+    ] {
+        for json in [false, true] {
+            let mut cmd = moecheck();
+            cmd.args(["curves", "read"]).arg(log);
+            if let Some(f) = format {
+                cmd.args(["--format", f]);
+            }
+            if json {
+                cmd.arg("--json");
+            }
+            cmd.assert()
+                .code(2)
+                .stdout(predicate::str::is_empty())
+                .stderr(predicate::str::contains(reason));
+        }
+    }
+    // The same refusals in `diff`.
+    moecheck()
+        .args(["curves", "diff"])
+        .arg(&golden)
+        .arg(&golden)
+        .assert()
+        .code(2)
+        .stdout(predicate::str::is_empty())
+        .stderr(predicate::str::contains("\"step_interval\" is -1"));
+}
+
+/// Issue 16, item 17: a TensorBoard file whose last record is cut short (a live or crashed
+/// run) is read up to it; stderr warns, naming the file and the record's byte offset.
+#[test]
+fn a_truncated_tensorboard_file_is_read_with_a_warning() {
+    let good = std::fs::read(fixture("tensorboard/simple.tfevents")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("events.out.tfevents.live");
+    std::fs::write(&p, &good[..good.len() - 3]).unwrap();
+    let out = moecheck()
+        .args(["curves", "read", "--json"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with(&format!("warning: {}: the last record (", p.display()))
+            && stderr.contains("at byte ")
+            && stderr.contains("is truncated"),
+        "{stderr}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["format"], "tensorboard");
+    // diff warns too, and its report carries the warning as a note.
+    let out = moecheck()
+        .args(["curves", "diff", "--json"])
+        .arg(fixture("tensorboard/simple.tfevents"))
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is truncated"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let notes = v["notes"].as_array().unwrap();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.as_str().unwrap().starts_with("TEST: the last record")),
+        "{notes:?}"
+    );
+}

@@ -167,6 +167,12 @@ fn run_diff(a: DiffArgs) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(|p| curves::read(p, a.format))
         .transpose()?;
+    for c in [Some(&base), Some(&test), base2.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        warn(c);
+    }
     let criterion = Criterion {
         warmup_frac: a.warmup,
         window_steps: a.window.map(|w| w as usize),
@@ -198,8 +204,24 @@ fn run_diff(a: DiffArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// Prints each of `curve`'s read warnings on stderr, naming its file.
+fn warn(curve: &curves::Curve) {
+    for w in &curve.warnings {
+        eprintln!("warning: {}: {w}", curve.path.display());
+    }
+}
+
 fn run_read(a: ReadArgs) -> anyhow::Result<ExitCode> {
     let c = curves::read(&a.log, a.format)?;
+    warn(&c);
+    // Refused before anything is printed: stdout holds a whole report or nothing.
+    if c.metrics.is_empty() {
+        anyhow::bail!(
+            "{}: no metric found (read as {})",
+            c.path.display(),
+            c.format
+        );
+    }
     let metrics: Vec<serde_json::Value> = c
         .metrics
         .iter()
@@ -238,13 +260,6 @@ fn run_read(a: ReadArgs) -> anyhow::Result<ExitCode> {
                 m["last_value"]
             );
         }
-    }
-    if c.metrics.is_empty() {
-        anyhow::bail!(
-            "{}: no metric found (read as {})",
-            c.path.display(),
-            c.format
-        );
     }
     Ok(ExitCode::SUCCESS)
 }
