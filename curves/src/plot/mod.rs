@@ -1,28 +1,33 @@
 //! The parity plot: both curves (top), the gap TEST − BASE with its window means and the ±δ
-//! band (bottom), the warm-up shaded. One scene is drawn two ways: as SVG text (`svg.rs`), or
-//! rasterised with the embedded 8×8 bitmap font of the `font8x8` crate and written as an
-//! indexed-colour PNG by our own encoder (`png.rs`) — no system font or image library.
+//! band (bottom), the warm-up shaded, a legend and the verdict. One scene is drawn two ways:
+//! as SVG text (`svg.rs`), or rasterised (`raster.rs`) and written as an RGB PNG by our own
+//! encoder (`png.rs`). Text is DejaVu Sans, embedded (`curves/assets/`) and measured and
+//! rasterised by `ab_glyph` (`text.rs`) — no system font or image library.
 //!
-//! `scene.rs` lays the plot out as shapes (`shape.rs`) in panels (`panel.rs`); nothing there
-//! knows how it will be drawn.
+//! `scene.rs` lays the plot out as shapes (`shape.rs`) in panels (`panel.rs`), with the legend
+//! and verdict in `legend.rs`; every text's box comes from the font's own metrics, so the
+//! layout can place texts where they cannot collide. Nothing there knows how it will be drawn.
 
+mod legend;
 mod panel;
 mod png;
 mod raster;
 mod scene;
 mod shape;
 mod svg;
+mod text;
 
 use std::path::Path;
 
 use crate::report::Diff;
 use crate::CurveError;
 
-pub use panel::ticks;
-pub use png::{crc32, encode_indexed as encode_png};
+pub use panel::{labels as tick_labels, ticks};
+pub use png::{crc32, encode_rgb as encode_png};
 pub use raster::Canvas;
-pub use scene::{HEIGHT, WIDTH};
-pub use shape::{Anchor, Colour, Shape, PALETTE};
+pub use scene::{scene, HEIGHT, WIDTH};
+pub use shape::{Anchor, Colour, Rect, Shape, PALETTE};
+pub use text::{advance as text_advance, box_of as text_box, FONT};
 
 /// Output kind, from the file extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +55,7 @@ impl Kind {
 
 /// Renders the plot of `d` as SVG or PNG bytes.
 pub fn render(d: &Diff, kind: Kind) -> Vec<u8> {
-    let scene = scene::scene(d);
+    let scene = scene(d);
     match kind {
         Kind::Svg => svg::render(&scene, WIDTH, HEIGHT).into_bytes(),
         Kind::Png => {
@@ -58,7 +63,7 @@ pub fn render(d: &Diff, kind: Kind) -> Vec<u8> {
             for s in &scene {
                 c.draw(s);
             }
-            png::encode_indexed(WIDTH, HEIGHT, &PALETTE, c.pixels())
+            png::encode_rgb(WIDTH, HEIGHT, c.pixels())
         }
     }
 }

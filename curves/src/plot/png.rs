@@ -1,6 +1,7 @@
-//! A minimal PNG writer (ISO/IEC 15948): 8-bit indexed colour, filter 0 on every row, and a
-//! zlib stream (RFC 1950) of one fixed-Huffman DEFLATE block (RFC 1951 §3.2.6) whose only
-//! matches are runs (distance 1) — plots are mostly flat colour, so runs compress them well.
+//! A minimal PNG writer (ISO/IEC 15948): 8-bit RGB, filter 1 (Sub) on every row, and a zlib
+//! stream (RFC 1950) of one fixed-Huffman DEFLATE block (RFC 1951 §3.2.6) whose only matches
+//! are runs (distance 1) — plots are mostly flat colour, which the Sub filter turns into runs
+//! of zeros.
 
 /// CRC-32 (ISO 3309, reflected polynomial 0xEDB88320), as PNG chunks use.
 pub fn crc32(data: &[u8]) -> u32 {
@@ -121,20 +122,36 @@ fn chunk(out: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
     out.extend_from_slice(&crc.to_be_bytes());
 }
 
-/// PNG bytes of a `w × h` image of palette indices (row-major) with `palette` (RGB).
-pub fn encode_indexed(w: u32, h: u32, palette: &[[u8; 3]], pixels: &[u8]) -> Vec<u8> {
-    assert_eq!(pixels.len(), (w * h) as usize, "pixels must be w·h indices");
+/// Row `row` of RGB pixels with PNG filter 1 (Sub): each byte minus the byte one pixel to its
+/// left, so that a flat stretch becomes a run of zeros.
+fn sub_filtered(row: &[[u8; 3]], out: &mut Vec<u8>) {
+    out.push(1);
+    let mut left = [0u8; 3];
+    for p in row {
+        for k in 0..3 {
+            out.push(p[k].wrapping_sub(left[k]));
+        }
+        left = *p;
+    }
+}
+
+/// PNG bytes of a `w × h` RGB image (row-major, 8 bits a channel, truecolour), every row
+/// Sub-filtered.
+pub fn encode_rgb(w: u32, h: u32, pixels: &[[u8; 3]]) -> Vec<u8> {
+    assert_eq!(
+        pixels.len(),
+        (w * h) as usize,
+        "pixels must be w·h RGB triples"
+    );
     let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
     let mut ihdr = Vec::new();
     ihdr.extend_from_slice(&w.to_be_bytes());
     ihdr.extend_from_slice(&h.to_be_bytes());
-    ihdr.extend_from_slice(&[8, 3, 0, 0, 0]); // depth 8, indexed, deflate, filter 0, no interlace
+    ihdr.extend_from_slice(&[8, 2, 0, 0, 0]); // depth 8, RGB, deflate, filter method 0, no interlace
     chunk(&mut out, b"IHDR", &ihdr);
-    chunk(&mut out, b"PLTE", &palette.concat());
-    let mut raw = Vec::with_capacity(((w + 1) * h) as usize);
+    let mut raw = Vec::with_capacity(((3 * w + 1) * h) as usize);
     for row in pixels.chunks(w as usize) {
-        raw.push(0);
-        raw.extend_from_slice(row);
+        sub_filtered(row, &mut raw);
     }
     chunk(&mut out, b"IDAT", &zlib(&raw));
     chunk(&mut out, b"IEND", &[]);
@@ -149,6 +166,23 @@ mod tests {
     fn checksums_match_their_check_values() {
         assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
         assert_eq!(adler32(b"Wikipedia"), 0x11E6_0398);
+    }
+
+    /// Undoing the Sub filter (adding the byte one pixel to the left, as a decoder does)
+    /// gives the pixels back, wrapping included.
+    #[test]
+    fn sub_filter_round_trips() {
+        let row = [[255, 0, 7], [255, 0, 7], [0, 255, 8], [3, 2, 1]];
+        let mut f = Vec::new();
+        sub_filtered(&row, &mut f);
+        assert_eq!(f[0], 1);
+        assert_eq!(&f[4..7], &[0, 0, 0], "a repeated pixel filters to zeros");
+        let mut back: Vec<u8> = Vec::new();
+        for (i, &b) in f[1..].iter().enumerate() {
+            let left = if i >= 3 { back[i - 3] } else { 0 };
+            back.push(b.wrapping_add(left));
+        }
+        assert_eq!(back, row.concat());
     }
 
     /// Our zlib stream, inflated by Python's zlib (a reference inflater), gives the input back:

@@ -1,13 +1,14 @@
-//! A small rasteriser onto an indexed-colour canvas: filled rectangles, thick lines (a square
-//! brush stamped along the segment every half pixel), dots, and text in the public-domain
-//! 8×8 bitmap font shipped by the `font8x8` crate (bit 0 of each row byte is the leftmost pixel).
+//! A small rasteriser onto an RGB canvas: filled rectangles, thick lines (a square brush
+//! stamped along the segment every half pixel), dots, and anti-aliased text (the glyph
+//! coverage of [`rasterise`] blended over what is already there).
 
-use super::shape::{Anchor, Colour, Shape};
+use super::shape::{Colour, Shape, PALETTE};
+use super::text::rasterise;
 
 pub struct Canvas {
     w: u32,
     h: u32,
-    px: Vec<u8>,
+    px: Vec<[u8; 3]>,
 }
 
 impl Canvas {
@@ -15,27 +16,40 @@ impl Canvas {
         Canvas {
             w,
             h,
-            px: vec![Colour::White as u8; (w * h) as usize],
+            px: vec![PALETTE[Colour::White as usize]; (w * h) as usize],
         }
     }
 
-    /// Row-major palette indices, `w · h` of them.
-    pub fn pixels(&self) -> &[u8] {
+    /// Row-major RGB pixels, `w · h` of them.
+    pub fn pixels(&self) -> &[[u8; 3]] {
         &self.px
+    }
+
+    /// Mixes `c` into pixel `(x, y)` with weight `alpha` in `[0, 1]` (1: replaces it).
+    fn blend(&mut self, x: i64, y: i64, c: Colour, alpha: f32) {
+        if x >= 0 && y >= 0 && (x as u32) < self.w && (y as u32) < self.h {
+            let p = &mut self.px[(y as u32 * self.w + x as u32) as usize];
+            let a = alpha.clamp(0.0, 1.0);
+            for (dst, src) in p.iter_mut().zip(PALETTE[c as usize]) {
+                *dst = (*dst as f32 * (1.0 - a) + src as f32 * a).round() as u8;
+            }
+        }
     }
 
     fn set(&mut self, x: i64, y: i64, c: Colour) {
         if x >= 0 && y >= 0 && (x as u32) < self.w && (y as u32) < self.h {
-            self.px[(y as u32 * self.w + x as u32) as usize] = c as u8;
+            self.px[(y as u32 * self.w + x as u32) as usize] = PALETTE[c as usize];
         }
     }
 
     fn fill(&mut self, x: f64, y: f64, w: f64, h: f64, c: Colour) {
-        let (x0, y0) = (x.round() as i64, y.round() as i64);
-        let (x1, y1) = ((x + w).round() as i64, (y + h).round() as i64);
+        let clip = |v: f64, hi: u32| v.round().clamp(0.0, hi as f64) as usize;
+        let (x0, y0) = (clip(x, self.w), clip(y, self.h));
+        let (x1, y1) = (clip(x + w, self.w), clip(y + h, self.h));
+        let w = self.w as usize;
         for yy in y0..y1 {
-            for xx in x0..x1 {
-                self.set(xx, yy, c);
+            if x0 < x1 {
+                self.px[yy * w + x0..yy * w + x1].fill(PALETTE[c as usize]);
             }
         }
     }
@@ -52,47 +66,16 @@ impl Canvas {
     }
 
     fn line(&mut self, a: (f64, f64), b: (f64, f64), width: f64, c: Colour) {
+        // At most a few stamps per pixel of the canvas: a segment far outside it (a value
+        // clamped nowhere) must not take forever.
+        let limit = 4.0 * (self.w + self.h) as f64;
         let n = ((b.0 - a.0).abs().max((b.1 - a.1).abs()) * 2.0)
             .ceil()
-            .max(1.0) as usize;
+            .max(1.0)
+            .min(limit) as usize;
         for i in 0..=n {
             let t = i as f64 / n as f64;
             self.stamp(a.0 + t * (b.0 - a.0), a.1 + t * (b.1 - a.1), width, c);
-        }
-    }
-
-    fn text(&mut self, x: f64, y: f64, text: &str, c: Colour, anchor: Anchor, scale: u32) {
-        let s = scale.max(1) as i64;
-        let adv = 7 * s; // 8-pixel cells, drawn one column narrower to read as text
-        let width = adv * text.chars().count() as i64;
-        let x0 = match anchor {
-            Anchor::Start => x.round() as i64,
-            Anchor::Middle => x.round() as i64 - width / 2,
-            Anchor::End => x.round() as i64 - width,
-        };
-        let top = y.round() as i64 - 7 * s;
-        for (i, ch) in text.chars().enumerate() {
-            let code = if (ch as u32) < 128 {
-                ch as usize
-            } else {
-                '?' as usize
-            };
-            let glyph = font8x8::legacy::BASIC_LEGACY[code];
-            for (row, bits) in glyph.iter().enumerate() {
-                for col in 0..8 {
-                    if bits & (1 << col) != 0 {
-                        for dy in 0..s {
-                            for dx in 0..s {
-                                self.set(
-                                    x0 + i as i64 * adv + col * s + dx,
-                                    top + row as i64 * s + dy,
-                                    c,
-                                );
-                            }
-                        }
-                    }
-                }
-            }
         }
     }
 
@@ -132,8 +115,10 @@ impl Canvas {
                 text,
                 colour,
                 anchor,
-                scale,
-            } => self.text(*x, *y, text, *colour, *anchor, *scale),
+                size,
+            } => rasterise((*x, *y), text, *anchor, *size, |px, py, a| {
+                self.blend(px, py, *colour, a)
+            }),
         }
     }
 }

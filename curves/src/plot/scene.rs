@@ -1,26 +1,29 @@
 //! The parity plot's layout: both curves (top panel), the gap TEST − BASE with its window
 //! means and the ±δ band (bottom panel), the warm-up shaded, the first NaN/Inf of TEST marked,
-//! the legend and the verdict — as a list of [`Shape`]s.
+//! the legend and the verdict (`legend.rs`) — as a list of [`Shape`]s.
 
-use std::path::Path;
-
+use super::legend::{legend, Band};
 use super::panel::{curve, padded, Panel};
 use super::shape::{Anchor, Colour, Shape};
-use crate::report::{Diff, Verdict};
+use super::text::{advance, SIZE_TEXT};
+use crate::report::Diff;
 
 /// Size of the plot in pixels.
 pub const WIDTH: u32 = 960;
 pub const HEIGHT: u32 = 680;
 
-fn file_name(p: &str) -> &str {
-    Path::new(p)
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or(p)
+/// `v` with 4 decimals, or in scientific notation where that would be long or show nothing.
+fn compact(v: f64) -> String {
+    if v == 0.0 || (1e-4..1e6).contains(&v.abs()) {
+        format!("{v:.4}")
+    } else {
+        format!("{v:.3e}")
+    }
 }
 
-/// The shapes of the plot of `d`, back to front, on a `WIDTH × HEIGHT` canvas.
-pub(super) fn scene(d: &Diff) -> Vec<Shape> {
+/// The shapes of the plot of `d`, back to front, on a `WIDTH × HEIGHT` canvas. No two texts
+/// overlap and every text lies inside the canvas (`curves/tests/plot.rs` checks it).
+pub fn scene(d: &Diff) -> Vec<Shape> {
     let r = &d.report;
     let mut out = vec![Shape::Rect {
         x: 0.0,
@@ -99,11 +102,13 @@ pub(super) fn scene(d: &Diff) -> Vec<Shape> {
         &mut out,
         &format!("{}: BASE vs TEST", r.metric),
         &format!("y: {}", r.metric),
+        WIDTH as f64,
     );
     bottom.frame(
         &mut out,
-        &format!("gap TEST - BASE, band +/-delta = {delta:.4}"),
-        "y: TEST - BASE (bold: window means)",
+        &format!("gap TEST − BASE, band ±δ = {}", compact(delta)),
+        "y: TEST − BASE (bold: window means)",
+        WIDTH as f64,
     );
     let zero = bottom.py(0.0);
     out.push(Shape::Line {
@@ -197,68 +202,32 @@ pub(super) fn scene(d: &Diff) -> Vec<Shape> {
             width: 2.0,
         });
         let label = format!("TEST NaN/Inf from step {step}");
-        let right = x + 8.0 + 7.0 * label.len() as f64 <= top.left + top.w;
+        let right = x + 8.0 + advance(&label, SIZE_TEXT) <= top.left + top.w;
         out.push(Shape::Text {
             x: if right { x + 6.0 } else { x - 6.0 },
             y: top.top + 16.0,
             text: label,
             colour: Colour::Fail,
             anchor: if right { Anchor::Start } else { Anchor::End },
-            scale: 1,
+            size: SIZE_TEXT,
         });
     }
-    // Legend and verdict.
-    let legend_y = 24.0;
-    out.push(Shape::Rect {
-        x: 90.0,
-        y: legend_y - 8.0,
-        w: 16.0,
-        h: 4.0,
-        fill: Colour::Base,
-    });
-    out.push(Shape::Text {
-        x: 112.0,
-        y: legend_y,
-        text: format!("BASE {}", file_name(&r.base.path)),
-        colour: Colour::Black,
-        anchor: Anchor::Start,
-        scale: 1,
-    });
-    out.push(Shape::Rect {
-        x: 420.0,
-        y: legend_y - 8.0,
-        w: 16.0,
-        h: 4.0,
-        fill: Colour::Test,
-    });
-    out.push(Shape::Text {
-        x: 442.0,
-        y: legend_y,
-        text: format!("TEST {}", file_name(&r.test.path)),
-        colour: Colour::Black,
-        anchor: Anchor::Start,
-        scale: 1,
-    });
-    let vcol = match r.verdict {
-        Verdict::Pass => Colour::Pass,
-        Verdict::Fail => Colour::Fail,
-        Verdict::Inconclusive => Colour::Black,
-    };
-    out.push(Shape::Text {
-        x: 930.0,
-        y: legend_y + 4.0,
-        text: r.verdict.label().to_string(),
-        colour: vcol,
-        anchor: Anchor::End,
-        scale: 2,
-    });
+    legend(
+        r,
+        &Band {
+            left: top.left,
+            right: top.left + top.w,
+            rows: [22.0, 40.0],
+        },
+        &mut out,
+    );
     out.push(Shape::Text {
         x: 510.0,
         y: HEIGHT as f64 - 14.0,
         text: "step (grey: warm-up, not compared)".into(),
         colour: Colour::Black,
         anchor: Anchor::Middle,
-        scale: 1,
+        size: SIZE_TEXT,
     });
     out
 }

@@ -1,6 +1,6 @@
-//! What a plot is made of: the palette and the shapes (rectangles, lines, polylines, dots,
-//! text) in pixel coordinates, which `svg.rs` writes as SVG and `raster.rs` draws onto a
-//! canvas. Knows nothing of curves.
+//! What a plot is made of: the palette, boxes, and the shapes (rectangles, lines, polylines,
+//! dots, text) in pixel coordinates, which `svg.rs` writes as SVG and `raster.rs` draws onto a
+//! canvas. Knows nothing of curves or fonts.
 
 /// The palette: index into [`PALETTE`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +39,28 @@ impl Colour {
     }
 }
 
+/// An axis-aligned box in pixels (y down): `x0 ≤ x1`, `y0 ≤ y1`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rect {
+    pub x0: f64,
+    pub y0: f64,
+    pub x1: f64,
+    pub y1: f64,
+}
+
+impl Rect {
+    /// The two boxes share interior points (touching edges do not count).
+    pub fn overlaps(&self, o: &Rect) -> bool {
+        self.x0 < o.x1 && o.x0 < self.x1 && self.y0 < o.y1 && o.y0 < self.y1
+    }
+
+    /// `self` lies within `outer`, edges included.
+    pub fn inside(&self, outer: &Rect) -> bool {
+        self.x0 >= outer.x0 && self.y0 >= outer.y0 && self.x1 <= outer.x1 && self.y1 <= outer.y1
+    }
+}
+
+/// Where a text's `x` is: its start, middle or end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Anchor {
     Start,
@@ -75,13 +97,14 @@ pub enum Shape {
         r: f64,
         colour: Colour,
     },
-    /// Text whose baseline-left (or middle/end) is at `(x, y)`; `scale` 1 is 8-pixel glyphs.
+    /// Text whose baseline-start (or middle/end) is at `(x, y)`, at an em `size` in pixels;
+    /// `text::bounds` gives the box it covers.
     Text {
         x: f64,
         y: f64,
         text: String,
         colour: Colour,
         anchor: Anchor,
-        scale: u32,
+        size: f64,
     },
 }

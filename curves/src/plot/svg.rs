@@ -1,8 +1,13 @@
-//! The scene as SVG 1.1 text (monospace text, drawn by the viewer).
+//! The scene as SVG 1.1 text. Text is drawn by the viewer in DejaVu Sans (the plot's embedded
+//! font) or, where the viewer lacks it, a similar sans-serif stretched to the measured width.
 
 use std::fmt::Write as _;
 
 use super::shape::{Anchor, Shape};
+use super::text::advance;
+
+/// The fonts asked of the viewer, in order.
+const FAMILY: &str = "DejaVu Sans, Verdana, sans-serif";
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -65,17 +70,19 @@ pub fn render(scene: &[Shape], width: u32, height: u32) -> String {
                 text,
                 colour,
                 anchor,
-                scale,
+                size,
             } => {
                 let a = match anchor {
                     Anchor::Start => "start",
                     Anchor::Middle => "middle",
                     Anchor::End => "end",
                 };
+                // textLength: whatever font the viewer substitutes is fitted to the advance the
+                // layout measured with the embedded one, so the boxes hold in SVG too.
                 writeln!(
                     s,
-                    r#"<text x="{x:.1}" y="{y:.1}" font-family="monospace" font-size="{}" text-anchor="{a}" fill="{}">{}</text>"#,
-                    11 * scale,
+                    r#"<text x="{x:.1}" y="{y:.1}" font-family="{FAMILY}" font-size="{size}" textLength="{:.1}" lengthAdjust="spacingAndGlyphs" text-anchor="{a}" fill="{}">{}</text>"#,
+                    advance(text, *size),
                     colour.hex(),
                     escape(text)
                 )
