@@ -11,7 +11,9 @@
 //! set it); the criterion never asks for agreement finer than twice that.
 //!
 //! Readers refuse malformed input with [`CurveError::Malformed`], naming the file and the
-//! 1-based line (or, for binary TensorBoard files, the byte offset of the bad record).
+//! 1-based line (or, for binary TensorBoard files, the byte offset of the bad record); what they
+//! skip instead of refusing (a TensorBoard file cut inside its last record) comes back in
+//! [`Curve::warnings`]. Steps are whole numbers up to [`MAX_STEP`] (2^53) everywhere.
 
 mod curve;
 pub mod decide;

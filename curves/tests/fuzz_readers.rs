@@ -8,8 +8,9 @@
 //! meets the mutated bytes.
 //!
 //! Deterministic: a fixed seed and a fixed number of cases ([`CASES`], whatever
-//! `PROPTEST_CASES` says), about ten seconds in the test profile. A failure is shrunk and
-//! saved beside this file (`fuzz_readers.proptest-regressions`, to be committed). See: issue 16.
+//! `PROPTEST_CASES` says): 25–40 s in the test profile on two busy cores, most of it drawing
+//! the plots of the logs that read. A failure is shrunk and saved beside this file
+//! (`fuzz_readers.proptest-regressions`, to be committed). See: issue 16.
 
 use std::path::{Path, PathBuf};
 
