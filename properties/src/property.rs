@@ -48,8 +48,11 @@ pub struct Property<O: PropertyOp> {
     /// The case and ask this property checks, when it is not the operation's full check
     /// ([`PropertyOp::case_of`]): a per-pass property asks for its pass only, so a failure
     /// written as a case directory makes `moecheck check` report the property's own line.
-    pub case: Option<fn(&O::Args) -> (O::Case, O::Ask)>,
+    pub case: Option<CaseOf<O>>,
 }
+
+/// How a property builds the case and ask it checks from its arguments.
+pub type CaseOf<O> = fn(&<O as PropertyOp>::Args) -> (<O as Op>::Case, <O as Op>::Ask);
 
 impl<O: PropertyOp> Property<O> {
     /// The case and ask of `args` for this property ([`Property::case`], by default the
