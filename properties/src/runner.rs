@@ -22,13 +22,17 @@ pub struct RunConfig {
 pub const DEFAULT_CASES: u32 = 64;
 /// Seed when none is given.
 pub const DEFAULT_SEED: u64 = 0x6d6f_6563_6865_636b; // "moecheck"
+/// Shrink steps after a failure when none are given: enough for a grouped-GEMM failure to
+/// shrink all the way (to one row, `K = 1`, `N = 1` for most planted bugs; 256 steps stop at
+/// about a dozen rows, `K = 6`, `N = 9`).
+pub const DEFAULT_MAX_SHRINK_ITERS: u32 = 1024;
 
 impl RunConfig {
     pub fn new(cases: u32, seed: u64) -> RunConfig {
         RunConfig {
             cases,
             seed,
-            max_shrink_iters: 1024,
+            max_shrink_iters: DEFAULT_MAX_SHRINK_ITERS,
         }
     }
 }

@@ -30,8 +30,9 @@ use crate::registry::{self, Backends, Choice};
 
 /// Cases per property when `--cases` is not given.
 pub const DEFAULT_CASES: u32 = 64;
-/// Shrink steps per failure when `--max-shrink` is not given.
-pub const DEFAULT_MAX_SHRINK: u32 = 256;
+/// Shrink steps per failure when `--max-shrink` is not given: the runner's own default, what
+/// `cargo test` and `selftest` shrink with.
+pub const DEFAULT_MAX_SHRINK: u32 = moecheck_properties::DEFAULT_MAX_SHRINK_ITERS;
 /// Where minimal cases go when `--out` is not given.
 pub const DEFAULT_OUT: &str = "moecheck-prop";
 
