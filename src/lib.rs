@@ -1,7 +1,7 @@
 //! # moecheck
 //!
 //! Tells people who write Mixture-of-Experts kernels whether their numbers are right.
-//! The CLI (`moecheck gemm`, `moecheck check`, `moecheck selftest`, `moecheck bench`) is a
+//! The CLI (`moecheck gemm`, `moecheck check`, `moecheck prop`, `moecheck selftest`, ...) is a
 //! thin layer over this library; the numerics live in [`moecheck_reference`] and the
 //! properties in [`moecheck_properties`].
 
@@ -12,6 +12,7 @@ pub mod npy;
 pub mod ops;
 pub mod pipeline;
 pub mod progress;
+pub mod prop;
 pub mod protocol;
 pub mod registry;
 pub mod report;

@@ -36,6 +36,20 @@ pub fn each(v: &mut impl Visit) {
     })();
 }
 
+/// The operations' names (`gemm`, `fp8`, `route`, `moe`), in [`each`]'s order.
+pub fn names() -> Vec<&'static str> {
+    struct Names(Vec<&'static str>);
+    impl Visit for Names {
+        fn visit<O: Operation>(&mut self, _: &'static str) -> ControlFlow<()> {
+            self.0.push(O::NAME);
+            ControlFlow::Continue(())
+        }
+    }
+    let mut n = Names(Vec::new());
+    each(&mut n);
+    n.0
+}
+
 /// The marker keys of the operations whose `case.json` says `op` (`fp8` for the FP8 grouped
 /// GEMM among the `grouped_gemm` cases).
 fn markers(op: &str) -> Vec<&'static str> {

@@ -123,7 +123,7 @@ pub fn run<O: Protocol>(
     if let Some(dir) = dump {
         progress.stage("writing the case directory");
         let outputs = checked.as_ref().and_then(|(_, v)| v.outputs.as_ref());
-        write_dump::<O>(dir, case, ask, outputs)?;
+        write_dump::<O>(dir, case, ask, outputs, "--dump")?;
     }
     Ok(Run {
         generated,
@@ -133,14 +133,16 @@ pub fn run<O: Protocol>(
     })
 }
 
-/// Writes the case and, when there are any, the outputs that were checked.
+/// Writes the case and, when there are any, the outputs that were checked into `dir`
+/// (created if needed); errors name `flag DIR` (`--dump`, `--out`).
 pub fn write_dump<O: Protocol>(
     dir: &Path,
     case: &O::Case,
     ask: O::Ask,
     outputs: Option<&O::Outputs>,
+    flag: &str,
 ) -> anyhow::Result<()> {
-    let flag = || format!("--dump {}", dir.display());
+    let flag = || format!("{flag} {}", dir.display());
     std::fs::create_dir_all(dir).with_context(flag)?;
     protocol::write_case::<O>(dir, case, ask).with_context(flag)?;
     if let Some(out) = outputs {
@@ -178,12 +180,24 @@ pub fn report<O: Reported>(run: &Run<O>) -> RunReport<O> {
     })
 }
 
-/// `moecheck check DIR`: the outputs in `dir` against the reference of the case in `dir`,
-/// for an implementation that declared `declaration`.
-pub fn check_dir<O: Protocol + Reported>(
+/// The outputs of a case directory checked against the reference of its case.
+pub struct DirCheck<O: Op> {
+    pub case: O::Case,
+    pub ask: O::Ask,
+    pub expected: O::Expected,
+    /// The precision `declaration` declares for the case.
+    pub precision: O::Precision,
+    pub verdict: Verdict<O::Report>,
+    pub reference_seconds: f64,
+}
+
+/// The outputs in `dir` against the reference of the case in `dir`, for an implementation
+/// that declared `declaration`. A directory that cannot be read, or an invalid case, is an
+/// error (exit 2).
+pub fn verify_dir<O: Protocol>(
     dir: &Path,
     declaration: &O::Declaration,
-) -> anyhow::Result<RunReport<O>> {
+) -> anyhow::Result<DirCheck<O>> {
     let (case, ask) = protocol::read_case::<O>(dir)?;
     let got = protocol::read_outputs::<O>(dir, &case, ask)?;
     let precision = O::declared_precision(&case, declaration);
@@ -194,18 +208,34 @@ pub fn check_dir<O: Protocol + Reported>(
         Ok(report) => Verdict::of(report),
         Err(e) => bail!("{}: {e}", dir.display()),
     };
+    Ok(DirCheck {
+        case,
+        ask,
+        expected,
+        precision,
+        verdict,
+        reference_seconds,
+    })
+}
+
+/// `moecheck check DIR`: the report of [`verify_dir`].
+pub fn check_dir<O: Protocol + Reported>(
+    dir: &Path,
+    declaration: &O::Declaration,
+) -> anyhow::Result<RunReport<O>> {
+    let c = verify_dir::<O>(dir, declaration)?;
     let implemented = Implemented {
         name: format!("outputs in {}", dir.display()),
         is_model: false,
     };
     Ok(RunReport::new(&RunInfo {
         implementation: Some(&implemented),
-        case: &case,
-        ask,
-        expected: &expected,
-        precision: &precision,
-        verdict: Some(&verdict),
+        case: &c.case,
+        ask: c.ask,
+        expected: &c.expected,
+        precision: &c.precision,
+        verdict: Some(&c.verdict),
         draws: 0,
-        reference_seconds,
+        reference_seconds: c.reference_seconds,
     }))
 }

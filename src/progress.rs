@@ -1,6 +1,7 @@
 //! The one progress indicator, on stderr and only when stderr is a terminal: a spinner with
 //! the elapsed time and the current stage (shown when the work is large enough to wait for),
-//! or a bar over a counted number of steps.
+//! or a bar over a counted number of steps (benchmark repetitions, the cases of a property
+//! campaign with their ETA).
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -31,15 +32,26 @@ impl Progress {
 
     /// A bar counting `len` steps (repetitions of a benchmark), on a terminal.
     pub fn steps(len: u64, what: &str) -> Progress {
+        Progress::bar(len, "[{elapsed_precise}] {bar:30} {pos}/{len} {msg}", what)
+    }
+
+    /// A bar over the `len` cases of a property campaign (`moecheck prop`: cases × properties)
+    /// with the time left, on a terminal; [`Progress::stage`] names the current property.
+    pub fn cases(len: u64) -> Progress {
+        Progress::bar(
+            len,
+            "[{elapsed_precise}] {bar:30} {pos}/{len} cases, ETA {eta} {msg}",
+            "",
+        )
+    }
+
+    fn bar(len: u64, template: &str, msg: &str) -> Progress {
         if !std::io::stderr().is_terminal() {
             return Progress(None);
         }
         let pb = ProgressBar::new(len);
-        pb.set_style(
-            ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
-                .expect("valid template"),
-        );
-        pb.set_message(what.to_string());
+        pb.set_style(ProgressStyle::with_template(template).expect("valid template"));
+        pb.set_message(msg.to_string());
         Progress(Some(pb))
     }
 
@@ -47,6 +59,14 @@ impl Progress {
     pub fn step(&self) {
         if let Some(pb) = &self.0 {
             pb.inc(1);
+        }
+    }
+
+    /// `pos` steps done in all (steps that will not run count as done: a property that fails
+    /// skips the rest of its cases).
+    pub fn set_position(&self, pos: u64) {
+        if let Some(pb) = &self.0 {
+            pb.set_position(pos);
         }
     }
 

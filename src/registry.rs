@@ -68,6 +68,15 @@ pub trait Backends: Protocol {
     /// error is one line naming the flag.
     fn declaration(declared: &Declared) -> Result<Self::Declaration, String>;
 
+    /// The declaration flags that declare `precision` (the inverse of
+    /// [`Backends::declaration`]), or come closest where the flags cannot say all of it: a
+    /// `moecheck check` line that reproduces a built-in implementation's failure states them.
+    /// By default none (an operation whose precision no flag declares).
+    fn declared(precision: &Self::Precision) -> Declared {
+        let _ = precision;
+        Declared::default()
+    }
+
     /// Its CPU model with `bug` planted; `None` when the operation has no model.
     fn emulate(bug: Option<Self::Bug>) -> Option<Box<dyn Implementation<Self>>>;
 

@@ -176,7 +176,7 @@ impl Section {
 }
 
 /// A table cell from a property's outcome.
-pub(crate) fn cell(property: &str, outcome: Outcome) -> Cell {
+pub(crate) fn cell<A>(property: &str, outcome: Outcome<A>) -> Cell {
     match outcome {
         Outcome::Passed { .. } => Cell {
             property: property.to_string(),
@@ -187,6 +187,7 @@ pub(crate) fn cell(property: &str, outcome: Outcome) -> Cell {
         Outcome::Failed {
             reason,
             minimal_case,
+            ..
         } => Cell {
             property: property.to_string(),
             failed: true,

@@ -25,8 +25,8 @@ pub mod property;
 pub mod routing;
 pub mod runner;
 
-pub use property::{by_name, check, verified, Property, PropertyOp};
+pub use property::{by_name, check, check_observed, verified, Property, PropertyOp};
 pub use runner::{
-    run_property, run_property_with_rejects, CaseResult, Outcome, RunConfig, DEFAULT_CASES,
-    DEFAULT_SEED,
+    run_property, run_property_observed, run_property_with_rejects, CaseResult, Outcome, RunConfig,
+    Step, DEFAULT_CASES, DEFAULT_MAX_SHRINK_ITERS, DEFAULT_SEED,
 };

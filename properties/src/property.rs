@@ -9,7 +9,7 @@
 use moecheck_reference::op::{verify, Implementation, Op, Verdict};
 use proptest::strategy::BoxedStrategy;
 
-use crate::runner::{run_property_with_rejects, CaseResult, Outcome, RunConfig};
+use crate::runner::{run_property_observed, CaseResult, Outcome, RunConfig, Step};
 
 /// An operation with properties: its generated-case arguments and the properties themselves.
 pub trait PropertyOp: Op {
@@ -19,7 +19,8 @@ pub trait PropertyOp: Op {
     /// Every property of this operation, in a fixed order.
     fn properties() -> Vec<Property<Self>>;
 
-    /// The case `args` describe, with what a full check asks of it.
+    /// The case `args` describe, with what a full check asks of it (every pass). A property
+    /// that checks less names its own ([`Property::case`]).
     fn case_of(args: &Self::Args) -> (Self::Case, Self::Ask);
 
     /// Most shrink steps after a failure, whatever the run's budget (an operation whose
@@ -44,6 +45,24 @@ pub struct Property<O: PropertyOp> {
     pub strategy: fn() -> BoxedStrategy<O::Args>,
     /// The check of one case.
     pub test: fn(&dyn Implementation<O>, &O::Args) -> CaseResult,
+    /// The case and ask this property checks, when it is not the operation's full check
+    /// ([`PropertyOp::case_of`]): a per-pass property asks for its pass only, so a failure
+    /// written as a case directory makes `moecheck check` report the property's own line.
+    pub case: Option<CaseOf<O>>,
+}
+
+/// How a property builds the case and ask it checks from its arguments.
+pub type CaseOf<O> = fn(&<O as PropertyOp>::Args) -> (<O as Op>::Case, <O as Op>::Ask);
+
+impl<O: PropertyOp> Property<O> {
+    /// The case and ask of `args` for this property ([`Property::case`], by default the
+    /// operation's full check).
+    pub fn case_of(&self, args: &O::Args) -> (O::Case, O::Ask) {
+        match self.case {
+            Some(case) => case(args),
+            None => O::case_of(args),
+        }
+    }
 }
 
 impl<O: PropertyOp> Clone for Property<O> {
@@ -69,21 +88,32 @@ pub fn by_name<O: PropertyOp>(name: &str) -> Option<Property<O>> {
 
 /// Checks `prop` against `imp` on `config.cases` cases drawn deterministically from
 /// `config.seed`; rejected cases are redrawn, and a failure is shrunk quietly to a minimal
-/// case ([`run_property_with_rejects`]).
+/// case, whose arguments come back in the outcome.
 pub fn check<O: PropertyOp>(
     prop: &Property<O>,
     imp: &dyn Implementation<O>,
     config: &RunConfig,
-) -> Outcome {
+) -> Outcome<O::Args> {
+    check_observed(prop, imp, config, &mut |_| {})
+}
+
+/// [`check`], telling `observe` of every case and shrink step ([`run_property_observed`]).
+pub fn check_observed<O: PropertyOp>(
+    prop: &Property<O>,
+    imp: &dyn Implementation<O>,
+    config: &RunConfig,
+    observe: &mut dyn FnMut(Step),
+) -> Outcome<O::Args> {
     let config = RunConfig {
         max_shrink_iters: config.max_shrink_iters.min(O::MAX_SHRINK_ITERS),
         ..*config
     };
-    run_property_with_rejects(
+    run_property_observed(
         &(prop.strategy)(),
         |args| (prop.test)(imp, args),
         &config,
         O::max_rejects(config.cases),
+        observe,
     )
 }
 

@@ -1,6 +1,8 @@
 //! The one property loop: draws cases deterministically from a seed, runs a test on each,
 //! redraws rejected cases, and shrinks the first failure quietly within a step budget. Every
-//! property of every operation runs through [`run_property_with_rejects`].
+//! property of every operation runs through [`run_property_observed`]; the minimal arguments
+//! come back in the [`Outcome`], and an observer hears of every case and shrink step (for a
+//! progress bar) without anything being printed.
 
 use proptest::strategy::{BoxedStrategy, Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -20,13 +22,17 @@ pub struct RunConfig {
 pub const DEFAULT_CASES: u32 = 64;
 /// Seed when none is given.
 pub const DEFAULT_SEED: u64 = 0x6d6f_6563_6865_636b; // "moecheck"
+/// Shrink steps after a failure when none are given: enough for a grouped-GEMM failure to
+/// shrink all the way (to one row, `K = 1`, `N = 1` for most planted bugs; 256 steps stop at
+/// about a dozen rows, `K = 6`, `N = 9`).
+pub const DEFAULT_MAX_SHRINK_ITERS: u32 = 1024;
 
 impl RunConfig {
     pub fn new(cases: u32, seed: u64) -> RunConfig {
         RunConfig {
             cases,
             seed,
-            max_shrink_iters: 1024,
+            max_shrink_iters: DEFAULT_MAX_SHRINK_ITERS,
         }
     }
 }
@@ -42,22 +48,43 @@ impl Default for RunConfig {
     }
 }
 
-/// The result of checking one property.
+/// The result of checking one property whose cases are built from arguments `A`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Outcome<A> {
     Passed {
         cases: u32,
     },
     Failed {
+        /// The failure's one line, on the minimal case.
         reason: String,
+        /// The minimal arguments as text (their `Debug`), saying so when the shrink budget
+        /// ran out; empty when the run was aborted.
         minimal_case: String,
+        /// The minimal arguments themselves; `None` when the run was aborted (too many
+        /// rejected cases, or no case could be drawn).
+        minimal: Option<A>,
+        /// Cases that passed before the first failing one.
+        passed: u32,
     },
 }
 
-impl Outcome {
+impl<A> Outcome<A> {
     pub fn passed(&self) -> bool {
         matches!(self, Outcome::Passed { .. })
     }
+}
+
+/// What the loop has just done, as an observer hears it ([`run_property_observed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// A drawn case passed (one of [`RunConfig::cases`]).
+    Passed,
+    /// A drawn case was rejected and another is drawn.
+    Rejected,
+    /// A case failed: shrinking starts.
+    Failed,
+    /// One shrink step ran (the `n`-th).
+    Shrunk(u32),
 }
 
 /// The 32-byte ChaCha seed for `seed`.
@@ -104,7 +131,7 @@ pub fn run_property<A: std::fmt::Debug>(
     strategy: &BoxedStrategy<A>,
     test: impl Fn(&A) -> Result<(), String>,
     config: &RunConfig,
-) -> Outcome {
+) -> Outcome<A> {
     let test = |args: &A| match test(args) {
         Ok(()) => CaseResult::Pass,
         Err(reason) => CaseResult::Fail(reason),
@@ -120,7 +147,25 @@ pub fn run_property_with_rejects<A: std::fmt::Debug>(
     test: impl Fn(&A) -> CaseResult,
     config: &RunConfig,
     max_rejects: u32,
-) -> Outcome {
+) -> Outcome<A> {
+    run_property_observed(strategy, test, config, max_rejects, &mut |_| {})
+}
+
+/// [`run_property_with_rejects`], telling `observe` of every case and shrink step as it goes
+/// (the loop itself prints nothing).
+pub fn run_property_observed<A: std::fmt::Debug>(
+    strategy: &BoxedStrategy<A>,
+    test: impl Fn(&A) -> CaseResult,
+    config: &RunConfig,
+    max_rejects: u32,
+    observe: &mut dyn FnMut(Step),
+) -> Outcome<A> {
+    let aborted = |reason: String, passed: u32| Outcome::Failed {
+        reason,
+        minimal_case: String::new(),
+        minimal: None,
+        passed,
+    };
     let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes(config.seed));
     let cfg = Config {
         cases: config.cases,
@@ -144,32 +189,30 @@ pub fn run_property_with_rejects<A: std::fmt::Debug>(
     while passed < config.cases {
         let mut tree = match strategy.new_tree(&mut runner) {
             Ok(tree) => tree,
-            Err(reason) => {
-                return Outcome::Failed {
-                    reason: format!("aborted: {reason}"),
-                    minimal_case: String::new(),
-                }
-            }
+            Err(reason) => return aborted(format!("aborted: {reason}"), passed),
         };
         let mut reason = match test(&tree.current()) {
             CaseResult::Pass => {
                 passed += 1;
+                observe(Step::Passed);
                 continue;
             }
             CaseResult::Reject(why) => {
                 rejects += 1;
+                observe(Step::Rejected);
                 if rejects > max_rejects {
-                    return Outcome::Failed {
-                        reason: format!(
+                    return aborted(
+                        format!(
                             "aborted: {rejects} cases rejected after {passed} passed (last: {why})"
                         ),
-                        minimal_case: String::new(),
-                    };
+                        passed,
+                    );
                 }
                 continue;
             }
             CaseResult::Fail(reason) => reason,
         };
+        observe(Step::Failed);
         let mut minimal = tree.current();
         let mut steps = 0u32;
         let mut more = tree.simplify();
@@ -180,9 +223,12 @@ pub fn run_property_with_rejects<A: std::fmt::Debug>(
                     minimal_case: format!(
                         "{minimal:?} (shrinking stopped after {steps} steps, the budget)"
                     ),
+                    minimal: Some(minimal),
+                    passed,
                 };
             }
             steps += 1;
+            observe(Step::Shrunk(steps));
             match test(&tree.current()) {
                 CaseResult::Fail(r) => {
                     (reason, minimal) = (r, tree.current());
@@ -194,6 +240,8 @@ pub fn run_property_with_rejects<A: std::fmt::Debug>(
         return Outcome::Failed {
             reason,
             minimal_case: format!("{minimal:?}"),
+            minimal: Some(minimal),
+            passed,
         };
     }
     Outcome::Passed {

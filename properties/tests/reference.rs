@@ -92,11 +92,12 @@ fn nan_tails(case: &GroupedGemmCase, o: &mut GemmOutputs) {
     }
 }
 
-fn failure(o: Outcome) -> (String, String) {
+fn failure<A>(o: Outcome<A>) -> (String, String) {
     match o {
         Outcome::Failed {
             reason,
             minimal_case,
+            ..
         } => (reason, minimal_case),
         Outcome::Passed { .. } => panic!("expected a failure"),
     }
@@ -228,4 +229,46 @@ fn shrink_budget_ends_shrinking_and_is_reported() {
     );
     let (_, minimal) = failure(check(p, &imp, &config()));
     assert!(!minimal.contains("shrinking stopped"), "{minimal}");
+}
+
+/// A failure hands back its minimal arguments: they print as the minimal case, fail the
+/// property again, and a per-pass property writes its case asking for that pass only. The
+/// observer hears of every passed case and shrink step, in order.
+#[test]
+fn a_failure_hands_back_its_minimal_arguments() {
+    use moecheck_properties::{check_observed, Step};
+    use moecheck_reference::gemm::Pass;
+    let imp = Wrong {
+        name: "garbage",
+        f: add_garbage,
+    };
+    for p in Gemm::properties() {
+        let mut steps = Vec::new();
+        let outcome = check_observed(&p, &imp, &config(), &mut |s| steps.push(s));
+        let Outcome::Failed {
+            reason,
+            minimal_case,
+            minimal: Some(args),
+            passed,
+        } = outcome
+        else {
+            panic!("{} did not catch garbage with a minimal case", p.name);
+        };
+        assert_eq!(minimal_case, format!("{args:?}"), "{}", p.name);
+        assert!((p.test)(&imp, &args) != moecheck_properties::CaseResult::Pass);
+        let failed_at = steps.iter().position(|s| *s == Step::Failed).unwrap();
+        assert_eq!(failed_at as u32, passed, "{}: {reason}", p.name);
+        assert!(steps[failed_at + 1..]
+            .iter()
+            .enumerate()
+            .all(|(i, s)| *s == Step::Shrunk(i as u32 + 1)));
+        let (_, ask) = p.case_of(&args);
+        let want = match p.name {
+            "fwd-matches-reference" => Passes::only(Pass::Fwd),
+            "dgrad-matches-reference" => Passes::only(Pass::Dgrad),
+            "wgrad-matches-reference" | "empty-expert-wgrad-zero" => Passes::only(Pass::Wgrad),
+            _ => Passes::ALL,
+        };
+        assert_eq!(ask, want, "{}", p.name);
+    }
 }

@@ -8,6 +8,7 @@ mod fp8;
 mod gemm;
 mod gemm_fp8;
 mod moe;
+mod prop;
 mod route;
 mod routing_flags;
 mod selftest;
@@ -43,6 +44,10 @@ pub enum Command {
     Check(check::CheckArgs),
     /// Run every property against the correct emulation and every planted bug.
     Selftest(selftest::SelftestArgs),
+    /// Run every property of one operation against any implementation (a property campaign):
+    /// failures are shrunk, their minimal case written as a case directory, and one printed
+    /// line reproduces each.
+    Prop(prop::PropFlags),
     /// FP8 current scaling (Transformer Engine's recipe): `fp8 quantize`.
     Fp8(fp8::Fp8Args),
     /// Benchmark the f64 reference grouped GEMM against a dense f64 GEMM of equal FLOPs.
@@ -76,6 +81,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Gemm(a) => gemm::run(a),
         Command::Check(a) => check::run(a),
         Command::Selftest(a) => selftest::run(a),
+        Command::Prop(a) => prop::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Curves(a) => curves::run(a),
         Command::Fp8(a) => fp8::run(a),

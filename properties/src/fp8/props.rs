@@ -23,36 +23,42 @@ impl PropertyOp for Fp8Gemm {
                 description: "out matches the GEMM of the recipe's dequantised operands within the accumulation bound",
                 strategy: any,
                 test: |imp, a| recipe_exact(imp, a, Pass::Fwd),
+                case: Some(|a| only(a, Pass::Fwd)),
             },
             Property {
                 name: "fp8-dgrad-recipe-exact",
                 description: "dlhs (E5M2 dout x E4M3 rhs) matches the recipe within the bound",
                 strategy: any,
                 test: |imp, a| recipe_exact(imp, a, Pass::Dgrad),
+                case: Some(|a| only(a, Pass::Dgrad)),
             },
             Property {
                 name: "fp8-wgrad-recipe-exact",
                 description: "drhs (column-wise lhs x column-wise dout) matches the recipe within the bound",
                 strategy: any,
                 test: |imp, a| recipe_exact(imp, a, Pass::Wgrad),
+                case: Some(|a| only(a, Pass::Wgrad)),
             },
             Property {
                 name: "fp8-quantize-half-ulp",
                 description: "every FP8 byte is within half an ulp of its f32-scaled value (or ±max when saturated)",
                 strategy: any,
                 test: |imp, a| quantize_half_ulp(imp, a).into(),
+                case: None,
             },
             Property {
                 name: "fp8-copies-agree",
                 description: "column-wise copies are the transposed row-wise bytes sharing scale_inv",
                 strategy: any,
                 test: |imp, a| copies_agree(imp, a).into(),
+                case: None,
             },
             Property {
                 name: "fp8-scale-invariance",
                 description: "scaling one expert's weights by 2^j scales its rows' out by exactly 2^j and changes nothing else",
                 strategy: per_expert,
                 test: |imp, a| scale_invariance(imp, a).into(),
+                case: Some(|a| only(a, Pass::Fwd)),
             },
         ]
     }
@@ -73,8 +79,14 @@ fn per_expert() -> BoxedStrategy<Fp8CaseArgs> {
 
 type Imp<'a> = &'a dyn Implementation<Fp8Gemm>;
 
+/// The case of `args` asking for `pass` only (what a per-pass property checks).
+fn only(args: &Fp8CaseArgs, pass: Pass) -> (Fp8GemmCase, Passes) {
+    (args.build(), Passes::only(pass))
+}
+
 fn recipe_exact(imp: Imp, args: &Fp8CaseArgs, pass: Pass) -> CaseResult {
-    verified(imp, &args.build(), Passes::only(pass)).into()
+    let (case, ask) = only(args, pass);
+    verified(imp, &case, ask).into()
 }
 
 /// `Err` at the first byte of `q` (the recipe says `format`) that is not the nearest FP8

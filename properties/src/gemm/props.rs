@@ -19,18 +19,21 @@ impl PropertyOp for Gemm {
                 description: "out is inside the error bound of the f64 reference, tails exactly 0",
                 strategy: any,
                 test: |imp, a| pass_matches(imp, a, Pass::Fwd),
+                case: Some(|a| only(a, Pass::Fwd)),
             },
             Property {
                 name: "dgrad-matches-reference",
                 description: "dlhs is inside the error bound of the f64 reference, tails exactly 0",
                 strategy: any,
                 test: |imp, a| pass_matches(imp, a, Pass::Dgrad),
+                case: Some(|a| only(a, Pass::Dgrad)),
             },
             Property {
                 name: "wgrad-matches-reference",
                 description: "drhs is inside the error bound of the f64 reference",
                 strategy: any,
                 test: |imp, a| pass_matches(imp, a, Pass::Wgrad),
+                case: Some(|a| only(a, Pass::Wgrad)),
             },
             Property {
                 name: "tail-contract",
@@ -38,18 +41,21 @@ impl PropertyOp for Gemm {
                     "tail rows of out/dlhs are exactly 0 and tail dout does not change drhs",
                 strategy: with_tail,
                 test: |imp, a| tail_contract(imp, a).into(),
+                case: None,
             },
             Property {
                 name: "empty-expert-wgrad-zero",
                 description: "drhs of every empty expert is exactly 0",
                 strategy: with_empty_expert,
                 test: |imp, a| empty_expert_wgrad_zero(imp, a).into(),
+                case: Some(|a| only(a, Pass::Wgrad)),
             },
             Property {
                 name: "k-zero",
                 description: "with K = 0, out is exactly 0 and every pass matches the reference",
                 strategy: k_zero,
                 test: |imp, a| k_zero_test(imp, a).into(),
+                case: None,
             },
         ]
     }
@@ -84,8 +90,14 @@ fn k_zero() -> BoxedStrategy<GemmArgs> {
 
 type Imp<'a> = &'a dyn Implementation<Gemm>;
 
+/// The case of `args` asking for `pass` only (what a per-pass property checks).
+fn only(args: &GemmArgs, pass: Pass) -> (GroupedGemmCase, Passes) {
+    (args.build(), Passes::only(pass))
+}
+
 fn pass_matches(imp: Imp, args: &GemmArgs, pass: Pass) -> CaseResult {
-    verified(imp, &args.build(), Passes::only(pass)).into()
+    let (case, ask) = only(args, pass);
+    verified(imp, &case, ask).into()
 }
 
 fn run_all(imp: Imp, case: &GroupedGemmCase) -> Result<GemmOutputs, String> {
@@ -136,9 +148,9 @@ fn tail_contract(imp: Imp, args: &GemmArgs) -> Result<(), String> {
 }
 
 fn empty_expert_wgrad_zero(imp: Imp, args: &GemmArgs) -> Result<(), String> {
-    let case = args.build();
+    let (case, ask) = only(args, Pass::Wgrad);
     let out = imp
-        .run(&case, Passes::only(Pass::Wgrad))
+        .run(&case, ask)
         .map_err(|e| format!("run failed: {e}"))?;
     let drhs = out.drhs.ok_or("the implementation returned no drhs")?;
     if drhs.shape() != [case.groups(), case.k(), case.n()] {

@@ -27,6 +27,7 @@ impl PropertyOp for Route {
                     "indices, kept and group_sizes equal the reference, weights within bound",
                 strategy: || route_args(RouteRequire::default()),
                 test: |imp, a| matches_reference(imp, a).into(),
+                case: None,
             },
             Property {
                 name: "capacity-survivors",
@@ -38,6 +39,7 @@ impl PropertyOp for Route {
                     })
                 },
                 test: |imp, a| capacity_survivors(imp, a).into(),
+                case: None,
             },
             Property {
                 name: "no-renormalisation",
@@ -49,6 +51,7 @@ impl PropertyOp for Route {
                     })
                 },
                 test: |imp, a| no_renormalisation(imp, a).into(),
+                case: None,
             },
             Property {
                 name: "token-permutation-equivariance",
@@ -60,6 +63,7 @@ impl PropertyOp for Route {
                     })
                 },
                 test: |imp, a| permutation_equivariance(imp, a).into(),
+                case: None,
             },
             Property {
                 name: "ties-to-lower-index",
@@ -71,6 +75,7 @@ impl PropertyOp for Route {
                     })
                 },
                 test: |imp, a| ties_to_lower_index(imp, a).into(),
+                case: None,
             },
             Property {
                 name: "weights-from-prebias-scores",
@@ -84,6 +89,7 @@ impl PropertyOp for Route {
                     })
                 },
                 test: |imp, a| weights_from_prebias(imp, a).into(),
+                case: None,
             },
             Property {
                 name: "group-top2-selection",
@@ -96,6 +102,7 @@ impl PropertyOp for Route {
                     })
                 },
                 test: |imp, a| group_top2_selection(imp, a).into(),
+                case: None,
             },
         ]
     }

@@ -6,7 +6,8 @@
 //! routing configuration), `capacity` (the expert capacity, with dropping), `dropped`
 //! (dropped assignments), `group_sizes` (kept assignments per expert), `reference_seconds`,
 //! `implementation` (`null` for the reference only), `is_model` (true for the CPU model,
-//! never a GPU result), `comparison` (the [`RouteReport`]), `run_error`.
+//! never a GPU result), `comparison` (the [`RouteReport`]), `run_error`, `failure` (one line
+//! on the first failure, as every operation's document has it; `null` when it passed).
 
 use std::fmt::Write as _;
 
@@ -39,6 +40,8 @@ pub struct RouteDocument {
     pub is_model: bool,
     pub comparison: Option<RouteReport>,
     pub run_error: Option<String>,
+    /// One line on the first failure (`None` when it passed or nothing was checked).
+    pub failure: Option<String>,
     /// Where the reference's outputs were written (`--out`), for the text only.
     #[serde(skip)]
     pub wrote_to: Option<String>,
@@ -63,6 +66,7 @@ impl Reported for Route {
             is_model: run.is_model(),
             comparison: run.report().cloned(),
             run_error: run.run_error(),
+            failure: run.failure(),
             wrote_to: None,
         }
     }

@@ -4,7 +4,7 @@
 pub mod emulate;
 
 use moecheck_reference::format::Format;
-use moecheck_reference::gemm::{Accumulator, Gemm};
+use moecheck_reference::gemm::{Accumulator, Gemm, Precision};
 use moecheck_reference::op::Implementation;
 
 use crate::registry::{Backends, Declared};
@@ -24,6 +24,14 @@ impl Backends for Gemm {
             format: d.acc.unwrap_or(Format::F32),
             block: d.acc_block,
         })
+    }
+
+    fn declared(p: &Precision) -> Declared {
+        Declared {
+            acc: Some(p.accumulator.format),
+            acc_block: p.accumulator.block,
+            ..Declared::default()
+        }
     }
 
     fn emulate(bug: Option<emulate::Bug>) -> Option<Box<dyn Implementation<Gemm>>> {

@@ -4,7 +4,7 @@
 pub mod emulate;
 
 use moecheck_reference::format::Format;
-use moecheck_reference::moe::{LayerFormats, MoeLayer};
+use moecheck_reference::moe::{LayerFormats, LayerPrecision, MoeLayer};
 use moecheck_reference::op::Implementation;
 
 use crate::registry::{Backends, Declared};
@@ -21,6 +21,14 @@ impl Backends for MoeLayer {
             compute: d.compute.unwrap_or(Format::F32),
             output: d.out_dtype.unwrap_or(Format::F32),
         })
+    }
+
+    fn declared(p: &LayerPrecision) -> Declared {
+        Declared {
+            compute: Some(p.compute),
+            out_dtype: Some(p.output),
+            ..Declared::default()
+        }
     }
 
     fn emulate(bug: Option<emulate::MoeBug>) -> Option<Box<dyn Implementation<MoeLayer>>> {

@@ -5,7 +5,7 @@ pub mod emulate;
 
 use moecheck_reference::format::Format;
 use moecheck_reference::op::Implementation;
-use moecheck_reference::routing::{ComputeFormat, Route};
+use moecheck_reference::routing::{ComputeFormat, Route, RoutePrecision};
 
 use crate::registry::{Backends, Declared};
 
@@ -18,6 +18,14 @@ impl Backends for Route {
 
     fn declaration(d: &Declared) -> Result<ComputeFormat, String> {
         Ok(ComputeFormat(d.compute.unwrap_or(Format::F32)))
+    }
+
+    /// `--compute` only: a declared routing's weights are f32 (`Route::declared_precision`).
+    fn declared(p: &RoutePrecision) -> Declared {
+        Declared {
+            compute: Some(p.compute),
+            ..Declared::default()
+        }
     }
 
     fn emulate(bug: Option<emulate::RouteBug>) -> Option<Box<dyn Implementation<Route>>> {

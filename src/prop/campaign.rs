@@ -1,0 +1,295 @@
+//! One property campaign (`moecheck prop`): every property of one operation against one
+//! implementation, `cases` cases each from one seed, through the runner every property goes
+//! through ([`moecheck_properties::check_observed`]: the same definitions as `cargo test`
+//! and `selftest`).
+//!
+//! A failure is shrunk (at most `max_shrink` steps) and its minimal case is written as a
+//! protocol case directory, `OUT/<op>-<property>-seed-<seed>` (`OUT` defaults to
+//! `./moecheck-prop`): the case and the ask the property checks ([`Property::case_of`]) and
+//! the implementation's outputs on it. The line that reproduces it is `moecheck check DIR
+//! [declaration flags]` when checking that directory fails with the property's own reason
+//! (verified here before it is printed), else the `moecheck prop` command that finds it
+//! again (a metamorphic property, a property on an implementation's internals, an
+//! implementation that produced nothing).
+
+use std::ops::ControlFlow;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use moecheck_properties::{check_observed, Outcome, Property, PropertyOp, RunConfig, Step};
+use moecheck_reference::op::{Implementation, VerdictKind};
+
+use super::command::{self, PropRun};
+use super::report::{PropReport, PropertyResult};
+use crate::ops::{self, Operation, Visit};
+use crate::pipeline;
+use crate::progress::Progress;
+use crate::registry::{self, Backends, Choice};
+
+/// Cases per property when `--cases` is not given.
+pub const DEFAULT_CASES: u32 = 64;
+/// Shrink steps per failure when `--max-shrink` is not given: the runner's own default, what
+/// `cargo test` and `selftest` shrink with.
+pub const DEFAULT_MAX_SHRINK: u32 = moecheck_properties::DEFAULT_MAX_SHRINK_ITERS;
+/// Where minimal cases go when `--out` is not given.
+pub const DEFAULT_OUT: &str = "moecheck-prop";
+
+/// What a campaign runs, as its command line said.
+#[derive(Debug, Clone)]
+pub struct Campaign {
+    /// The implementation (`--impl`, `--inject`, `--timeout`, the declaration flags).
+    pub choice: Choice,
+    /// Cases per property.
+    pub cases: u32,
+    pub seed: u64,
+    /// Most shrink steps per failure (an operation may cap it lower).
+    pub max_shrink: u32,
+    /// The directory minimal cases are written under.
+    pub out: PathBuf,
+    /// Only these properties (`--property`); all of them when empty.
+    pub only: Vec<String>,
+}
+
+impl Campaign {
+    /// Where the minimal case of `property` of `op` is written.
+    pub fn case_dir(&self, op: &str, property: &str) -> PathBuf {
+        self.out.join(format!("{op}-{property}-seed-{}", self.seed))
+    }
+}
+
+/// Runs the campaign `c` on the operation called `op` (`gemm`, `fp8`, `route`, `moe`).
+pub fn run_named(op: &str, c: &Campaign) -> anyhow::Result<PropReport> {
+    struct Named<'a>(&'a str, &'a Campaign, Option<anyhow::Result<PropReport>>);
+    impl Visit for Named<'_> {
+        fn visit<O: Operation>(&mut self, _: &'static str) -> ControlFlow<()> {
+            if O::NAME != self.0 {
+                return ControlFlow::Continue(());
+            }
+            self.2 = Some(run::<O>(self.1));
+            ControlFlow::Break(())
+        }
+    }
+    let mut named = Named(op, c, None);
+    ops::each(&mut named);
+    named
+        .2
+        .unwrap_or_else(|| bail!("--op {op}: expected one of {}", ops::names().join(", ")))
+}
+
+/// Runs the campaign `c` on `O`. Bad flags, an implementation the registry refuses, or a
+/// minimal case that cannot be written are errors (exit 2); failed properties are in the
+/// report.
+pub fn run<O: Operation>(c: &Campaign) -> anyhow::Result<PropReport> {
+    let imp = registry::build::<O>(&c.choice).map_err(anyhow::Error::msg)?;
+    let properties = selected::<O>(&c.only)?;
+    if c.cases == 0 {
+        bail!("--cases must be at least 1");
+    }
+    if c.out.exists() && !c.out.is_dir() {
+        bail!("--out {}: not a directory", c.out.display());
+    }
+    for p in &properties {
+        replaceable(&c.case_dir(O::NAME, p.name))?;
+    }
+    let progress = Progress::cases(u64::from(c.cases) * properties.len() as u64);
+    let mut results = Vec::with_capacity(properties.len());
+    for (i, p) in properties.iter().enumerate() {
+        progress.stage(p.name);
+        results.push(property::<O>(c, imp.as_ref(), p, &progress)?);
+        progress.set_position(u64::from(c.cases) * (i as u64 + 1));
+    }
+    progress.done();
+    Ok(PropReport {
+        verdict: PropReport::verdict_of(&results),
+        op: O::NAME.to_string(),
+        implementation: imp.name(),
+        is_model: imp.is_model(),
+        cases: c.cases,
+        seed: c.seed,
+        max_shrink: c.max_shrink.min(O::MAX_SHRINK_ITERS),
+        properties: results,
+    })
+}
+
+/// The properties of `O` named in `only` (all when it is empty), in `O`'s order.
+fn selected<O: PropertyOp>(only: &[String]) -> anyhow::Result<Vec<Property<O>>> {
+    let all = O::properties();
+    if let Some(unknown) = only.iter().find(|n| !all.iter().any(|p| p.name == *n)) {
+        let names: Vec<&str> = all.iter().map(|p| p.name).collect();
+        bail!(
+            "--property {unknown}: op {} has no such property (expected one of: {})",
+            O::NAME,
+            names.join(", ")
+        );
+    }
+    Ok(all
+        .into_iter()
+        .filter(|p| only.is_empty() || only.iter().any(|n| n == p.name))
+        .collect())
+}
+
+/// One property: its cases, and for a failure the minimal case and its reproduce line.
+fn property<O: Operation>(
+    c: &Campaign,
+    imp: &dyn Implementation<O>,
+    p: &Property<O>,
+    progress: &Progress,
+) -> anyhow::Result<PropertyResult> {
+    let config = RunConfig {
+        cases: c.cases,
+        seed: c.seed,
+        max_shrink_iters: c.max_shrink,
+    };
+    let start = Instant::now();
+    let outcome = check_observed(p, imp, &config, &mut |step| match step {
+        Step::Passed => progress.step(),
+        Step::Failed => progress.stage(&format!("{}: shrinking", p.name)),
+        Step::Shrunk(n) => progress.stage(&format!("{}: shrinking, step {n}", p.name)),
+        Step::Rejected => {}
+    });
+    let mut result = PropertyResult {
+        name: p.name.to_string(),
+        description: p.description.to_string(),
+        cases: c.cases,
+        verdict: VerdictKind::Pass,
+        reason: None,
+        arguments: None,
+        minimal_case: None,
+        reproduce: None,
+        seconds: start.elapsed().as_secs_f64(),
+    };
+    let Outcome::Failed {
+        reason,
+        minimal_case,
+        minimal,
+        passed,
+    } = outcome
+    else {
+        return Ok(result);
+    };
+    let run = PropRun {
+        op: O::NAME,
+        property: p.name,
+        cases: c.cases,
+        seed: c.seed,
+        max_shrink: (c.max_shrink != DEFAULT_MAX_SHRINK).then_some(c.max_shrink),
+    };
+    let mut reproduce = command::prop_line(&c.choice, &run);
+    if let Some(args) = &minimal {
+        let dir = c.case_dir(O::NAME, p.name);
+        if let Some(line) = write_minimal(&dir, imp, p, args, &reason)? {
+            reproduce = line;
+        }
+        result.minimal_case = Some(dir.display().to_string());
+        result.arguments = Some(minimal_case);
+    }
+    result.cases = passed + u32::from(minimal.is_some());
+    result.verdict = VerdictKind::Fail;
+    result.reason = Some(reason);
+    result.reproduce = Some(reproduce);
+    Ok(result)
+}
+
+/// Writes the minimal case of `p` built from `args` (its case, its ask and `imp`'s outputs
+/// on it) to `dir`, and returns the `moecheck check` line when checking `dir` fails with
+/// `reason`, the property's own line.
+fn write_minimal<O: Operation>(
+    dir: &Path,
+    imp: &dyn Implementation<O>,
+    p: &Property<O>,
+    args: &O::Args,
+    reason: &str,
+) -> anyhow::Result<Option<String>> {
+    let (case, ask) = p.case_of(args);
+    // A panic was a failure of the case in the runner; here it leaves no outputs.
+    let outputs = catch_unwind(AssertUnwindSafe(|| imp.run(&case, ask)))
+        .ok()
+        .and_then(Result::ok);
+    if dir.exists() {
+        replaceable(dir)?;
+        std::fs::remove_dir_all(dir).with_context(|| format!("--out {}", dir.display()))?;
+    }
+    pipeline::write_dump::<O>(dir, &case, ask, outputs.as_ref(), "--out")?;
+    if outputs.is_none() {
+        return Ok(None);
+    }
+    let declared = command::fewest::<O>(<O as Backends>::declared(&imp.precision(&case)));
+    let Ok(declaration) = registry::declaration::<O>(&declared) else {
+        return Ok(None);
+    };
+    let again = pipeline::verify_dir::<O>(dir, &declaration)
+        .ok()
+        .and_then(|checked| checked.verdict.failure());
+    Ok((again.as_deref() == Some(reason)).then(|| command::check_line(dir, &declared)))
+}
+
+/// `Ok` when a minimal case may be written to `dir`: nothing is there, or a case directory
+/// (nothing but `case.json` and `.npy` files) that an earlier campaign wrote.
+fn replaceable(dir: &Path) -> anyhow::Result<()> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    let is_case_file = |e: std::fs::DirEntry| {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        e.file_type().is_ok_and(|t| t.is_file()) && (name == "case.json" || name.ends_with(".npy"))
+    };
+    let case_dir = dir.is_dir()
+        && std::fs::read_dir(dir)
+            .with_context(|| format!("--out {}", dir.display()))?
+            .all(|e| e.is_ok_and(is_case_file));
+    if !case_dir {
+        bail!(
+            "--out: {} exists and is not a case directory (only case.json and .npy files); not replacing it",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use moecheck_properties::PropertyOp;
+    use moecheck_reference::gemm::Gemm;
+
+    use super::*;
+
+    #[test]
+    fn only_case_directories_are_replaced() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("gemm-k-zero-seed-0");
+        replaceable(&dir).unwrap();
+        let args = moecheck_properties::gemm::GemmArgs {
+            dtype: moecheck_reference::format::Format::Bf16,
+            out_dtype: moecheck_reference::format::Format::F32,
+            group_sizes: vec![1],
+            tail_rows: 0,
+            k: 1,
+            n: 1,
+            lhs_exp: 0,
+            expert_exp: vec![0],
+            dout_exp: 0,
+            int_max: 1,
+            value_seed: 0,
+        };
+        let (case, ask) = Gemm::case_of(&args);
+        pipeline::write_dump::<Gemm>(&dir, &case, ask, None, "--out").unwrap();
+        replaceable(&dir).unwrap();
+        std::fs::write(dir.join("notes.txt"), "mine").unwrap();
+        let e = replaceable(&dir).unwrap_err().to_string();
+        assert!(e.contains("not a case directory"), "{e}");
+    }
+
+    #[test]
+    fn an_unknown_property_is_refused_naming_the_known_ones() {
+        let e = selected::<Gemm>(&["nope".into()]).unwrap_err().to_string();
+        assert!(e.contains("--property nope") && e.contains("k-zero"), "{e}");
+        assert_eq!(selected::<Gemm>(&["k-zero".into()]).unwrap().len(), 1);
+        assert_eq!(
+            selected::<Gemm>(&[]).unwrap().len(),
+            Gemm::properties().len()
+        );
+    }
+}

@@ -1,0 +1,227 @@
+//! `moecheck prop --junit FILE`: the campaign as JUnit XML, one `<testcase>` per property in
+//! one `<testsuite name="moecheck prop OP">`, a `<failure>` with the reason and the reproduce
+//! line for each failed property, so CI systems show it natively. Written atomically (a
+//! temporary file in the same directory, renamed over FILE).
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+
+use anyhow::{bail, Context};
+
+use super::report::PropReport;
+
+/// `s` escaped for an XML 1.0 attribute value: the five markup characters as entities,
+/// tab/newline/carriage return as character references (an attribute keeps them only so),
+/// and the control characters XML 1.0 cannot hold as U+FFFD.
+pub fn escape(s: &str) -> String {
+    escape_with(s, true)
+}
+
+/// `s` escaped for XML 1.0 element text: as [`escape`], but tabs and newlines stay as they
+/// are.
+pub fn escape_text(s: &str) -> String {
+    escape_with(s, false)
+}
+
+fn escape_with(s: &str, attribute: bool) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\t' | '\n' if !attribute => out.push(c),
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            '\t' => out.push_str("&#9;"),
+            '\n' => out.push_str("&#10;"),
+            '\r' => out.push_str("&#13;"),
+            c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => out.push('\u{FFFD}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The JUnit XML document of `report`.
+pub fn document(report: &PropReport) -> String {
+    let total: f64 = report.properties.iter().map(|p| p.seconds).sum();
+    let failures = report.failures().count();
+    let tests = report.properties.len();
+    let suite = escape(&format!("moecheck prop {}", report.op));
+    let class = escape(&format!("moecheck.prop.{}", report.op));
+    let mut s = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let _ = writeln!(
+        s,
+        "<testsuites name=\"moecheck prop\" tests=\"{tests}\" failures=\"{failures}\" errors=\"0\" time=\"{total:.3}\">"
+    );
+    let _ = writeln!(
+        s,
+        "  <testsuite name=\"{suite}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"0\" skipped=\"0\" time=\"{total:.3}\">"
+    );
+    let _ = writeln!(s, "    <properties>");
+    for (name, value) in [
+        ("impl", report.implementation.clone()),
+        ("cases", report.cases.to_string()),
+        ("seed", report.seed.to_string()),
+    ] {
+        let _ = writeln!(
+            s,
+            "      <property name=\"{name}\" value=\"{}\"/>",
+            escape(&value)
+        );
+    }
+    let _ = writeln!(s, "    </properties>");
+    for p in &report.properties {
+        let _ = write!(
+            s,
+            "    <testcase name=\"{}\" classname=\"{class}\" time=\"{:.3}\"",
+            escape(&p.name),
+            p.seconds
+        );
+        if !p.failed() {
+            s.push_str("/>\n");
+            continue;
+        }
+        let reason = p.reason.as_deref().unwrap_or("failed");
+        let mut body = format!("{}\n{reason}\n", p.description);
+        for (label, value) in [
+            ("shrunk to", &p.arguments),
+            ("minimal case", &p.minimal_case),
+            ("reproduce", &p.reproduce),
+        ] {
+            if let Some(v) = value {
+                let _ = writeln!(body, "{label}: {v}");
+            }
+        }
+        let _ = writeln!(
+            s,
+            ">\n      <failure message=\"{}\" type=\"property\">{}</failure>\n    </testcase>",
+            escape(reason),
+            escape_text(&body)
+        );
+    }
+    s.push_str("  </testsuite>\n</testsuites>\n");
+    s
+}
+
+/// Refuses `path` before a campaign runs: a directory, or a file in a directory that does not
+/// exist.
+pub fn check_target(path: &Path) -> anyhow::Result<()> {
+    if path.is_dir() {
+        bail!(
+            "--junit {}: is a directory (give a file name)",
+            path.display()
+        );
+    }
+    let parent = parent_of(path);
+    if !parent.is_dir() {
+        bail!(
+            "--junit {}: directory {} does not exist",
+            path.display(),
+            parent.display()
+        );
+    }
+    Ok(())
+}
+
+fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// Writes `text` to `path` atomically: a temporary file beside it, renamed over it.
+pub fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
+    check_target(path)?;
+    let context = || format!("--junit {}", path.display());
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".moecheck-junit-")
+        .tempfile_in(parent_of(path))
+        .with_context(context)?;
+    tmp.write_all(text.as_bytes()).with_context(context)?;
+    tmp.as_file().sync_all().with_context(context)?;
+    tmp.persist(path)
+        .map_err(|e| e.error)
+        .with_context(context)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use moecheck_reference::op::VerdictKind;
+
+    use super::*;
+    use crate::prop::report::PropertyResult;
+
+    #[test]
+    fn escapes_markup_and_control_characters() {
+        assert_eq!(
+            escape("a<b & \"c\" 'd'>\n\te\u{1}"),
+            "a&lt;b &amp; &quot;c&quot; &apos;d&apos;&gt;&#10;&#9;e\u{FFFD}"
+        );
+        assert_eq!(escape("plain ü"), "plain ü");
+        assert_eq!(escape_text("a\n\tb\r<"), "a\n\tb&#13;&lt;");
+    }
+
+    fn result(name: &str, reason: Option<&str>) -> PropertyResult {
+        PropertyResult {
+            name: name.into(),
+            description: "checks <things> & more".into(),
+            cases: 3,
+            verdict: if reason.is_some() {
+                VerdictKind::Fail
+            } else {
+                VerdictKind::Pass
+            },
+            reason: reason.map(String::from),
+            arguments: reason.map(|_| "Args { k: 0 }".into()),
+            minimal_case: reason.map(|_| "out/gemm-x-seed-0".into()),
+            reproduce: reason.map(|_| "moecheck check 'out/a b'".into()),
+            seconds: 0.25,
+        }
+    }
+
+    #[test]
+    fn one_testcase_per_property_and_a_failure_where_one_failed() {
+        let properties = vec![
+            result("fine", None),
+            result("broken", Some("out[0, 0] = 1e0 < \"want\" 0")),
+        ];
+        let report = PropReport {
+            verdict: PropReport::verdict_of(&properties),
+            op: "gemm".into(),
+            implementation: "exec:a && b".into(),
+            is_model: false,
+            cases: 3,
+            seed: 1,
+            max_shrink: 256,
+            properties,
+        };
+        let xml = document(&report);
+        assert_eq!(xml.matches("<testcase ").count(), 2, "{xml}");
+        assert_eq!(xml.matches("<failure ").count(), 1, "{xml}");
+        assert!(xml.contains("<testsuite name=\"moecheck prop gemm\" tests=\"2\" failures=\"1\""));
+        assert!(xml.contains("value=\"exec:a &amp;&amp; b\""), "{xml}");
+        assert!(xml.contains("message=\"out[0, 0] = 1e0 &lt; &quot;want&quot; 0\""));
+        assert!(xml.contains("reproduce: moecheck check &apos;out/a b&apos;"));
+    }
+
+    #[test]
+    fn refuses_a_directory_and_writes_atomically() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = write_atomic(dir.path(), "x").unwrap_err().to_string();
+        assert!(e.contains("is a directory"), "{e}");
+        let missing = dir.path().join("no/such/report.xml");
+        let e = check_target(&missing).unwrap_err().to_string();
+        assert!(e.contains("does not exist"), "{e}");
+        let file = dir.path().join("report.xml");
+        std::fs::write(&file, "old").unwrap();
+        write_atomic(&file, "<new/>").unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "<new/>");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 1, "no temporary file is left behind");
+    }
+}
