@@ -6,8 +6,8 @@
 //!   [`gemm`], [`fp8`], [`route`], [`moe`]. A model is never a GPU
 //!   result.
 //! * [`exec`]: any external program, through the case-directory protocol (v1), for every
-//!   operation.
-//!   It runs its program through [`process`], which cannot hang.
+//!   operation; [`worker`]: a persistent program answering case after case (protocol v2).
+//!   Both run their program through [`process`], which cannot hang.
 
 pub mod exec;
 pub mod fp8;
@@ -15,6 +15,7 @@ pub mod gemm;
 pub mod moe;
 pub mod process;
 pub mod route;
+pub mod worker;
 
 /// A defect that can be planted in an operation's CPU model (`--inject NAME`).
 pub trait PlantedBug: Copy + Eq + std::fmt::Debug + 'static {
