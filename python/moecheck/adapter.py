@@ -63,8 +63,8 @@ def serve(handler, ops=None, flags=(), argv=None):
     unknown = [a for a in args if a.startswith("--") and a not in flags]
     dirs = [a for a in args if not a.startswith("--")]
     if unknown or len(dirs) > 1:
-        known = " ".join(f"[{f}]" for f in flags)
-        print(f"{name}: usage: {name} {known} [CASE_DIR]   (no CASE_DIR: serve as a moecheck worker)", file=sys.stderr)
+        usage = " ".join([name] + [f"[{f}]" for f in flags] + ["[CASE_DIR]"])
+        print(f"{name}: usage: {usage}   (no CASE_DIR: serve as a moecheck worker)", file=sys.stderr)
         sys.exit(2)
     if dirs:
         sys.exit(_serve_one(handler, dirs[0], ops, name))
