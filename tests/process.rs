@@ -180,3 +180,37 @@ fn a_failure_shows_the_exception_line_and_the_stderr_tail() {
     );
     assert!(e.contains("For simplicity"), "{e}");
 }
+
+/// The program is out of the terminal's foreground group, so Ctrl-C reaches moecheck alone:
+/// moecheck forwards it to the program's group before it ends, and leaves nothing running.
+#[test]
+fn an_interrupted_moecheck_ends_the_program_it_was_running() {
+    let scratch = tempfile::tempdir().unwrap();
+    let pidfile = scratch.path().join("child.pid");
+    let mut moecheck = std::process::Command::new(env!("CARGO_BIN_EXE_moecheck"))
+        .arg("gemm")
+        .args(common::SMALL_GEMM)
+        .arg("--impl")
+        .arg(format!(
+            "exec:sleep 300 & echo $! > {}; wait #",
+            pidfile.display()
+        ))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let child = read_pid(&pidfile);
+    let interrupted = std::process::Command::new("kill")
+        .args(["-INT", &moecheck.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(interrupted.success());
+    let status = moecheck.wait().unwrap();
+    let ended = goes(child);
+    end(child);
+    assert!(
+        !status.success(),
+        "moecheck ended as SIGINT says: {status:?}"
+    );
+    assert!(ended, "the program's child {child} outlived moecheck");
+}

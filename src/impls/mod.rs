@@ -12,6 +12,7 @@
 pub mod exec;
 pub mod fp8;
 pub mod gemm;
+pub mod interrupt;
 pub mod moe;
 pub mod process;
 pub mod route;

@@ -7,6 +7,8 @@
 //!   up to [`GRACE`] for them to go, then `SIGKILL`. moecheck does this on a timeout and also
 //!   when the program has exited, so nothing it left behind (holding a GPU, holding a pipe)
 //!   outlives its case.
+//! * Ctrl-C still reaches it: while it runs, moecheck forwards `SIGINT`, `SIGTERM` and
+//!   `SIGHUP` to its group as `SIGTERM` (src/impls/interrupt.rs).
 //! * Its **stderr is drained by a thread** into a bounded [`Tail`], so a chatty program never
 //!   blocks on a full pipe, and moecheck waits for the end of that pipe only until a deadline:
 //!   a process that escaped the group (`setsid`) and keeps stderr open cannot hold it up.
@@ -25,6 +27,8 @@ use std::time::{Duration, Instant};
 use rustix::process::{kill_process_group, test_kill_process_group, Pid, Signal};
 
 use moecheck_reference::op::RunError;
+
+use crate::impls::interrupt::{prepare, track, Tracked};
 
 /// How long a process group has between `SIGTERM` and `SIGKILL`, and how long moecheck reads
 /// a program's stderr after it is gone.
@@ -52,6 +56,8 @@ pub struct Running {
     pub stderr: Tail,
     status: Option<ExitStatus>,
     ended: bool,
+    /// Its group gets moecheck's SIGINT, SIGTERM and SIGHUP until it is ended.
+    tracked: Tracked,
 }
 
 impl Running {
@@ -59,8 +65,10 @@ impl Running {
     /// with stderr captured.
     pub fn start(mut command: Command) -> std::io::Result<Running> {
         command.process_group(0).stderr(Stdio::piped());
+        prepare();
         let mut child = command.spawn()?;
         let group = Pid::from_child(&child);
+        let tracked = track(group.as_raw_nonzero().get());
         let stderr = Tail::drain(child.stderr.take().expect("stderr is piped"));
         Ok(Running {
             child,
@@ -68,6 +76,7 @@ impl Running {
             stderr,
             status: None,
             ended: false,
+            tracked,
         })
     }
 
@@ -123,6 +132,7 @@ impl Running {
         // After SIGKILL the leader goes at once (unless it is stuck in the kernel: then give
         // up on it rather than hang).
         let _ = self.wait_until(Instant::now() + GRACE);
+        self.tracked.release();
     }
 }
 
