@@ -2,8 +2,9 @@
 //! (`--acc`, `--compute`, ...) turned into an implementation of any operation, or refused
 //! with a one-line reason (exit 2) when the chosen implementation cannot honour a flag.
 //!
-//! Every operation has `reference` (the f64 reference itself) and `exec:CMD` (any program,
-//! through the case-directory protocol); an operation adds its CPU model (`emulate`, with
+//! Every operation has `reference` (the f64 reference itself), `exec:CMD` (any program,
+//! through the case-directory protocol) and `worker:CMD` (a persistent program, protocol v2);
+//! an operation adds its CPU model (`emulate`, with
 //! planted bugs), its GPU implementations and the declaration flags it reads through
 //! [`Backends`].
 
@@ -14,9 +15,11 @@ use moecheck_reference::op::{Implementation, Reference};
 use moecheck_reference::protocol::Protocol;
 
 use crate::impls::exec::{Exec, Program};
+use crate::impls::worker::Worker;
 use crate::impls::{parse_bug, PlantedBug};
 
-/// Seconds an `exec:` implementation may run when `--timeout` is not given.
+/// Seconds an `exec:` implementation (or a `worker:` on one case) may run when `--timeout` is
+/// not given.
 pub const DEFAULT_TIMEOUT_S: f64 = 600.0;
 
 /// The declaration flags a command line gave: what an external implementation declares
@@ -49,7 +52,7 @@ impl Declared {
     }
 }
 
-/// What an operation adds to the registry beyond `reference` and `exec:`.
+/// What an operation adds to the registry beyond `reference`, `exec:` and `worker:`.
 pub trait Backends: Protocol {
     /// The bugs its CPU model can plant ([`crate::impls::NoBug`] without a model).
     type Bug: PlantedBug;
@@ -137,6 +140,7 @@ enum Kind<'a> {
     Reference,
     Emulate,
     Exec(&'a str),
+    Worker(&'a str),
     Gpu,
 }
 
@@ -146,7 +150,7 @@ fn accepted<O: Backends>() -> String {
     if O::emulate(None).is_some() {
         names.push("emulate");
     }
-    names.push("exec:CMD");
+    names.extend(["exec:CMD", "worker:CMD"]);
     names.extend(O::gpu_names());
     let last = names.pop().unwrap_or_default();
     format!("{} or {last}", names.join(", "))
@@ -159,12 +163,13 @@ pub fn build<O: Backends>(choice: &Choice) -> Result<Box<dyn Implementation<O>>,
         "reference" => Kind::Reference,
         "emulate" => Kind::Emulate,
         _ if O::gpu_names().contains(&name) => Kind::Gpu,
-        _ => match name.strip_prefix("exec:") {
-            Some(cmd) if !cmd.trim().is_empty() => Kind::Exec(cmd),
+        _ => match (name.strip_prefix("exec:"), name.strip_prefix("worker:")) {
+            (Some(cmd), _) if !cmd.trim().is_empty() => Kind::Exec(cmd),
+            (_, Some(cmd)) if !cmd.trim().is_empty() => Kind::Worker(cmd),
             _ => return Err(format!("--impl {name}: expected {}", accepted::<O>())),
         },
     };
-    let external = matches!(kind, Kind::Exec(_));
+    let external = matches!(kind, Kind::Exec(_) | Kind::Worker(_));
     if let Some(bug) = &choice.inject {
         if !matches!(kind, Kind::Emulate) {
             return Err(format!(
@@ -180,14 +185,14 @@ pub fn build<O: Backends>(choice: &Choice) -> Result<Box<dyn Implementation<O>>,
         }
         if !external {
             return Err(format!(
-                "--timeout: --impl {name} runs inside moecheck; --timeout applies to exec: implementations"
+                "--timeout: --impl {name} runs inside moecheck; --timeout applies to exec: and worker: implementations"
             ));
         }
     }
     let declaration = declaration::<O>(&choice.declared)?;
     if let (Some(flag), false) = (choice.declared.given().first(), external) {
         return Err(format!(
-            "{flag}: --impl {name} declares its own {}; {flag} declares the {} of an exec: implementation",
+            "{flag}: --impl {name} declares its own {}; {flag} declares the {} of an exec: or worker: implementation",
             O::DECLARES,
             O::DECLARES
         ));
@@ -203,14 +208,23 @@ pub fn build<O: Backends>(choice: &Choice) -> Result<Box<dyn Implementation<O>>,
                 .ok_or_else(|| format!("--impl emulate: there is no CPU model of op {}", O::NAME))
         }
         Kind::Exec(cmd) => Ok(Box::new(Exec::<O> {
-            program: Program {
-                command: cmd.to_string(),
-                timeout: Duration::from_secs_f64(choice.timeout.unwrap_or(DEFAULT_TIMEOUT_S)),
-            },
+            program: program(cmd, choice),
             declaration,
         })),
+        Kind::Worker(cmd) => Ok(Box::new(Worker::<O>::new(
+            program(cmd, choice),
+            declaration,
+        ))),
         Kind::Gpu => O::gpu(name)
             .ok_or_else(|| format!("--impl {name}: moecheck was built without the `cuda` feature")),
+    }
+}
+
+/// The program `--impl exec:CMD` or `worker:CMD` names, with `--timeout`.
+fn program(cmd: &str, choice: &Choice) -> Program {
+    Program {
+        command: cmd.to_string(),
+        timeout: Duration::from_secs_f64(choice.timeout.unwrap_or(DEFAULT_TIMEOUT_S)),
     }
 }
 
@@ -255,35 +269,38 @@ mod tests {
     }
 
     #[test]
-    fn exec_takes_the_declaration() {
+    fn exec_and_worker_take_the_declaration() {
         let declared = Declared {
             acc: Some(Format::Bf16),
             acc_block: Some(32),
             ..Declared::default()
         };
-        let imp = build::<Gemm>(&Choice {
-            declared,
-            timeout: Some(1.0),
-            ..Choice::named("exec:true")
-        })
-        .expect("exec takes --acc, --acc-block and --timeout");
-        let case = moecheck_reference::gemm::GroupedGemmCase {
-            lhs: ndarray::Array2::zeros((2, 3)),
-            rhs: ndarray::Array3::zeros((1, 3, 2)),
-            group_sizes: vec![2],
-            dout: None,
-            dtype: Format::Bf16,
-            out_dtype: Format::F32,
-            tail: Default::default(),
-        };
-        let p = imp.precision(&case);
-        assert_eq!(
-            p.accumulator,
-            Accumulator {
-                format: Format::Bf16,
-                block: Some(32)
-            }
-        );
+        for name in ["exec:true", "worker:true"] {
+            let imp = build::<Gemm>(&Choice {
+                declared,
+                timeout: Some(1.0),
+                ..Choice::named(name)
+            })
+            .expect("exec and worker take --acc, --acc-block and --timeout");
+            assert_eq!(imp.name(), name);
+            let case = moecheck_reference::gemm::GroupedGemmCase {
+                lhs: ndarray::Array2::zeros((2, 3)),
+                rhs: ndarray::Array3::zeros((1, 3, 2)),
+                group_sizes: vec![2],
+                dout: None,
+                dtype: Format::Bf16,
+                out_dtype: Format::F32,
+                tail: Default::default(),
+            };
+            let p = imp.precision(&case);
+            assert_eq!(
+                p.accumulator,
+                Accumulator {
+                    format: Format::Bf16,
+                    block: Some(32)
+                }
+            );
+        }
     }
 
     #[test]
@@ -322,6 +339,8 @@ mod tests {
             "{e}"
         );
         assert!(refused::<Gemm>(Choice::named("exec:")).contains("--impl exec:"));
+        let e = refused::<Gemm>(Choice::named("worker: "));
+        assert!(e.contains("exec:CMD, worker:CMD"), "{e}");
         let e = refused::<Gemm>(Choice {
             inject: Some("tail-rows-uninitialised".into()),
             ..Choice::named("reference")

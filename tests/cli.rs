@@ -203,6 +203,60 @@ fn jax_adapter_passes_through_exec() {
     }
 }
 
+/// The same adapters as persistent workers (protocol v2): `--impl worker:CMD` takes the
+/// same declaration flags and `--timeout` as exec:.
+#[test]
+fn numpy_and_jax_adapters_pass_as_workers() {
+    let runs: [&[&str]; 3] = [
+        &[
+            "--impl",
+            "worker:python3 examples/adapters/numpy_grouped_gemm.py",
+            "--dtype",
+            "f32",
+            "--acc",
+            "f32",
+            "--timeout",
+            "120",
+        ],
+        &[
+            "--impl",
+            "worker:python3 examples/adapters/jax_ragged_dot.py",
+            "--dtype",
+            "f32",
+        ],
+        &[
+            "--impl",
+            "worker:python3 examples/adapters/jax_ragged_dot.py",
+            "--dtype",
+            "bf16",
+            "--out-dtype",
+            "bf16",
+        ],
+    ];
+    for args in runs {
+        gemm(args)
+            .assert()
+            .code(0)
+            .stdout(predicate::str::contains("implementation: worker:python3"))
+            .stdout(predicate::str::contains("verdict: PASS"));
+    }
+}
+
+/// A worker that fails is a failed case (exit 1) naming the reason, never a usage error.
+#[test]
+fn worker_failure_is_a_failed_case_not_a_usage_error() {
+    gemm(&["--impl", "worker:echo hello"])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains(
+            "run failed: worker 'echo hello' greeted with 'hello'",
+        ));
+    gemm(&["--impl", "worker:sleep 30", "--timeout", "1"])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("did not greet within 1.0 s"));
+}
+
 #[test]
 fn exec_failure_is_a_failed_case_not_a_usage_error() {
     gemm(&["--impl", "exec:sh -c 'exit 3'"])

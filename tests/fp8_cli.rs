@@ -158,6 +158,21 @@ fn numpy_fp8_adapter_passes_through_exec() {
 }
 
 #[test]
+fn numpy_fp8_adapter_passes_as_a_worker() {
+    for extra in [&[][..], &["--scaling", "delayed"]] {
+        let mut args = vec![
+            "--impl",
+            "worker:python3 examples/adapters/numpy_fp8_grouped_gemm.py",
+        ];
+        args.extend_from_slice(extra);
+        fp8_gemm(&args)
+            .assert()
+            .code(0)
+            .stdout(predicate::str::contains("verdict: PASS"));
+    }
+}
+
+#[test]
 fn fp8_refuses_the_gemm_accumulator_flags_naming_accum() {
     for flags in [&["--acc", "bf16"][..], &["--acc-block", "32"][..]] {
         let out = fp8_gemm(flags).output().unwrap();

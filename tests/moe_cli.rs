@@ -267,6 +267,45 @@ fn jax_adapter_agrees_with_the_reference() {
     }
 }
 
+/// The JAX layer as a persistent worker (protocol v2), f32 and f64 (`--f64`: the adapter's
+/// own flag, given to the worker too).
+#[test]
+fn jax_adapter_passes_as_a_worker() {
+    let runs: [&[&str]; 2] = [
+        &[
+            "--impl",
+            "worker:python3 examples/adapters/jax_moe_layer.py",
+            "--topk",
+            "3",
+            "--score",
+            "sigmoid",
+            "--groups",
+            "4",
+            "--topk-groups",
+            "2",
+            "--bias",
+            "--shared-ffn",
+            "4",
+        ],
+        &[
+            "--impl",
+            "worker:python3 examples/adapters/jax_moe_layer.py --f64",
+            "--compute",
+            "f64",
+            "--out-dtype",
+            "f64",
+            "--topk",
+            "2",
+        ],
+    ];
+    for args in runs {
+        small(args)
+            .assert()
+            .code(0)
+            .stdout(predicate::str::contains("verdict: PASS"));
+    }
+}
+
 /// `--dump` runs the implementation once and dumps the outputs that were checked: an exec:
 /// program (a wrapper around the JAX adapter that counts its runs and keeps a copy of what
 /// it wrote) runs exactly once, the dumped outputs equal its outputs bit for bit, and

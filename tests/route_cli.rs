@@ -481,6 +481,21 @@ fn jax_route_adapter_agrees_with_the_reference() {
     }
 }
 
+/// The JAX routing adapter as a persistent worker (protocol v2) on a generated DeepSeek-V3
+/// case (groups, bias, probs dropping).
+#[test]
+fn jax_route_adapter_passes_as_a_worker() {
+    moecheck()
+        .args(["route", "--experts", "16", "--tokens", "24", "--topk", "4"])
+        .args(["--score", "sigmoid", "--groups", "4", "--topk-groups", "2"])
+        .args(["--scaling-factor", "2.5", "--capacity-factor", "1.25"])
+        .args(["--drop-policy", "probs", "--compute", "f64"])
+        .args(["--impl", "worker:python3 examples/adapters/jax_route.py"])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("verdict: PASS"));
+}
+
 /// `--dump` with an implementation writes the outputs that were checked: `moecheck check`
 /// re-verifies the directory, and tampered outputs fail it.
 #[test]

@@ -4,6 +4,7 @@
     moecheck moe --impl "exec:python3 examples/adapters/jax_moe_layer.py"              # f32
     moecheck moe --compute f64 --out-dtype f64 \
         --impl "exec:python3 examples/adapters/jax_moe_layer.py --f64"                  # f64
+    moecheck moe --impl "worker:python3 examples/adapters/jax_moe_layer.py"            # a worker
 
 The forward follows MaxText's `RoutedMoE` sparse path: router logits `x @ w_router`, routing
 by `routing_jax.route` (the routing adapter's module: `jax.lax.top_k`, DeepSeek-V3 groups and
@@ -13,9 +14,8 @@ expert ids (dropped assignments get id E and sort last), `jax.lax.ragged_dot` fo
 `einsum("TKH,TK->TH")` in the compute dtype, plus the shared expert. Every gradient (dx,
 dw_router, dw0, dw1, dwo, dshared_*) comes from `jax.vjp` of that function: autodiff, nothing
 hand-written. Runs on CPU, in float32 (default) or float64 (`--f64`).
-Usage: jax_moe_layer.py [--f64] CASE_DIR
+Usage: jax_moe_layer.py [--f64] [CASE_DIR]   (no CASE_DIR: a moecheck worker, protocol v2)
 """
-import json
 import os
 import sys
 
@@ -23,14 +23,15 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
 
-F64 = "--f64" in sys.argv[1:-1]
+F64 = "--f64" in sys.argv[1:]
 if F64:
     jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from _case import fail  # noqa: E402
+import _checkout  # noqa: E402,F401  (the moecheck helper from this checkout)
+from moecheck.adapter import serve  # noqa: E402
 from routing_jax import route  # noqa: E402
 
 DT = jnp.float64 if F64 else jnp.float32
@@ -72,33 +73,25 @@ def layer(params, bias, cfg):
     return out
 
 
-def main():
-    if len(sys.argv) < 2:
-        fail("usage: jax_moe_layer.py [--f64] CASE_DIR")
-    d = sys.argv[-1]
-    with open(os.path.join(d, "case.json")) as f:
-        cfg = json.load(f)
-    if cfg.get("protocol") != 1 or cfg.get("op") != "moe_layer":
-        fail(f"unsupported case: protocol {cfg.get('protocol')} op {cfg.get('op')}")
+def handler(case):
+    cfg = case.config
 
     def load(name):
-        return jnp.asarray(np.load(os.path.join(d, name + ".npy")), DT)
+        return jnp.asarray(getattr(case, name), DT)
 
     names = ["x", "w_router", "w0", "w1", "wo"]
     if cfg["shared_ffn"] > 0:
         names += ["shared_w0", "shared_w1", "shared_wo"]
     params = {n: load(n) for n in names}
     bias = load("bias") if cfg.get("bias") else None
-    dout = load("dout")
     out, vjp = jax.vjp(lambda p: layer(p, bias, cfg), params)
-    (grads,) = vjp(dout)
+    (grads,) = vjp(load("dout"))
     np_dt = np.float64 if F64 else np.float32
     save = {"out": out, "dx": grads["x"], "dw_router": grads["w_router"]}
     for n in names[2:]:
         save["d" + n] = grads[n]
-    for name, arr in save.items():
-        np.save(os.path.join(d, name + ".npy"), np.asarray(arr, np_dt))
+    return {name: np.asarray(arr, np_dt) for name, arr in save.items()}
 
 
 if __name__ == "__main__":
-    main()
+    serve(handler, ops=["moe_layer"], flags=["--f64"])

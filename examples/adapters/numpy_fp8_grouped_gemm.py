@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""numpy + ml_dtypes adapter for FP8 cases (`moecheck gemm --dtype fp8 --impl "exec:python3
-examples/adapters/numpy_fp8_grouped_gemm.py"`), written from the recipe in docs/protocol.md
-("FP8 cases"), independently of moecheck's Rust code.
+"""numpy + ml_dtypes adapter for FP8 cases of op `grouped_gemm`, written from the recipe in
+docs/protocol.md ("FP8 cases"), independently of moecheck's Rust code.
+
+    moecheck gemm --dtype fp8 --impl "exec:python3 examples/adapters/numpy_fp8_grouped_gemm.py"
+    moecheck gemm --dtype fp8 --impl "worker:python3 examples/adapters/numpy_fp8_grouped_gemm.py"
 
 Quantises the float32 inputs per case.json's `fp8` recipe (amax per scope, scale = fp8_max /
 amax in float32 with Transformer Engine's guards, round-to-nearest-even saturating cast of the
@@ -9,15 +11,14 @@ float32 product, or the given scales for delayed scaling), then per group multip
 values as float32 matrices (float32 accumulation inside BLAS, exact products), multiplies by
 scale_inv of the lhs-side operand then of the rhs-side one in float32, and writes float32
 outputs. wgrad uses the column-wise copies: the transposed bytes with the same scale_inv.
-Usage: numpy_fp8_grouped_gemm.py CASE_DIR
+Usage: numpy_fp8_grouped_gemm.py [CASE_DIR]   (no CASE_DIR: a moecheck worker, protocol v2)
 """
-import os
-import sys
-
 import ml_dtypes
 import numpy as np
 
-from _case import fail, read_case, write
+import _checkout  # noqa: F401  (the moecheck helper from this checkout)
+from moecheck.adapter import serve
+from moecheck.case import CaseError
 
 FORMATS = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 
@@ -60,34 +61,31 @@ def quantize(x, fmt, bounds, saturate, given):
     return vals, sinv_rows
 
 
-def main():
-    if len(sys.argv) != 2:
-        fail("usage: numpy_fp8_grouped_gemm.py CASE_DIR")
-    d = sys.argv[1]
-    case, lhs, rhs, sizes, dout = read_case(d)
-    r = case.get("fp8")
+def handler(case):
+    r = case.fp8
     if r is None:
-        fail("not an FP8 case (case.json has no fp8 object)")
+        raise CaseError("not an FP8 case (case.json has no fp8 object)")
+    lhs, rhs, sizes, dout = case.lhs, case.rhs, case.group_sizes, case.dout
     m, k, n, g = case["m"], case["k"], case["n"], case["groups"]
     used = int(np.sum(sizes))
     sat = r["saturate"]
-    delayed = r["scaling"]["kind"] == "delayed"
-    given = lambda name: np.load(os.path.join(d, name)) if delayed else None
     off = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
-    qa, sa = quantize(lhs, r["lhs"]["format"], scope_bounds(r["lhs"]["scope"], sizes, used, m), sat, given("lhs_scale.npy"))
+    # Delayed scaling: the given scales (case.lhs_scale, ...); current scaling: None.
+    qa, sa = quantize(lhs, r["lhs"]["format"], scope_bounds(r["lhs"]["scope"], sizes, used, m), sat, case.lhs_scale)
     w = rhs.reshape(g * k, n)
     if r["rhs"]["scope"] == "expert":
         wb = [(e * k, (e + 1) * k) for e in range(g)]
     else:
         wb = [(0, g * k)]
-    qw, sw = quantize(w, r["rhs"]["format"], wb, sat, given("rhs_scale.npy"))
+    qw, sw = quantize(w, r["rhs"]["format"], wb, sat, case.rhs_scale)
     qw = qw.reshape(g, k, n)
     sw = sw.reshape(g, k)
     if dout is not None:
-        qd, sd = quantize(dout, r["dout"]["format"], scope_bounds(r["dout"]["scope"], sizes, used, m), sat, given("dout_scale.npy"))
+        qd, sd = quantize(dout, r["dout"]["format"], scope_bounds(r["dout"]["scope"], sizes, used, m), sat, case.dout_scale)
 
-    passes = case["passes"]
+    passes = case.passes
+    outputs = {}
     if "fwd" in passes:
         out = np.zeros((m, n), np.float32)
         for e in range(g):
@@ -95,7 +93,7 @@ def main():
             if hi > lo and k > 0:
                 acc = qa[lo:hi] @ qw[e]
                 out[lo:hi] = (acc * sa[lo]) * sw[e, 0]
-        write(d, "out", out)
+        outputs["out"] = out
     if "dgrad" in passes:
         dlhs = np.zeros((m, k), np.float32)
         for e in range(g):
@@ -103,7 +101,7 @@ def main():
             if hi > lo and k > 0:
                 acc = qd[lo:hi] @ qw[e].T
                 dlhs[lo:hi] = (acc * sd[lo]) * sw[e, 0]
-        write(d, "dlhs", dlhs)
+        outputs["dlhs"] = dlhs
     if "wgrad" in passes:
         drhs = np.zeros((g, k, n), np.float32)
         for e in range(g):
@@ -112,8 +110,9 @@ def main():
                 # Column-wise copies: the same FP8 values transposed, the same scale_inv.
                 acc = qa[lo:hi].T @ qd[lo:hi]
                 drhs[e] = (acc * sa[lo]) * sd[lo]
-        write(d, "drhs", drhs)
+        outputs["drhs"] = drhs
+    return outputs
 
 
 if __name__ == "__main__":
-    main()
+    serve(handler, ops=["grouped_gemm"])

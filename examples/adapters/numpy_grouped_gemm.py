@@ -1,42 +1,42 @@
 #!/usr/bin/env python3
-"""numpy adapter for `moecheck gemm --impl "exec:python3 examples/adapters/numpy_grouped_gemm.py"`.
+"""numpy adapter for op `grouped_gemm`: float32 matmuls per group (float32 accumulation
+inside BLAS), zeros on tail rows and for empty experts. It ignores an FP8 recipe (the
+recipe-exact check then fails it: tests/fp8_cli.rs shows that it does).
 
-Computes every asked pass per group with float32 matmuls (float32 accumulation inside BLAS),
-writes zeros on tail rows and for empty experts. Usage: numpy_grouped_gemm.py CASE_DIR
+    moecheck gemm --dtype f32 --impl "exec:python3 examples/adapters/numpy_grouped_gemm.py"
+    moecheck gemm --dtype f32 --impl "worker:python3 examples/adapters/numpy_grouped_gemm.py"
+
+Usage: numpy_grouped_gemm.py [CASE_DIR]   (no CASE_DIR: a moecheck worker, protocol v2)
 """
-import sys
-
 import numpy as np
 
-from _case import fail, read_case, write
+import _checkout  # noqa: F401  (the moecheck helper from this checkout)
+from moecheck.adapter import serve
 
 
-def main():
-    if len(sys.argv) != 2:
-        fail("usage: numpy_grouped_gemm.py CASE_DIR")
-    d = sys.argv[1]
-    case, lhs, rhs, sizes, dout = read_case(d)
+def handler(case):
+    lhs, rhs, dout = case.lhs, case.rhs, case.dout
     m, k, n, g = case["m"], case["k"], case["n"], case["groups"]
-    off = np.concatenate([[0], np.cumsum(sizes)])
-    if "fwd" in case["passes"]:
+    off = np.concatenate([[0], np.cumsum(case.group_sizes)])
+    groups = [(e, off[e], off[e + 1]) for e in range(g)]
+    outputs = {}
+    if "fwd" in case.passes:
         out = np.zeros((m, n), np.float32)
-        for e in range(g):
-            lo, hi = off[e], off[e + 1]
+        for e, lo, hi in groups:
             out[lo:hi] = lhs[lo:hi] @ rhs[e]
-        write(d, "out", out)
-    if "dgrad" in case["passes"]:
+        outputs["out"] = out
+    if "dgrad" in case.passes:
         dlhs = np.zeros((m, k), np.float32)
-        for e in range(g):
-            lo, hi = off[e], off[e + 1]
+        for e, lo, hi in groups:
             dlhs[lo:hi] = dout[lo:hi] @ rhs[e].T
-        write(d, "dlhs", dlhs)
-    if "wgrad" in case["passes"]:
+        outputs["dlhs"] = dlhs
+    if "wgrad" in case.passes:
         drhs = np.zeros((g, k, n), np.float32)
-        for e in range(g):
-            lo, hi = off[e], off[e + 1]
+        for e, lo, hi in groups:
             drhs[e] = lhs[lo:hi].T @ dout[lo:hi]
-        write(d, "drhs", drhs)
+        outputs["drhs"] = drhs
+    return outputs
 
 
 if __name__ == "__main__":
-    main()
+    serve(handler, ops=["grouped_gemm"])

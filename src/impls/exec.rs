@@ -1,21 +1,21 @@
 //! `exec:CMD`: any external program, through the case-directory protocol.
 //!
 //! moecheck writes the case into a fresh directory `D`, runs `sh -c 'CMD "$1"' sh D` (so `CMD`
-//! may carry its own arguments and `D` comes last), waits at most `timeout`, and reads the
-//! outputs back. A non-zero exit, a timeout, or a missing, ill-shaped or wrongly typed output
-//! file is a failed case with a one-line reason (the last line the program wrote to stderr is
-//! included), never a panic.
+//! may carry its own arguments and `D` comes last) in its own process group, waits at most
+//! `timeout`, ends the group, and reads the outputs back (src/impls/process.rs says how it
+//! cannot hang). A non-zero exit, a timeout, or a missing, ill-shaped or wrongly typed output
+//! file is a failed case whose first line is the reason (with the program's exception line)
+//! and the last lines of its stderr follow, never a panic.
 
-use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::Duration;
-
-use wait_timeout::ChildExt;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 use moecheck_reference::op::{Implementation, Op, RunError};
 use moecheck_reference::protocol::Protocol;
 
+use crate::impls::process::{failure, Running, GRACE};
 use crate::protocol;
 
 /// An external program, run by `sh -c` with the case directory appended, within a timeout.
@@ -61,60 +61,49 @@ impl<O: Protocol> Implementation<O> for Exec<O> {
 }
 
 impl Program {
-    /// Runs the command on the case directory `dir` (any op): `sh -c 'CMD "$1"' sh DIR`, with
-    /// the timeout; a non-zero exit or a timeout is a [`RunError`] with the last stderr line.
+    /// Runs the command on the case directory `dir` (any op): `sh -c 'CMD "$1"' sh DIR` in its
+    /// own process group, stdin closed, stdout discarded, within the timeout. When it exits
+    /// (or times out) its whole group is ended, and its stderr is read until then (and a
+    /// short grace after, never past the deadline). A non-zero exit or a timeout is a
+    /// [`RunError`] with the program's exception line and the last lines of its stderr.
     pub fn run_in(&self, dir: &Path) -> Result<(), RunError> {
-        let mut child = Command::new("sh")
+        let deadline = Instant::now() + self.timeout;
+        let mut command = Command::new("sh");
+        command
             .arg("-c")
             .arg(format!("{} \"$1\"", self.command))
             .arg("sh")
             .arg(dir)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
+            .stdout(Stdio::null());
+        let mut running = Running::start(command)
             .map_err(|e| RunError(format!("cannot start sh for '{}': {e}", self.command)))?;
-        // Drain stderr on a thread so a chatty program cannot block on a full pipe.
-        let mut stderr = child.stderr.take().expect("stderr is piped");
-        let reader = std::thread::spawn(move || {
-            let mut buf = String::new();
-            let _ = stderr.read_to_string(&mut buf);
-            buf
-        });
-        let status = match child.wait_timeout(self.timeout) {
-            Ok(Some(s)) => s,
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(RunError(format!(
-                    "'{}' timed out after {:.1} s",
-                    self.command,
-                    self.timeout.as_secs_f64()
-                )));
-            }
-            Err(e) => return Err(RunError(format!("waiting for '{}': {e}", self.command))),
+        let status = running.wait_until(deadline);
+        // Whatever the program left running in its group goes with it.
+        running.end();
+        running
+            .stderr
+            .wait_closed(deadline.min(Instant::now() + GRACE));
+        let stderr = running.stderr.since(0);
+        let reason = match status {
+            Ok(Some(s)) if s.success() => return Ok(()),
+            Ok(Some(s)) => format!("'{}' exited with {}", self.command, describe(s)),
+            Ok(None) => format!(
+                "'{}' timed out after {:.1} s (its process group was ended)",
+                self.command,
+                self.timeout.as_secs_f64()
+            ),
+            Err(e) => format!("waiting for '{}': {e}", self.command),
         };
-        let err_text = reader.join().unwrap_or_default();
-        let last = err_text
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("")
-            .trim();
-        if !status.success() {
-            let code = status
-                .code()
-                .map_or("a signal".to_string(), |c| format!("status {c}"));
-            let tail = if last.is_empty() {
-                String::new()
-            } else {
-                format!(": {last}")
-            };
-            return Err(RunError(format!(
-                "'{}' exited with {code}{tail}",
-                self.command
-            )));
-        }
-        Ok(())
+        Err(failure(&reason, &stderr))
+    }
+}
+
+/// `status 3` or `signal 9`.
+pub fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("status {c}"),
+        (None, Some(s)) => format!("signal {s}"),
+        (None, None) => "an unknown status".into(),
     }
 }

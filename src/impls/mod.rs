@@ -5,13 +5,18 @@
 //!   BUG`) and its GPU implementations, registered through [`crate::registry::Backends`]:
 //!   [`gemm`], [`fp8`], [`route`], [`moe`]. A model is never a GPU
 //!   result.
-//! * [`exec`]: any external program, through the case-directory protocol, for every operation.
+//! * [`exec`]: any external program, through the case-directory protocol (v1), for every
+//!   operation; [`worker`]: a persistent program answering case after case (protocol v2).
+//!   Both run their program through [`process`], which cannot hang.
 
 pub mod exec;
 pub mod fp8;
 pub mod gemm;
+pub mod interrupt;
 pub mod moe;
+pub mod process;
 pub mod route;
+pub mod worker;
 
 /// A defect that can be planted in an operation's CPU model (`--inject NAME`).
 pub trait PlantedBug: Copy + Eq + std::fmt::Debug + 'static {

@@ -1,0 +1,165 @@
+"""Reading a moecheck case directory and writing an implementation's outputs (docs/protocol.md).
+
+A case directory holds ``case.json`` and the operation's input arrays as ``.npy`` files. Which
+inputs an operation has, and when the optional ones are present:
+
+==============  ===============================================  ==================================
+``op``          always                                           when
+==============  ===============================================  ==================================
+grouped_gemm    lhs, rhs, group_sizes                            dout: a dgrad or wgrad pass is
+                                                                 asked; lhs_scale, rhs_scale (and
+                                                                 dout_scale with dout): FP8 delayed
+                                                                 scaling
+route           logits                                           bias: ``"bias": true``
+moe_layer       x, w_router, w0, w1, wo, dout                    bias: ``"bias": true``;
+                                                                 shared_w0, shared_w1, shared_wo:
+                                                                 ``shared_ffn > 0``
+==============  ===============================================  ==================================
+
+Pure numpy and the standard library.
+"""
+import json
+import os
+
+import numpy as np
+
+#: The directory format this module reads (``case.json``'s ``"protocol"``).
+CASE_PROTOCOL = 1
+
+#: The element types an output file may have; other floats (bf16, f16, FP8) are widened to
+#: float32, which holds every one of their values exactly.
+_STORED = {np.dtype(t) for t in ("float32", "float64", "int32", "int64", "uint8", "bool")}
+
+
+class CaseError(Exception):
+    """A case this adapter cannot run (an op or a setting it does not implement, a missing
+    file). Raised by the helper, and by a handler that refuses a case: the case fails with
+    this message, and a worker goes on to the next case."""
+
+
+class Case:
+    """One case: its directory, its ``case.json`` and its input arrays.
+
+    * ``case.op``: ``"grouped_gemm"``, ``"route"`` or ``"moe_layer"``;
+    * ``case["m"]``, ``case.get("fp8")``: the fields of ``case.json`` (``case.config`` is the
+      whole dict);
+    * ``case.lhs``, ``case.group_sizes``, ...: the input arrays as numpy arrays
+      (``case.arrays`` is the dict), ``group_sizes`` as int64; an optional input that is
+      absent is ``None``;
+    * ``case.passes``: the asked passes of a grouped GEMM (``[]`` for other ops);
+    * ``case.fp8``: the FP8 recipe of an FP8 case, else ``None``.
+    """
+
+    def __init__(self, directory, config, arrays):
+        self.dir = directory
+        self.config = config
+        self.arrays = arrays
+
+    @property
+    def op(self):
+        return self.config["op"]
+
+    @property
+    def passes(self):
+        return list(self.config.get("passes", []))
+
+    @property
+    def fp8(self):
+        return self.config.get("fp8")
+
+    def __getitem__(self, key):
+        return self.config[key]
+
+    def get(self, key, default=None):
+        return self.config.get(key, default)
+
+    def __getattr__(self, name):
+        arrays = self.__dict__.get("arrays", {})
+        if name in arrays:
+            return arrays[name]
+        if name in _optional_names(self.__dict__.get("config", {})):
+            return None
+        raise AttributeError(f"case of op {self.__dict__.get('config', {}).get('op')} has no input {name!r}")
+
+    def __repr__(self):
+        shapes = ", ".join(f"{k}{tuple(v.shape)}" for k, v in self.arrays.items())
+        return f"Case({self.op}, {self.dir}: {shapes})"
+
+
+def _inputs(config):
+    """The input arrays of a case with ``config``: the names that must be present."""
+    op = config.get("op")
+    if op == "grouped_gemm":
+        names = ["lhs", "rhs", "group_sizes"]
+        backward = bool({"dgrad", "wgrad"} & set(config.get("passes", [])))
+        if backward:
+            names.append("dout")
+        fp8 = config.get("fp8")
+        if fp8 and fp8.get("scaling", {}).get("kind") == "delayed":
+            names += ["lhs_scale", "rhs_scale"] + (["dout_scale"] if backward else [])
+        return names
+    if op == "route":
+        return ["logits"] + (["bias"] if config.get("bias") else [])
+    if op == "moe_layer":
+        names = ["x", "w_router", "w0", "w1", "wo", "dout"]
+        if config.get("bias"):
+            names.append("bias")
+        if config.get("shared_ffn", 0) > 0:
+            names += ["shared_w0", "shared_w1", "shared_wo"]
+        return names
+    raise CaseError(f"op {op!r} is not one this helper reads (grouped_gemm, route, moe_layer)")
+
+
+def _optional_names(config):
+    """Inputs an op may lack, read as ``None``."""
+    return {
+        "grouped_gemm": ("dout", "lhs_scale", "rhs_scale", "dout_scale"),
+        "route": ("bias",),
+        "moe_layer": ("bias", "shared_w0", "shared_w1", "shared_wo"),
+    }.get(config.get("op"), ())
+
+
+def read_case(directory, ops=None):
+    """Reads the case in ``directory``; ``ops`` (a list of ``op`` names), when given, are the
+    ones the caller serves. Raises :class:`CaseError` naming the file or the setting."""
+    path = os.path.join(directory, "case.json")
+    try:
+        with open(path) as f:
+            config = json.load(f)
+    except (OSError, ValueError) as e:
+        raise CaseError(f"{path}: {e}") from e
+    if not isinstance(config, dict):
+        raise CaseError(f"{path}: expected a JSON object")
+    if config.get("protocol") != CASE_PROTOCOL:
+        raise CaseError(f"{path}: case directory protocol {config.get('protocol')!r} (this helper reads {CASE_PROTOCOL})")
+    if ops is not None and config.get("op") not in ops:
+        raise CaseError(f"{path}: op {config.get('op')!r}; this adapter serves {', '.join(ops)}")
+    arrays = {}
+    for name in _inputs(config):
+        file = os.path.join(directory, name + ".npy")
+        try:
+            arrays[name] = np.load(file, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise CaseError(f"{file}: {e}") from e
+    if "group_sizes" in arrays:
+        arrays["group_sizes"] = arrays["group_sizes"].astype(np.int64)
+    return Case(directory, config, arrays)
+
+
+def write_outputs(directory, outputs):
+    """Writes ``outputs`` (a dict: file name without ``.npy`` -> array, numpy or anything
+    ``np.asarray`` takes, such as a JAX array) into ``directory``.
+
+    float32, float64, int32, int64, uint8 and bool arrays are written as they are; bf16, f16
+    and FP8 arrays are widened to float32 (exactly). Other types raise :class:`CaseError`.
+    """
+    for name, value in outputs.items():
+        if not name or os.sep in name or name.startswith("."):
+            raise CaseError(f"output name {name!r} is not a plain file name")
+        a = np.asarray(value)
+        if a.dtype not in _STORED:
+            if a.dtype.kind in "fV" and a.dtype.itemsize <= 4:
+                a = a.astype(np.float32)
+            else:
+                raise CaseError(f"output {name}: dtype {a.dtype} (expected float32/float64, int32/int64, uint8 or bool)")
+        np.save(os.path.join(directory, name + ".npy"), np.ascontiguousarray(a))

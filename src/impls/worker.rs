@@ -1,0 +1,419 @@
+//! `worker:CMD`: a persistent program that answers case after case (protocol v2,
+//! docs/protocol.md), so a campaign pays the program's start, imports and compilation once.
+//!
+//! moecheck starts `sh -c CMD` on the first case, in its own process group (src/impls/
+//! process.rs), with `MOECHECK_WORKER_PROTOCOL=2` in its environment. The worker greets
+//! with one line on stdout, `{"protocol": 2, "ops": [...]}`. For each case moecheck writes
+//! the case directory exactly as in v1 and sends one line on the worker's stdin,
+//! `{"case": "DIR"}`; the worker writes its outputs there and answers one line on stdout,
+//! `{"ok": true}` or `{"ok": false, "error": "..."}`.
+//!
+//! A worker that greets with another protocol version, dies, does not answer within
+//! `--timeout`, or answers anything else fails **that case** (the reason and the tail of its
+//! stderr) and its process group is ended; the next case starts a fresh worker. An
+//! `{"ok": false}` answer fails the case and keeps the worker. Dropping the [`Worker`]
+//! closes the worker's stdin (its cue to exit) and then ends its group.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use moecheck_reference::op::{Implementation, Op, RunError};
+use moecheck_reference::protocol::Protocol;
+
+use crate::impls::exec::{describe, Program};
+use crate::impls::process::{failure, with_stderr, Running, GRACE};
+use crate::protocol;
+
+/// The version of the worker protocol this build speaks.
+pub const WORKER_PROTOCOL: u64 = 2;
+
+/// The environment variable that tells a worker which protocol version moecheck speaks.
+pub const PROTOCOL_ENV: &str = "MOECHECK_WORKER_PROTOCOL";
+
+/// The longest line a worker may write on stdout (bytes).
+const MAX_LINE: u64 = 1 << 20;
+
+/// An external implementation of `O` as a persistent worker, declaring its precision with
+/// `declaration`. The worker runs behind a lock: [`Implementation::run`] takes `&self`.
+#[derive(Debug)]
+pub struct Worker<O: Op> {
+    pub program: Program,
+    /// What the program declares (its accumulator, its compute format).
+    pub declaration: O::Declaration,
+    session: Mutex<Option<Session>>,
+}
+
+impl<O: Op> Worker<O> {
+    /// A worker that is started on its first case.
+    pub fn new(program: Program, declaration: O::Declaration) -> Worker<O> {
+        Worker {
+            program,
+            declaration,
+            session: Mutex::new(None),
+        }
+    }
+}
+
+impl<O: Protocol> Implementation<O> for Worker<O> {
+    fn name(&self) -> String {
+        format!("worker:{}", self.program.command)
+    }
+    fn is_model(&self) -> bool {
+        false
+    }
+    fn precision(&self, case: &O::Case) -> O::Precision {
+        O::declared_precision(case, &self.declaration)
+    }
+    fn run(&self, case: &O::Case, ask: O::Ask) -> Result<O::Outputs, RunError> {
+        let tmp = tempfile::Builder::new()
+            .prefix("moecheck-case-")
+            .tempdir()
+            .map_err(|e| RunError(format!("cannot create a case directory: {e}")))?;
+        let dir = tmp.path();
+        protocol::write_case::<O>(dir, case, ask).map_err(|e| RunError(e.to_string()))?;
+        {
+            let mut slot = self.session.lock().unwrap_or_else(PoisonError::into_inner);
+            self.answer(&mut slot, dir, O::PROTOCOL_OP)?;
+        }
+        protocol::read_outputs::<O>(dir, case, ask).map_err(|e| {
+            RunError(format!(
+                "{e} (a temporary case directory, deleted now; --dump DIR writes the case to rerun the program on)"
+            ))
+        })
+    }
+}
+
+impl<O: Op> Worker<O> {
+    /// Has the worker in `slot` (started afresh when there is none, or when it is out of
+    /// step) answer the case in `dir`; a worker that failed the protocol is dropped (its
+    /// group ended), one that answered stays.
+    fn answer(&self, slot: &mut Option<Session>, dir: &Path, op: &str) -> Result<(), RunError> {
+        if slot.as_mut().is_some_and(|s| !s.is_idle()) {
+            *slot = None;
+        }
+        let mut session = match slot.take() {
+            Some(s) => s,
+            None => Session::start(&self.program, op)?,
+        };
+        let answer = session.ask(dir)?;
+        *slot = Some(session);
+        answer
+    }
+}
+
+/// One started worker: its process group, its stdin, and its stdout as lines.
+#[derive(Debug)]
+struct Session {
+    process: Running,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<Line>,
+    /// `worker 'CMD'`, for messages.
+    who: String,
+    program: Program,
+}
+
+/// What the stdout reader saw.
+#[derive(Debug)]
+enum Line {
+    Text(String),
+    /// A line longer than [`MAX_LINE`] (the reader stops there).
+    TooLong,
+    Failed(String),
+}
+
+/// What came of waiting for a line.
+enum Next {
+    Line(String),
+    /// Stdout ended (the worker exited or closed it), or could not be read.
+    Closed(Option<String>),
+    TimedOut,
+}
+
+impl Session {
+    /// Starts the worker and reads its greeting (within the timeout); the error fails the
+    /// case that asked for it.
+    fn start(program: &Program, op: &str) -> Result<Session, RunError> {
+        let who = format!("worker '{}'", program.command);
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(&program.command)
+            .env(PROTOCOL_ENV, WORKER_PROTOCOL.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        let mut process = Running::start(command)
+            .map_err(|e| RunError(format!("cannot start sh for {who}: {e}")))?;
+        let stdin = process.child().stdin.take();
+        let stdout = process.child().stdout.take().expect("stdout is piped");
+        let mut session = Session {
+            process,
+            stdin,
+            lines: read_lines(stdout),
+            who,
+            program: program.clone(),
+        };
+        let deadline = Instant::now() + program.timeout;
+        let greeting = match session.next(deadline) {
+            Next::Line(l) => l,
+            Next::Closed(why) => {
+                return Err(session.gone("before its greeting", why.as_deref(), 0));
+            }
+            Next::TimedOut => {
+                return Err(session.timed_out("did not greet", 0));
+            }
+        };
+        if let Err(reason) = check_greeting(&greeting, op) {
+            session.process.end();
+            return Err(session.failed(&reason, 0));
+        }
+        Ok(session)
+    }
+
+    /// Sends the case in `dir` and reads the answer. The outer error means the worker broke
+    /// the protocol (the session must be dropped); the inner one is its `{"ok": false}`.
+    fn ask(&mut self, dir: &Path) -> Result<Result<(), RunError>, RunError> {
+        let mark = self.process.stderr.mark();
+        let Some(path) = dir.to_str() else {
+            return Ok(Err(RunError(format!(
+                "the case directory {} is not UTF-8 text (set TMPDIR to a plain path)",
+                dir.display()
+            ))));
+        };
+        let message = serde_json::json!({ "case": path }).to_string() + "\n";
+        let sent = match self.stdin.as_mut() {
+            Some(stdin) => stdin
+                .write_all(message.as_bytes())
+                .and_then(|()| stdin.flush()),
+            None => Err(std::io::ErrorKind::BrokenPipe.into()),
+        };
+        let deadline = Instant::now() + self.program.timeout;
+        if let Err(e) = sent {
+            return Err(self.gone("before it read the case", Some(&e.to_string()), mark));
+        }
+        let line = match self.next(deadline) {
+            Next::Line(l) => l,
+            Next::Closed(why) => return Err(self.gone("on this case", why.as_deref(), mark)),
+            Next::TimedOut => return Err(self.timed_out("did not answer", mark)),
+        };
+        match parse_answer(&line) {
+            Ok(None) => Ok(Ok(())),
+            Ok(Some(error)) => Ok(Err(RunError(with_stderr(
+                format!("{} failed the case: {}", self.who, one_line(&error)),
+                &self.settled_stderr(mark),
+            )))),
+            Err(reason) => {
+                self.process.end();
+                Err(self.failed(&reason, mark))
+            }
+        }
+    }
+
+    /// What the live worker wrote to stderr since `mark`, once that pipe has been quiet for a
+    /// moment (it wrote there before it answered on stdout).
+    fn settled_stderr(&self, mark: u64) -> String {
+        let stderr = &self.process.stderr;
+        stderr.settle(Duration::from_millis(50), Instant::now() + GRACE);
+        stderr.since(mark)
+    }
+
+    /// Whether the worker is alive and has written nothing nobody asked for.
+    fn is_idle(&mut self) -> bool {
+        matches!(self.lines.try_recv(), Err(TryRecvError::Empty))
+            && matches!(self.process.wait_until(Instant::now()), Ok(None))
+    }
+
+    fn next(&self, deadline: Instant) -> Next {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        match self.lines.recv_timeout(wait) {
+            Ok(Line::Text(l)) => Next::Line(l),
+            Ok(Line::TooLong) => Next::Line(format!("(a line longer than {MAX_LINE} bytes)")),
+            Ok(Line::Failed(e)) => Next::Closed(Some(e)),
+            Err(RecvTimeoutError::Disconnected) => Next::Closed(None),
+            Err(RecvTimeoutError::Timeout) => Next::TimedOut,
+        }
+    }
+
+    /// The worker's stdout ended `when`: how it exited, with its stderr since `mark`.
+    fn gone(&mut self, when: &str, why: Option<&str>, mark: u64) -> RunError {
+        let how = match self.process.wait_until(Instant::now() + GRACE) {
+            Ok(Some(s)) => format!("exited with {} {when}", describe(s)),
+            _ => format!("closed its stdout {when}"),
+        };
+        let how = match why {
+            Some(why) => format!("{how} ({why})"),
+            None => how,
+        };
+        self.process.end();
+        self.failed(&how, mark)
+    }
+
+    fn timed_out(&mut self, what: &str, mark: u64) -> RunError {
+        self.process.end();
+        let reason = format!(
+            "{what} within {:.1} s (its process group was ended)",
+            self.program.timeout.as_secs_f64()
+        );
+        self.failed(&reason, mark)
+    }
+
+    /// `worker 'CMD' REASON`, with the worker's exception line and stderr since `mark`.
+    fn failed(&self, reason: &str, mark: u64) -> RunError {
+        self.process
+            .stderr
+            .wait_closed(Instant::now() + GRACE.min(self.program.timeout));
+        failure(
+            &format!("{} {reason}", self.who),
+            &self.process.stderr.since(mark),
+        )
+    }
+}
+
+impl Drop for Session {
+    /// Closes the worker's stdin (its cue to exit), gives it a moment, then ends its group.
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.process.wait_until(Instant::now() + GRACE);
+        self.process.end();
+    }
+}
+
+/// Reads `stdout` line by line on a thread (lines at most [`MAX_LINE`] bytes).
+fn read_lines(stdout: impl Read + Send + 'static) -> Receiver<Line> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(stdout);
+        loop {
+            let mut buf = Vec::new();
+            let line = match (&mut reader).take(MAX_LINE).read_until(b'\n', &mut buf) {
+                Ok(0) => break,
+                Ok(_) if buf.last() != Some(&b'\n') && buf.len() as u64 >= MAX_LINE => {
+                    Line::TooLong
+                }
+                Ok(_) => Line::Text(String::from_utf8_lossy(&buf).trim_end().to_string()),
+                Err(e) => Line::Failed(e.to_string()),
+            };
+            let last = !matches!(line, Line::Text(_));
+            if tx.send(line).is_err() || last {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Checks the greeting `{"protocol": 2, "ops": [...]}` (`ops` optional: any op) for `op`;
+/// the error is one line.
+fn check_greeting(line: &str, op: &str) -> Result<(), String> {
+    let expected = format!(
+        "a worker first writes {{\"protocol\": {WORKER_PROTOCOL}, \"ops\": [...]}} on stdout (docs/protocol.md, protocol v2)"
+    );
+    let v: Value = match serde_json::from_str(line) {
+        Ok(Value::Object(o)) => Value::Object(o),
+        _ => return Err(format!("greeted with '{}': {expected}", shown(line))),
+    };
+    let Some(version) = v.get("protocol").and_then(Value::as_u64) else {
+        return Err(format!("greeted with '{}': {expected}", shown(line)));
+    };
+    if version != WORKER_PROTOCOL {
+        return Err(format!(
+            "speaks protocol {version}; this moecheck speaks worker protocol {WORKER_PROTOCOL} (docs/protocol.md)"
+        ));
+    }
+    match v.get("ops") {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::Array(ops)) => {
+            if ops.iter().any(|o| o.as_str() == Some(op)) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "serves ops {}; this case is op {op}",
+                    Value::Array(ops.clone())
+                ))
+            }
+        }
+        Some(other) => Err(format!(
+            "greeted with \"ops\": {}: expected a list of op names",
+            shown(&other.to_string())
+        )),
+    }
+}
+
+/// The answer `{"ok": true}` (`None`) or `{"ok": false, "error": "..."}` (`Some(error)`);
+/// anything else is a one-line reason.
+fn parse_answer(line: &str) -> Result<Option<String>, String> {
+    let v: Value = serde_json::from_str(line).unwrap_or(Value::Null);
+    match v.get("ok").and_then(Value::as_bool) {
+        Some(true) => Ok(None),
+        Some(false) => Ok(Some(
+            v.get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("(no error given)")
+                .to_string(),
+        )),
+        None => Err(format!(
+            "answered '{}' where {{\"ok\": true}} or {{\"ok\": false, \"error\": \"...\"}} was expected (stdout is the protocol's: print nothing else there)",
+            shown(line)
+        )),
+    }
+}
+
+/// A worker's line as a message shows it: one line, at most 200 characters.
+fn shown(line: &str) -> String {
+    let line = one_line(line);
+    match line.char_indices().nth(200) {
+        Some((at, _)) => format!("{}...", &line[..at]),
+        None => line,
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greetings() {
+        assert!(check_greeting(r#"{"protocol": 2, "ops": ["route"]}"#, "route").is_ok());
+        assert!(check_greeting(r#"{"protocol": 2}"#, "route").is_ok());
+        let e = check_greeting(r#"{"protocol": 3, "ops": ["route"]}"#, "route").unwrap_err();
+        assert_eq!(
+            e,
+            "speaks protocol 3; this moecheck speaks worker protocol 2 (docs/protocol.md)"
+        );
+        let e = check_greeting(r#"{"protocol": 2, "ops": ["route"]}"#, "moe_layer").unwrap_err();
+        assert_eq!(e, r#"serves ops ["route"]; this case is op moe_layer"#);
+        let e = check_greeting("hello", "route").unwrap_err();
+        assert!(
+            e.starts_with("greeted with 'hello': a worker first writes"),
+            "{e}"
+        );
+        assert!(check_greeting(r#"{"protocol": 2, "ops": "route"}"#, "route").is_err());
+    }
+
+    #[test]
+    fn answers() {
+        assert_eq!(parse_answer(r#"{"ok": true}"#), Ok(None));
+        assert_eq!(
+            parse_answer(r#"{"ok": false, "error": "ValueError: k"}"#),
+            Ok(Some("ValueError: k".into()))
+        );
+        assert_eq!(
+            parse_answer(r#"{"ok": false}"#),
+            Ok(Some("(no error given)".into()))
+        );
+        for bad in ["", "ok", r#"{"ok": "yes"}"#, "[1]", r#"{"done": true}"#] {
+            let e = parse_answer(bad).unwrap_err();
+            assert!(e.starts_with("answered '"), "{e}");
+        }
+        assert!(shown(&"x".repeat(500)).len() < 210);
+    }
+}
