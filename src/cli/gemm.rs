@@ -42,12 +42,12 @@ pub struct GemmFlags {
     /// Output dtype the implementation writes: f32, bf16, f16, f64.
     #[arg(long, default_value = "f32", value_parser = super::parse_format)]
     pub out_dtype: Format,
-    /// Accumulator format an exec: implementation declares (the bound is derived from it)
+    /// Accumulator format an exec: or worker: implementation declares (the bound is derived from it)
     /// [default: f32]. Built-in implementations declare their own; FP8 declares its
     /// accumulation with --accum.
     #[arg(long, value_parser = super::parse_format)]
     pub acc: Option<Format>,
-    /// K-block size of an exec: implementation's accumulator (partials over this many
+    /// K-block size of an exec: or worker: implementation's accumulator (partials over this many
     /// products, then summed); omit for "any order".
     #[arg(long)]
     pub acc_block: Option<usize>,
@@ -87,7 +87,7 @@ pub struct GemmFlags {
 }
 
 /// `--impl` of `moecheck gemm`.
-const IMPL_HELP: &str = "Implementation under test: reference | emulate (a CPU model of a tiled kernel, never a GPU result) | exec:CMD (CMD gets the case directory as its last argument, see docs/protocol.md) | cuda | cuda-tiled | cublas | cublas-grouped (GPU; without a device the run fails saying \"no CUDA device\"). With --dtype fp8: reference | emulate | exec:CMD | cuda [default: emulate]";
+const IMPL_HELP: &str = "Implementation under test: reference | emulate (a CPU model of a tiled kernel, never a GPU result) | exec:CMD (CMD gets the case directory as its last argument, see docs/protocol.md) | worker:CMD (CMD started once, one JSON line per case, protocol v2) | cuda | cuda-tiled | cublas | cublas-grouped (GPU; without a device the run fails saying \"no CUDA device\"). With --dtype fp8: reference | emulate | exec:CMD | worker:CMD | cuda [default: emulate]";
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum TailArg {

@@ -100,7 +100,7 @@ pub struct ImplFlags {
     /// Planted bug for --impl emulate (`moecheck selftest` lists them).
     #[arg(long)]
     pub inject: Option<String>,
-    /// Seconds an exec: implementation may run [default: 600].
+    /// Seconds an exec: or worker: implementation may take per case [default: 600].
     #[arg(long, allow_negative_numbers = true)]
     pub timeout: Option<f64>,
 }

@@ -20,7 +20,7 @@ use super::ImplFlags;
 #[command(
     mut_arg("topk", |a| a.default_value("2")),
     mut_arg("score", |a| a.default_value("topk-softmax")),
-    mut_arg("implementation", |a| a.help("Implementation under test: reference | emulate (a CPU model of a fused layer kernel, never a GPU result) | exec:CMD (op moe_layer, docs/protocol.md) [default: emulate]"))
+    mut_arg("implementation", |a| a.help("Implementation under test: reference | emulate (a CPU model of a fused layer kernel, never a GPU result) | exec:CMD (op moe_layer, docs/protocol.md) | worker:CMD (the same, CMD started once for every case) [default: emulate]"))
 )]
 pub struct MoeFlags {
     /// Number of routed experts E.
@@ -46,11 +46,11 @@ pub struct MoeFlags {
     /// Input dtype: every input value is exactly representable in it (bf16, f16 or f32).
     #[arg(long, default_value = "bf16", value_parser = super::parse_format)]
     pub dtype: Format,
-    /// Declared compute format of an exec: implementation (every operation, GEMM
+    /// Declared compute format of an exec: or worker: implementation (every operation, GEMM
     /// accumulation included) [default: f32]. Built-in implementations declare their own.
     #[arg(long, value_parser = super::parse_format)]
     pub compute: Option<Format>,
-    /// Declared output format of an exec: implementation [default: f32].
+    /// Declared output format of an exec: or worker: implementation [default: f32].
     #[arg(long, value_parser = super::parse_format)]
     pub out_dtype: Option<Format>,
     /// Seed of the generated case.

@@ -60,7 +60,7 @@ pub struct PropFlags {
 }
 
 /// `--impl` of `moecheck prop`.
-const IMPL_HELP: &str = "Implementation under test: reference | emulate (the op's CPU model; with --inject BUG a planted bug) | exec:CMD (any program, docs/protocol.md; --timeout and the declaration flags describe it) | a GPU implementation of the op (cuda, cublas, ...)";
+const IMPL_HELP: &str = "Implementation under test: reference | emulate (the op's CPU model; with --inject BUG a planted bug) | exec:CMD (any program, one process per case, docs/protocol.md) | worker:CMD (the same program started once, one JSON line per case: much faster for Python adapters; --timeout and the declaration flags describe both) | a GPU implementation of the op (cuda, cublas, ...)";
 
 pub fn run(a: PropFlags) -> anyhow::Result<ExitCode> {
     if let Some(file) = &a.junit {

@@ -21,7 +21,7 @@ use super::ImplFlags;
 #[command(
     mut_arg("topk", |a| a.required(true)),
     mut_arg("score", |a| a.required(true)),
-    mut_arg("implementation", |a| a.help("Also run an implementation and check it against the reference: reference | emulate (a CPU model with planted bugs) | exec:CMD (CMD gets a routing case directory, docs/protocol.md \"Op route\") | cuda (the routing kernels, f32; index near-ties may legitimately differ; without a device the run fails saying \"no CUDA device\"). Without --impl: the reference only"))
+    mut_arg("implementation", |a| a.help("Also run an implementation and check it against the reference: reference | emulate (a CPU model with planted bugs) | exec:CMD (CMD gets a routing case directory, docs/protocol.md \"Op route\") | worker:CMD (the same, CMD started once) | cuda (the routing kernels, f32; index near-ties may legitimately differ; without a device the run fails saying \"no CUDA device\"). Without --impl: the reference only"))
 )]
 pub struct RouteFlags {
     /// Router logits (T, E), float32 or float64 .npy. Without it, logits are generated from
@@ -55,7 +55,7 @@ pub struct RouteFlags {
     pub seed: u64,
     #[command(flatten)]
     pub imp: ImplFlags,
-    /// The format an exec: implementation computes scores and weights in (the weight bound
+    /// The format an exec: or worker: implementation computes scores and weights in (the weight bound
     /// is derived from it) [default: f32]. Built-in implementations declare their own.
     #[arg(long, value_parser = super::parse_format)]
     pub compute: Option<Format>,
@@ -89,11 +89,11 @@ impl RouteFlags {
                 (self.imp.inject.is_some(), "--inject needs --impl emulate"),
                 (
                     self.imp.timeout.is_some(),
-                    "--timeout applies to exec: implementations (--impl exec:CMD)",
+                    "--timeout applies to exec: and worker: implementations (--impl exec:CMD or worker:CMD)",
                 ),
                 (
                     self.compute.is_some(),
-                    "--compute declares the compute format of an exec: implementation (--impl exec:CMD)",
+                    "--compute declares the compute format of an exec: or worker: implementation (--impl exec:CMD or worker:CMD)",
                 ),
             ];
             if let Some((_, why)) = given.iter().find(|(g, _)| *g) {
