@@ -403,3 +403,41 @@ fn bad_input_exits_2_with_a_reason() {
         assert!(stderr.contains(reason), "{args:?}: {stderr}");
     }
 }
+
+/// A worker that never starts (a missing module, an `exec:` adapter started as a worker) is
+/// started once: the first property fails with its reason, the others are not run and say
+/// why, and the campaign ends in well under a second instead of restarting it for every case
+/// and shrink step.
+#[test]
+fn a_worker_that_never_starts_is_started_once_and_the_campaign_stops() {
+    let tmp = tempfile::tempdir().unwrap();
+    let starts = tmp.path().join("starts");
+    let cmd = format!(
+        "worker:echo x >> '{}'; echo \"ModuleNotFoundError: No module named 'moecheck'\" >&2; exit 1",
+        starts.display()
+    );
+    let (code, doc) = prop(
+        "gemm",
+        &["--impl", &cmd, "--cases", "8"],
+        &tmp.path().join("out"),
+    );
+    assert_eq!(code, 1, "{doc}");
+    assert_eq!(doc["verdict"], "fail");
+    let props = doc["properties"].as_array().unwrap();
+    assert!(props.len() > 1);
+    let first = props[0]["reason"].as_str().unwrap();
+    assert!(
+        first.contains("before its greeting") && first.contains("ModuleNotFoundError"),
+        "{first}"
+    );
+    for p in &props[1..] {
+        let why = p["reason"].as_str().unwrap();
+        assert!(
+            why.starts_with("not run: ") && why.contains("ModuleNotFoundError"),
+            "{why}"
+        );
+        assert_eq!(p["cases"], 0, "{p}");
+        assert!(p["reproduce"].is_null(), "{p}");
+    }
+    assert_eq!(std::fs::read_to_string(&starts).unwrap().lines().count(), 1);
+}

@@ -194,24 +194,58 @@ fn a_worker_that_prints_garbage_fails_that_case_and_is_replaced() {
     assert_eq!(starts(dir.path()).len(), 2);
 }
 
+/// A worker that fails to start on the first case (here: it greets with another protocol
+/// version) is refused with the reason and not started again: later cases fail at once with
+/// the same reason, and `broken()` says so (a campaign stops there).
 #[test]
-fn a_worker_that_speaks_another_protocol_version_is_refused_with_the_reason() {
+fn a_worker_that_speaks_another_protocol_version_is_refused_and_not_restarted() {
     let dir = tempfile::tempdir().unwrap();
-    // The first start speaks version 3 (and leaves a mark), later ones version 2.
-    let greeting = format!(
-        r#"json.dumps({{"protocol": 2 if os.path.exists({m:?}) else (open({m:?}, "w").close() or 3), "ops": ["grouped_gemm"]}})"#,
-        m = dir.path().join("greeted").display().to_string()
+    let cmd = worker(
+        dir.path(),
+        r#"json.dumps({"protocol": 3, "ops": ["grouped_gemm"]})"#,
+        "",
     );
-    let cmd = worker(dir.path(), &greeting, "");
+    let imp = built(&cmd, 60.0);
+    assert!(imp.broken().is_none());
+    let got = campaign(imp.as_ref(), 3);
+    for e in &got {
+        let e = e.as_deref().expect("every case fails");
+        assert!(
+            e.contains("speaks protocol 3; this moecheck speaks worker protocol 2"),
+            "{e}"
+        );
+    }
+    assert_eq!(starts(dir.path()).len(), 1);
+    let why = imp.broken().expect("a worker that never started is broken");
+    assert!(why.0.contains("speaks protocol 3"), "{}", why.0);
+}
+
+/// A worker that started once and later fails to start again (here: the second start greets
+/// with another version) is not given up: each failed start fails its case only.
+#[test]
+fn a_worker_that_greeted_once_is_restarted_after_a_failed_start() {
+    let dir = tempfile::tempdir().unwrap();
+    // Crashes on its first case; the second start speaks version 3, later ones version 2.
+    let greeting = format!(
+        r#"json.dumps({{"protocol": 3 if len(open({s:?}).read().split()) == 2 else 2, "ops": ["grouped_gemm"]}})"#,
+        s = dir.path().join("starts").display().to_string()
+    );
+    let cmd = worker(dir.path(), &greeting, "    if n == 1 and len(open(os.path.join(os.path.dirname(__file__), 'starts')).read().split()) == 1:\n        sys.exit(5)");
     let imp = built(&cmd, 60.0);
     let got = campaign(imp.as_ref(), 3);
-    let e = got[0].as_deref().expect("case 1 fails");
     assert!(
-        e.contains("speaks protocol 3; this moecheck speaks worker protocol 2"),
-        "{e}"
+        got[0].as_deref().is_some_and(|e| e.contains("status 5")),
+        "{got:?}"
     );
-    assert!(got[1].is_none() && got[2].is_none(), "{got:?}");
-    assert_eq!(starts(dir.path()).len(), 2);
+    assert!(
+        got[1]
+            .as_deref()
+            .is_some_and(|e| e.contains("speaks protocol 3")),
+        "{got:?}"
+    );
+    assert!(got[2].is_none(), "{got:?}");
+    assert!(imp.broken().is_none());
+    assert_eq!(starts(dir.path()).len(), 3);
 }
 
 #[test]

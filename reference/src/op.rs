@@ -130,6 +130,12 @@ pub trait Implementation<O: Op> {
         Ok(())
     }
 
+    /// `Some(why)` when this implementation can run no case at all any more (a worker that
+    /// failed to start): a campaign stops there instead of failing every case the same way.
+    fn broken(&self) -> Option<RunError> {
+        None
+    }
+
     /// Runs `case` (already validated).
     fn run(&self, case: &O::Case, ask: O::Ask) -> Result<O::Outputs, RunError>;
 

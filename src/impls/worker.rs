@@ -11,8 +11,12 @@
 //! A worker that greets with another protocol version, dies, does not answer within
 //! `--timeout`, or answers anything else fails **that case** (the reason and the tail of its
 //! stderr) and its process group is ended; the next case starts a fresh worker. An
-//! `{"ok": false}` answer fails the case and keeps the worker. Dropping the [`Worker`]
-//! closes the worker's stdin (its cue to exit) and then ends its group.
+//! `{"ok": false}` answer fails the case and keeps the worker. A worker that fails to start
+//! on the first case (it exits or times out before greeting: a missing module, a wrong
+//! path) is not started again: every later case fails at once with the same reason, and
+//! [`Implementation::broken`] says so, so a campaign stops instead of paying the failed
+//! start for every case and shrink step. Dropping the [`Worker`] closes the worker's stdin
+//! (its cue to exit) and then ends its group.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -47,6 +51,10 @@ pub struct Worker<O: Op> {
     /// What the program declares (its accumulator, its compute format).
     pub declaration: O::Declaration,
     session: Mutex<Option<Session>>,
+    /// How the worker failed to start on the first case, when it did (it is not restarted).
+    never_started: Mutex<Option<RunError>>,
+    /// Whether a worker has greeted at least once.
+    greeted: std::sync::atomic::AtomicBool,
 }
 
 impl<O: Op> Worker<O> {
@@ -56,6 +64,8 @@ impl<O: Op> Worker<O> {
             program,
             declaration,
             session: Mutex::new(None),
+            never_started: Mutex::new(None),
+            greeted: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -70,7 +80,16 @@ impl<O: Protocol> Implementation<O> for Worker<O> {
     fn precision(&self, case: &O::Case) -> O::Precision {
         O::declared_precision(case, &self.declaration)
     }
+    fn broken(&self) -> Option<RunError> {
+        self.never_started
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
     fn run(&self, case: &O::Case, ask: O::Ask) -> Result<O::Outputs, RunError> {
+        if let Some(e) = Implementation::<O>::broken(self) {
+            return Err(e);
+        }
         let tmp = tempfile::Builder::new()
             .prefix("moecheck-case-")
             .tempdir()
@@ -99,7 +118,23 @@ impl<O: Op> Worker<O> {
         }
         let mut session = match slot.take() {
             Some(s) => s,
-            None => Session::start(&self.program, op)?,
+            None => match Session::start(&self.program, op) {
+                Ok(s) => {
+                    self.greeted
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    s
+                }
+                Err(e) => {
+                    if !self.greeted.load(std::sync::atomic::Ordering::Relaxed) {
+                        let mut never = self
+                            .never_started
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner);
+                        *never = Some(e.clone());
+                    }
+                    return Err(e);
+                }
+            },
         };
         let answer = session.ask(dir)?;
         *slot = Some(session);

@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use moecheck_properties::{check_observed, Outcome, Property, PropertyOp, RunConfig, Step};
-use moecheck_reference::op::{Implementation, VerdictKind};
+use moecheck_reference::op::{Implementation, RunError, VerdictKind};
 
 use super::command::{self, PropRun};
 use super::report::{PropReport, PropertyResult};
@@ -97,6 +97,10 @@ pub fn run<O: Operation>(c: &Campaign) -> anyhow::Result<PropReport> {
     let mut results = Vec::with_capacity(properties.len());
     for (i, p) in properties.iter().enumerate() {
         progress.stage(p.name);
+        if let Some(e) = imp.broken() {
+            results.push(not_run(p, &e));
+            continue;
+        }
         results.push(property::<O>(c, imp.as_ref(), p, &progress)?);
         progress.set_position(u64::from(c.cases) * (i as u64 + 1));
     }
@@ -128,6 +132,25 @@ fn selected<O: PropertyOp>(only: &[String]) -> anyhow::Result<Vec<Property<O>>> 
         .into_iter()
         .filter(|p| only.is_empty() || only.iter().any(|n| n == p.name))
         .collect())
+}
+
+/// A property that was not run because the implementation can run nothing (a worker that
+/// never started): it fails, with a reason that says why, without paying for any case.
+fn not_run<O: PropertyOp>(p: &Property<O>, why: &RunError) -> PropertyResult {
+    let first = why.0.lines().next().unwrap_or_default();
+    PropertyResult {
+        name: p.name.to_string(),
+        description: p.description.to_string(),
+        cases: 0,
+        verdict: VerdictKind::Fail,
+        reason: Some(format!(
+            "not run: the implementation can run nothing, it failed to start ({first})"
+        )),
+        arguments: None,
+        minimal_case: None,
+        reproduce: None,
+        seconds: 0.0,
+    }
 }
 
 /// One property: its cases, and for a failure the minimal case and its reproduce line.

@@ -7,8 +7,10 @@
 //! property `name`, `description`, `cases` (cases checked: all of them when it held, else those
 //! that passed and the first failing one; shrink steps not counted), `verdict`, `reason`,
 //! `arguments` (the shrunk arguments the minimal case is built from), `minimal_case` (its
-//! directory, `null` when it held or the run was aborted), `reproduce` (one shell line,
-//! `null` when it held) and `seconds`.
+//! directory, `null` when it held, the run was aborted or it was not run), `reproduce` (one shell line,
+//! `null` when it held or was not run) and `seconds`. A property is not run when the
+//! implementation can run nothing (a worker that never started): it fails with a reason
+//! saying so.
 
 use std::fmt::Write as _;
 
