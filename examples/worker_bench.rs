@@ -3,8 +3,11 @@
 //! each through one implementation built by the registry, as a property campaign drives it.
 //!
 //! ```sh
-//! cargo run --release --example worker_bench -- [CASES] [ADAPTER]
+//! cargo build --example worker_bench && target/debug/examples/worker_bench [CASES] [ADAPTER]
 //! ```
+//!
+//! (A debug build is enough: nearly all the time is the Python side, and the README's table
+//! was measured so.)
 //!
 //! Defaults: 64 cases, `examples/adapters/jax_ragged_dot.py`. Each case: 4 experts (one
 //! empty), 16 tokens, top-2 (M = 32), K = 16, N = 8, f32, all three passes, a different seed

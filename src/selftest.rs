@@ -184,6 +184,13 @@ pub(crate) fn cell<A>(property: &str, outcome: Outcome<A>) -> Cell {
             reason: None,
             minimal_case: None,
         },
+        // A CPU model exposes everything a property checks: not applicable is a failure here.
+        Outcome::NotApplicable { reason } => Cell {
+            property: property.to_string(),
+            failed: true,
+            reason: Some(format!("not applicable: {reason}")),
+            minimal_case: None,
+        },
         Outcome::Failed {
             reason,
             minimal_case,

@@ -441,3 +441,53 @@ fn a_worker_that_never_starts_is_started_once_and_the_campaign_stops() {
     }
     assert_eq!(std::fs::read_to_string(&starts).unwrap().lines().count(), 1);
 }
+
+/// The FP8 properties about an implementation's quantised operands cannot check an external
+/// program (it does not expose them): they are skipped, saying why, and neither pass nor fail
+/// the campaign; the others check the program's outputs. The JUnit file marks them skipped.
+#[test]
+fn properties_on_internals_are_skipped_for_an_external_program() {
+    let tmp = tempfile::tempdir().unwrap();
+    let junit = tmp.path().join("fp8.xml");
+    let adapter = "worker:python3 examples/adapters/numpy_fp8_grouped_gemm.py";
+    let (code, doc) = prop(
+        "fp8",
+        &[
+            "--impl",
+            adapter,
+            "--cases",
+            "4",
+            "--junit",
+            junit.to_str().unwrap(),
+        ],
+        &tmp.path().join("out"),
+    );
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["verdict"], "pass");
+    let props = doc["properties"].as_array().unwrap();
+    let skipped: Vec<&str> = props
+        .iter()
+        .filter(|p| p["verdict"] == "skipped")
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        skipped,
+        ["fp8-quantize-half-ulp", "fp8-copies-agree"],
+        "{doc:#}"
+    );
+    for p in props {
+        if p["verdict"] == "skipped" {
+            let why = p["reason"].as_str().unwrap();
+            assert!(
+                why.contains("does not expose its quantised operands"),
+                "{why}"
+            );
+            assert_eq!(p["cases"], 0);
+        } else {
+            assert_eq!(p["verdict"], "pass", "{p:#}");
+        }
+    }
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(xml.contains("skipped=\"2\""), "{xml}");
+    assert_eq!(xml.matches("<skipped ").count(), 2, "{xml}");
+}

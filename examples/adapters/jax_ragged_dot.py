@@ -4,8 +4,14 @@ and wgrad.
 
 This is JAX's native grouped GEMM and its autodiff, not code of ours: the check is against an
 implementation nobody here wrote. Inputs are cast to the case dtype (bf16/f16/f32) and the
-products accumulated with preferred_element_type=float32. Runs on CPU. With bf16 inputs the
-VJP returns the gradients in bf16 (the primal's dtype): declare `--out-dtype bf16`.
+products accumulated with preferred_element_type=float32. Runs on CPU.
+
+JAX's VJP returns the gradients in the primal's dtype (bf16 for bf16 inputs, whatever
+preferred_element_type says). The case names the format it wants every output in
+(`out_dtype`): when that is the input dtype, the VJP is taken at the bf16/f16 inputs as they
+are; when it is wider (f32 outputs for bf16 inputs), it is taken at f32 copies of the same
+values (exact: every bf16/f16 value is an f32 value, and so is every product of two), so the
+forward arithmetic is unchanged and the gradients come back in f32, as asked.
 
     moecheck gemm --impl "exec:python3 examples/adapters/jax_ragged_dot.py"
     moecheck gemm --impl "worker:python3 examples/adapters/jax_ragged_dot.py"   # imports once
@@ -31,8 +37,10 @@ def handler(case):
     if case.fp8 is not None or case["dtype"] not in DTYPES:
         raise CaseError(f"dtype {case['dtype']} not supported (expected one of {', '.join(DTYPES)})")
     dt = DTYPES[case["dtype"]]
-    x = jnp.asarray(case.lhs, dt)
-    w = jnp.asarray(case.rhs, dt)
+    # Where the VJP is taken: the inputs' dtype, or f32 when the case wants wider outputs.
+    at = dt if case["out_dtype"] == case["dtype"] else jnp.float32
+    x = jnp.asarray(case.lhs, dt).astype(at)
+    w = jnp.asarray(case.rhs, dt).astype(at)
     gs = jnp.asarray(case.group_sizes, jnp.int32)
 
     def f(x, w):

@@ -66,6 +66,13 @@ pub enum Outcome<A> {
         /// Cases that passed before the first failing one.
         passed: u32,
     },
+    /// The property cannot be checked against this implementation: it checks something the
+    /// implementation does not expose (its quantised operands, its permutation). Nothing was
+    /// checked; it is neither a pass nor a failure.
+    NotApplicable {
+        /// Why, naming the implementation and what it does not expose.
+        reason: String,
+    },
 }
 
 impl<A> Outcome<A> {
@@ -107,6 +114,10 @@ pub enum CaseResult {
     /// The case cannot test the property (near a non-differentiable boundary, or lacking what
     /// the property needs): draw another. While shrinking, a rejected case counts as not failing.
     Reject(String),
+    /// The implementation does not expose what the property checks (an external program has
+    /// no internals to show): the whole run ends as [`Outcome::NotApplicable`]. While
+    /// shrinking, it counts as not failing.
+    NotApplicable(String),
 }
 
 impl From<Result<(), String>> for CaseResult {
@@ -210,6 +221,7 @@ pub fn run_property_observed<A: std::fmt::Debug>(
                 }
                 continue;
             }
+            CaseResult::NotApplicable(reason) => return Outcome::NotApplicable { reason },
             CaseResult::Fail(reason) => reason,
         };
         observe(Step::Failed);
@@ -234,7 +246,9 @@ pub fn run_property_observed<A: std::fmt::Debug>(
                     (reason, minimal) = (r, tree.current());
                     more = tree.simplify();
                 }
-                CaseResult::Pass | CaseResult::Reject(_) => more = tree.complicate(),
+                CaseResult::Pass | CaseResult::Reject(_) | CaseResult::NotApplicable(_) => {
+                    more = tree.complicate()
+                }
             }
         }
         return Outcome::Failed {

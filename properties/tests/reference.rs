@@ -100,6 +100,7 @@ fn failure<A>(o: Outcome<A>) -> (String, String) {
             ..
         } => (reason, minimal_case),
         Outcome::Passed { .. } => panic!("expected a failure"),
+        Outcome::NotApplicable { reason } => panic!("expected a failure, not applicable: {reason}"),
     }
 }
 

@@ -19,10 +19,10 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use moecheck_properties::{check_observed, Outcome, Property, PropertyOp, RunConfig, Step};
-use moecheck_reference::op::{Implementation, RunError, VerdictKind};
+use moecheck_reference::op::{Implementation, RunError};
 
 use super::command::{self, PropRun};
-use super::report::{PropReport, PropertyResult};
+use super::report::{PropReport, PropertyResult, PropertyVerdict};
 use crate::ops::{self, Operation, Visit};
 use crate::pipeline;
 use crate::progress::Progress;
@@ -142,7 +142,7 @@ fn not_run<O: PropertyOp>(p: &Property<O>, why: &RunError) -> PropertyResult {
         name: p.name.to_string(),
         description: p.description.to_string(),
         cases: 0,
-        verdict: VerdictKind::Fail,
+        verdict: PropertyVerdict::Fail,
         reason: Some(format!(
             "not run: the implementation can run nothing, it failed to start ({first})"
         )),
@@ -176,21 +176,27 @@ fn property<O: Operation>(
         name: p.name.to_string(),
         description: p.description.to_string(),
         cases: c.cases,
-        verdict: VerdictKind::Pass,
+        verdict: PropertyVerdict::Pass,
         reason: None,
         arguments: None,
         minimal_case: None,
         reproduce: None,
         seconds: start.elapsed().as_secs_f64(),
     };
-    let Outcome::Failed {
-        reason,
-        minimal_case,
-        minimal,
-        passed,
-    } = outcome
-    else {
-        return Ok(result);
+    let (reason, minimal_case, minimal, passed) = match outcome {
+        Outcome::Passed { .. } => return Ok(result),
+        Outcome::NotApplicable { reason } => {
+            result.cases = 0;
+            result.verdict = PropertyVerdict::Skipped;
+            result.reason = Some(reason);
+            return Ok(result);
+        }
+        Outcome::Failed {
+            reason,
+            minimal_case,
+            minimal,
+            passed,
+        } => (reason, minimal_case, minimal, passed),
     };
     let run = PropRun {
         op: O::NAME,
@@ -209,7 +215,7 @@ fn property<O: Operation>(
         result.arguments = Some(minimal_case);
     }
     result.cases = passed + u32::from(minimal.is_some());
-    result.verdict = VerdictKind::Fail;
+    result.verdict = PropertyVerdict::Fail;
     result.reason = Some(reason);
     result.reproduce = Some(reproduce);
     Ok(result)

@@ -48,6 +48,7 @@ fn escape_with(s: &str, attribute: bool) -> String {
 pub fn document(report: &PropReport) -> String {
     let total: f64 = report.properties.iter().map(|p| p.seconds).sum();
     let failures = report.failures().count();
+    let skipped = report.properties.iter().filter(|p| p.skipped()).count();
     let tests = report.properties.len();
     let suite = escape(&format!("moecheck prop {}", report.op));
     let class = escape(&format!("moecheck.prop.{}", report.op));
@@ -58,7 +59,7 @@ pub fn document(report: &PropReport) -> String {
     );
     let _ = writeln!(
         s,
-        "  <testsuite name=\"{suite}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"0\" skipped=\"0\" time=\"{total:.3}\">"
+        "  <testsuite name=\"{suite}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\" time=\"{total:.3}\">"
     );
     let _ = writeln!(s, "    <properties>");
     for (name, value) in [
@@ -80,6 +81,15 @@ pub fn document(report: &PropReport) -> String {
             escape(&p.name),
             p.seconds
         );
+        if p.skipped() {
+            let why = p.reason.as_deref().unwrap_or("not applicable");
+            let _ = writeln!(
+                s,
+                ">\n      <skipped message=\"{}\"/>\n    </testcase>",
+                escape(why)
+            );
+            continue;
+        }
         if !p.failed() {
             s.push_str("/>\n");
             continue;
@@ -151,10 +161,8 @@ pub fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use moecheck_reference::op::VerdictKind;
-
     use super::*;
-    use crate::prop::report::PropertyResult;
+    use crate::prop::report::{PropertyResult, PropertyVerdict};
 
     #[test]
     fn escapes_markup_and_control_characters() {
@@ -172,9 +180,9 @@ mod tests {
             description: "checks <things> & more".into(),
             cases: 3,
             verdict: if reason.is_some() {
-                VerdictKind::Fail
+                PropertyVerdict::Fail
             } else {
-                VerdictKind::Pass
+                PropertyVerdict::Pass
             },
             reason: reason.map(String::from),
             arguments: reason.map(|_| "Args { k: 0 }".into()),
@@ -186,9 +194,16 @@ mod tests {
 
     #[test]
     fn one_testcase_per_property_and_a_failure_where_one_failed() {
+        let skipped = PropertyResult {
+            verdict: PropertyVerdict::Skipped,
+            reason: Some("exec:a does not expose <its operands>".into()),
+            cases: 0,
+            ..result("internal", None)
+        };
         let properties = vec![
             result("fine", None),
             result("broken", Some("out[0, 0] = 1e0 < \"want\" 0")),
+            skipped,
         ];
         let report = PropReport {
             verdict: PropReport::verdict_of(&properties),
@@ -201,9 +216,15 @@ mod tests {
             properties,
         };
         let xml = document(&report);
-        assert_eq!(xml.matches("<testcase ").count(), 2, "{xml}");
+        assert_eq!(xml.matches("<testcase ").count(), 3, "{xml}");
         assert_eq!(xml.matches("<failure ").count(), 1, "{xml}");
-        assert!(xml.contains("<testsuite name=\"moecheck prop gemm\" tests=\"2\" failures=\"1\""));
+        assert!(xml.contains(
+            "<testsuite name=\"moecheck prop gemm\" tests=\"3\" failures=\"1\" errors=\"0\" skipped=\"1\""
+        ));
+        assert!(
+            xml.contains("<skipped message=\"exec:a does not expose &lt;its operands&gt;\"/>"),
+            "{xml}"
+        );
         assert!(xml.contains("value=\"exec:a &amp;&amp; b\""), "{xml}");
         assert!(xml.contains("message=\"out[0, 0] = 1e0 &lt; &quot;want&quot; 0\""));
         assert!(xml.contains("reproduce: moecheck check &apos;out/a b&apos;"));

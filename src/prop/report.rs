@@ -8,9 +8,12 @@
 //! that passed and the first failing one; shrink steps not counted), `verdict`, `reason`,
 //! `arguments` (the shrunk arguments the minimal case is built from), `minimal_case` (its
 //! directory, `null` when it held, the run was aborted or it was not run), `reproduce` (one shell line,
-//! `null` when it held or was not run) and `seconds`. A property is not run when the
-//! implementation can run nothing (a worker that never started): it fails with a reason
-//! saying so.
+//! `null` when it held or was not run) and `seconds`. A property's `verdict` is `"pass"`,
+//! `"fail"` or `"skipped"`: skipped when it checks what the implementation does not expose (an
+//! external program's quantised operands or permutation), with `reason` saying so; a skipped
+//! property neither passes nor fails the campaign, but a campaign whose every property was
+//! skipped checked nothing and fails. A property is not run when the implementation can run
+//! nothing (a worker that never started): it fails with a reason saying so.
 
 use std::fmt::Write as _;
 
@@ -43,8 +46,8 @@ pub struct PropertyResult {
     pub description: String,
     /// Cases checked (see the module documentation).
     pub cases: u32,
-    pub verdict: VerdictKind,
-    /// The failure's one line on the minimal case.
+    pub verdict: PropertyVerdict,
+    /// The failure's one line on the minimal case (why it was skipped, for a skipped one).
     pub reason: Option<String>,
     /// The shrunk arguments (their `Debug`).
     pub arguments: Option<String>,
@@ -55,16 +58,42 @@ pub struct PropertyResult {
     pub seconds: f64,
 }
 
+/// What became of one property of a campaign.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PropertyVerdict {
+    Pass,
+    Fail,
+    /// Not applicable to this implementation: nothing was checked.
+    Skipped,
+}
+
+impl PropertyVerdict {
+    pub fn shout(self) -> &'static str {
+        match self {
+            PropertyVerdict::Pass => "PASS",
+            PropertyVerdict::Fail => "FAIL",
+            PropertyVerdict::Skipped => "SKIPPED",
+        }
+    }
+}
+
 impl PropertyResult {
     pub fn failed(&self) -> bool {
-        self.verdict != VerdictKind::Pass
+        self.verdict == PropertyVerdict::Fail
+    }
+    pub fn skipped(&self) -> bool {
+        self.verdict == PropertyVerdict::Skipped
     }
 }
 
 impl PropReport {
-    /// The campaign's verdict from its properties': it fails when one of them failed.
+    /// The campaign's verdict from its properties': it fails when one of them failed, or
+    /// when every one was skipped (nothing was checked).
     pub fn verdict_of(properties: &[PropertyResult]) -> VerdictKind {
-        if properties.iter().any(PropertyResult::failed) {
+        if properties.iter().any(PropertyResult::failed)
+            || properties.iter().all(PropertyResult::skipped)
+        {
             VerdictKind::Fail
         } else {
             VerdictKind::Pass
@@ -126,13 +155,25 @@ impl Report for PropReport {
                 }
             }
         }
+        let skipped: Vec<&PropertyResult> =
+            self.properties.iter().filter(|p| p.skipped()).collect();
+        for p in &skipped {
+            let why = p.reason.as_deref().unwrap_or("not applicable");
+            let _ = writeln!(s, "\n{} SKIPPED (checked nothing): {why}", p.name);
+        }
         let failed = self.failures().count();
-        let _ = writeln!(
+        let _ = write!(
             s,
-            "\n{failed} of {} properties failed\nverdict: {}",
-            self.properties.len(),
-            self.verdict.shout()
+            "\n{failed} of {} properties failed",
+            self.properties.len()
         );
+        if !skipped.is_empty() {
+            let _ = write!(s, ", {} skipped", skipped.len());
+        }
+        if skipped.len() == self.properties.len() {
+            let _ = write!(s, " (every property was skipped: nothing was checked)");
+        }
+        let _ = writeln!(s, "\nverdict: {}", self.verdict.shout());
         s
     }
     fn json(&self) -> serde_json::Result<String> {
@@ -140,5 +181,35 @@ impl Report for PropReport {
     }
     fn exit_code(&self) -> u8 {
         self.verdict.exit_code()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(verdict: PropertyVerdict) -> PropertyResult {
+        PropertyResult {
+            name: "p".into(),
+            description: "d".into(),
+            cases: 1,
+            verdict,
+            reason: None,
+            arguments: None,
+            minimal_case: None,
+            reproduce: None,
+            seconds: 0.0,
+        }
+    }
+
+    #[test]
+    fn skipped_properties_neither_pass_nor_fail_but_all_skipped_fails() {
+        use PropertyVerdict::*;
+        let of = |v: &[PropertyVerdict]| {
+            PropReport::verdict_of(&v.iter().map(|&v| result(v)).collect::<Vec<_>>())
+        };
+        assert_eq!(of(&[Pass, Skipped]), VerdictKind::Pass);
+        assert_eq!(of(&[Pass, Skipped, Fail]), VerdictKind::Fail);
+        assert_eq!(of(&[Skipped, Skipped]), VerdictKind::Fail);
     }
 }
