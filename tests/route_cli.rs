@@ -621,3 +621,43 @@ fn reference_only_run_is_done() {
     assert_eq!(v["verdict"], "done");
     assert!(v["implementation"].is_null());
 }
+
+/// Logits in Fortran order (column-major, as numpy writes `np.asfortranarray`) route exactly
+/// as the same logits in C order; they used to panic ("standard layout").
+#[test]
+fn fortran_order_logits_route_like_c_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = grid(10, 8, 8, 0.25, 3);
+    let mut f = Array2::zeros(ndarray::ShapeBuilder::f((10, 8)));
+    f.assign(&c);
+    assert!(f.t().is_standard_layout() && !f.is_standard_layout());
+    let mut outputs = Vec::new();
+    for (name, logits) in [("c.npy", &c), ("f.npy", &f)] {
+        let path = save(dir.path(), name, logits);
+        let header = std::fs::read(&path).unwrap();
+        let fortran = String::from_utf8_lossy(&header[..128]).contains("'fortran_order': True");
+        assert_eq!(
+            fortran,
+            name == "f.npy",
+            "{name} is written in its own order"
+        );
+        let out = dir.path().join(format!("out-{name}"));
+        moecheck()
+            .args([
+                "route",
+                "--logits",
+                s(&path),
+                "--topk",
+                "2",
+                "--score",
+                "softmax",
+            ])
+            .args(["--out", s(&out)])
+            .assert()
+            .code(0);
+        let idx: Array2<i32> = read_npy(out.join("indices.npy")).unwrap();
+        let w: Array2<f32> = read_npy(out.join("weights.npy")).unwrap();
+        outputs.push((idx, w));
+    }
+    assert_eq!(outputs[0], outputs[1]);
+}

@@ -32,7 +32,8 @@ pub fn scores(logits: &Array2<f64>, score: ScoreFunction) -> Array2<f64> {
         ScoreFunction::Softmax => {
             let mut s = logits.clone();
             for mut row in s.rows_mut() {
-                let p = softmax(row.as_slice().expect("standard layout"));
+                // `to_vec` reads a row of any layout (a Fortran-order array has strided rows).
+                let p = softmax(&row.to_vec());
                 row.iter_mut().zip(p).for_each(|(d, v)| *d = v);
             }
             s

@@ -60,7 +60,8 @@ pub fn select(
     let mut mask = groups.map(|g| Array2::from_elem((t, g.groups), false));
     for ti in 0..t {
         let row: ArrayView1<f64> = u.row(ti);
-        let row = row.as_slice().expect("standard layout");
+        // A row of any layout (a Fortran-order array has strided rows).
+        let row = &row.to_vec()[..];
         let picked = match groups {
             None => top_k_of(row, 0..e, topk),
             Some(limit) => {
