@@ -10,6 +10,7 @@ pub mod generate;
 pub mod impls;
 pub mod npy;
 pub mod ops;
+pub mod output;
 pub mod pipeline;
 pub mod progress;
 pub mod prop;

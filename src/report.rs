@@ -21,9 +21,9 @@ pub trait Report {
 /// Prints `report` as JSON or as text on stdout and returns its exit status.
 pub fn finish(report: &dyn Report, json: bool) -> anyhow::Result<ExitCode> {
     if json {
-        println!("{}", report.json()?);
+        crate::outln!("{}", report.json()?);
     } else {
-        print!("{}", report.text());
+        crate::out!("{}", report.text());
     }
     Ok(ExitCode::from(report.exit_code()))
 }

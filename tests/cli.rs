@@ -447,3 +447,36 @@ fn gpu_impls_without_a_device_fail_the_case_naming_the_reason() {
         assert!(text.contains("run failed: no CUDA device"), "{imp}: {text}");
     }
 }
+
+/// A reader that has gone (`moecheck gemm | head -c 1`) is not a crash: the command exits with
+/// its verdict's status (0 for a pass, 1 for a planted bug), quietly. It used to panic with
+/// "failed printing to stdout: Broken pipe" (exit 101).
+#[test]
+fn a_closed_stdout_keeps_the_verdicts_exit_status() {
+    let bin = assert_cmd::cargo::cargo_bin("moecheck");
+    let small = ["--experts", "4", "--tokens", "8", "--ffn", "4"];
+    let runs: [(&[&str], i32); 4] = [
+        (&["--hidden", "8"], 0),
+        (&["--hidden", "8", "--json"], 0),
+        (&["--inject", "k-zero-garbage", "--hidden", "0"], 1),
+        (
+            &["--inject", "k-zero-garbage", "--hidden", "0", "--json"],
+            1,
+        ),
+    ];
+    for (extra, want) in runs {
+        // The read end is closed before moecheck starts: its first write fails.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let o = std::process::Command::new(&bin)
+            .arg("gemm")
+            .args(small)
+            .args(extra)
+            .stdout(writer)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(want), "{extra:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{extra:?}: {stderr}");
+    }
+}

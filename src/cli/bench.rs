@@ -173,9 +173,9 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
         ratio_max: ratios[ratios.len() - 1],
     };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        moecheck::outln!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        println!(
+        moecheck::outln!(
             "M={} K={} N={} experts={} ({} empty, groups {}..{} rows), {} reps, median:",
             r.m,
             r.k,
@@ -186,19 +186,23 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
             r.largest_group,
             r.reps
         );
-        println!(
+        moecheck::outln!(
             "  dense f64 GEMM      {:>8.3} s  {:>7.1} GFLOP/s",
-            r.dense_median_s, r.dense_gflops
+            r.dense_median_s,
+            r.dense_gflops
         );
-        println!(
+        moecheck::outln!(
             "  grouped f64 (ref)   {:>8.3} s  {:>7.1} GFLOP/s",
-            r.grouped_median_s, r.grouped_gflops
+            r.grouped_median_s,
+            r.grouped_gflops
         );
-        println!(
+        moecheck::outln!(
             "  ratio grouped/dense {:>8.3}x  (median of per-rep ratios; spread {:.3}..{:.3})",
-            r.ratio, r.ratio_min, r.ratio_max
+            r.ratio,
+            r.ratio_min,
+            r.ratio_max
         );
-        println!(
+        moecheck::outln!(
             "  outputs {}, load average {:.2} before, {:.2} after",
             if r.alloc {
                 "allocated per call"

@@ -190,11 +190,11 @@ fn run_diff(a: DiffArgs) -> anyhow::Result<ExitCode> {
             .map_err(|e| anyhow::anyhow!("{}: cannot write plot: {e}", p.display()))?;
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&d.report)?);
+        moecheck::outln!("{}", serde_json::to_string_pretty(&d.report)?);
     } else {
-        print!("{}", curves::render::text(&d.report));
+        moecheck::out!("{}", curves::render::text(&d.report));
         if let Some(p) = &a.plot {
-            println!("plot: {}", p.display());
+            moecheck::outln!("plot: {}", p.display());
         }
     }
     Ok(match d.report.verdict {
@@ -245,11 +245,11 @@ fn run_read(a: ReadArgs) -> anyhow::Result<ExitCode> {
             "format": c.format.name(),
             "metrics": metrics,
         });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        moecheck::outln!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        println!("{}: {}", c.path.display(), c.format);
+        moecheck::outln!("{}: {}", c.path.display(), c.format);
         for m in &metrics {
-            println!(
+            moecheck::outln!(
                 "  {:<13} {:>6} samples, steps {}..={}, logging precision {:.1e}, first {} last {}",
                 m["metric"].as_str().unwrap_or(""),
                 m["samples"],

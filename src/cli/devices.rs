@@ -20,32 +20,35 @@ pub fn run(a: DevicesArgs) -> anyhow::Result<ExitCode> {
     {
         let r = moecheck::cuda::device::probe();
         if a.json {
-            println!("{}", serde_json::to_string_pretty(&r)?);
+            moecheck::outln!("{}", serde_json::to_string_pretty(&r)?);
             return Ok(ExitCode::SUCCESS);
         }
         if !r.available && r.devices.is_empty() {
-            println!(
+            moecheck::outln!(
                 "no CUDA device: {}",
                 r.reason.as_deref().unwrap_or("unknown reason")
             );
             return Ok(ExitCode::SUCCESS);
         }
         if let Some(v) = &r.driver_version {
-            println!("driver: CUDA {v}");
+            moecheck::outln!("driver: CUDA {v}");
         }
         for d in &r.devices {
-            println!(
+            moecheck::outln!(
                 "device {}: {} ({}, {:.1} GiB)",
-                d.ordinal, d.name, d.arch, d.memory_gib
+                d.ordinal,
+                d.name,
+                d.arch,
+                d.memory_gib
             );
         }
         for l in &r.libraries {
-            println!("{}: {}", l.name, l.location);
+            moecheck::outln!("{}: {}", l.name, l.location);
         }
         match (&r.available, &r.reason) {
-            (true, _) => println!("available: yes"),
-            (false, Some(why)) => println!("available: no ({why})"),
-            (false, None) => println!("available: no"),
+            (true, _) => moecheck::outln!("available: yes"),
+            (false, Some(why)) => moecheck::outln!("available: no ({why})"),
+            (false, None) => moecheck::outln!("available: no"),
         }
         Ok(ExitCode::SUCCESS)
     }
@@ -53,13 +56,13 @@ pub fn run(a: DevicesArgs) -> anyhow::Result<ExitCode> {
     {
         let why = moecheck::cuda::unavailable_reason().unwrap_or_default();
         if a.json {
-            println!(
+            moecheck::outln!(
                 "{}",
                 serde_json::json!({"available": false, "reason": why, "driver_version": null,
                                    "devices": [], "libraries": []})
             );
         } else {
-            println!("no CUDA device: {why}");
+            moecheck::outln!("no CUDA device: {why}");
         }
         Ok(ExitCode::SUCCESS)
     }

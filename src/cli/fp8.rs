@@ -220,9 +220,9 @@ fn quantize(a: QuantizeArgs) -> anyhow::Result<ExitCode> {
         out: a.out.display().to_string(),
     };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+        moecheck::outln!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
-        print!("{}", render(&summary));
+        moecheck::out!("{}", render(&summary));
     }
     Ok(ExitCode::SUCCESS)
 }
