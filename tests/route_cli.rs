@@ -349,6 +349,22 @@ fn bad_route_input_exits_2_naming_the_flag_or_file() {
             "--scaling-factor",
         ),
         (
+            // Finite in f64, infinite as a float32 weight: used to write inf weights and PASS.
+            vec![
+                "--logits",
+                l,
+                "--topk",
+                "2",
+                "--score",
+                "softmax",
+                "--scaling-factor",
+                "1e39",
+                "--impl",
+                "reference",
+            ],
+            "--scaling-factor: 1e39 is above float32's largest value",
+        ),
+        (
             vec![
                 "--logits", l, "--topk", "2", "--score", "softmax", "--groups", "2",
             ],

@@ -95,7 +95,8 @@ pub struct RoutingConfig {
     pub groups: Option<GroupLimit>,
     /// `norm_topk_prob`: normalise the gates by their sum (always on for sigmoid).
     pub norm_topk: bool,
-    /// `routed_scaling_factor` `α` (finite, > 0; 1 for none).
+    /// `routed_scaling_factor` `α` (finite, > 0, at most float32's largest value: the weights are
+    /// float32; 1 for none).
     pub scaling_factor: f64,
     /// The `ε` of the normalisation; [`NORM_EPS`].
     pub norm_eps: f64,
@@ -174,6 +175,18 @@ impl RoutingConfig {
             return bad(
                 "scaling_factor",
                 format!("{} must be finite and positive", self.scaling_factor),
+            );
+        }
+        // Weights are at most α (gates are probabilities, normalised weights sum to at most 1)
+        // and are written as float32: a larger α would write infinite weights.
+        if self.scaling_factor > f64::from(f32::MAX) {
+            return bad(
+                "scaling_factor",
+                format!(
+                    "{:e} is above float32's largest value ({:e}): the weights are float32 and would be infinite",
+                    self.scaling_factor,
+                    f32::MAX
+                ),
             );
         }
         if !(self.norm_eps.is_finite() && self.norm_eps >= 0.0) {
