@@ -107,6 +107,37 @@ fn dump_then_check_round_trips_and_catches_tampering() {
         .stderr(predicate::str::contains("panicked").not());
 }
 
+/// Tail rows and empty experts' `drhs` must be exactly 0: in a float64 output file, 1e-50
+/// (far below f32's smallest subnormal) fails. It used to pass against a "bound" of half an
+/// f32 subnormal.
+#[test]
+fn exact_zeros_are_exact_in_float64_output_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("case");
+    gemm(&["--impl", "reference", "--dump", d.to_str().unwrap()])
+        .assert()
+        .code(0);
+    let sizes: ndarray::Array1<i64> =
+        ndarray_npy::read_npy::<_, ndarray::Array1<i32>>(d.join("group_sizes.npy"))
+            .map(|a| a.mapv(i64::from))
+            .or_else(|_| ndarray_npy::read_npy(d.join("group_sizes.npy")))
+            .unwrap();
+    let used = sizes.sum() as usize;
+    // The reference's outputs are written as float64.
+    let mut wide: ndarray::Array2<f64> = ndarray_npy::read_npy(d.join("out.npy")).unwrap();
+    assert!(used < wide.nrows(), "the case has tail rows");
+    wide.slice_mut(ndarray::s![used.., ..]).fill(1e-50);
+    ndarray_npy::write_npy(d.join("out.npy"), &wide).unwrap();
+    moecheck()
+        .arg("check")
+        .arg(&d)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains(
+            "got 1e-50, want 0e0, bound 0.000e0",
+        ));
+}
+
 #[test]
 fn check_missing_dir_exits_2() {
     moecheck()

@@ -142,6 +142,46 @@ fn nan_tails_are_caught() {
     assert!(check(&p, &imp, &config()).passed());
 }
 
+/// Tail rows (and empty experts' `drhs`) holding 1e-50 instead of exact zeros: far below
+/// every output format's smallest subnormal, so only an exact `== 0` check catches it. They
+/// used to pass against the "bound" of half an f32 subnormal.
+fn tiny_zeros(case: &GroupedGemmCase, o: &mut GemmOutputs) {
+    let used = case.rows_used();
+    for a in o.out.iter_mut().chain(o.dlhs.iter_mut()) {
+        for ((r, _), v) in a.indexed_iter_mut() {
+            if r >= used {
+                *v = 1e-50;
+            }
+        }
+    }
+    if let Some(d) = o.drhs.as_mut() {
+        for (g, &size) in case.group_sizes.iter().enumerate() {
+            if size == 0 {
+                d.index_axis_mut(ndarray::Axis(0), g).fill(1e-50);
+            }
+        }
+    }
+}
+
+#[test]
+fn exact_zeros_are_exact() {
+    let imp = Wrong {
+        name: "tiny-zeros",
+        f: tiny_zeros,
+    };
+    for name in [
+        "fwd-matches-reference",
+        "dgrad-matches-reference",
+        "wgrad-matches-reference",
+        "tail-contract",
+        "empty-expert-wgrad-zero",
+    ] {
+        let p = moecheck_properties::by_name(name).unwrap();
+        let (reason, _) = failure(check(&p, &imp, &config()));
+        assert!(reason.contains("1e-50"), "{name}: {reason}");
+    }
+}
+
 #[test]
 fn checks_are_deterministic_for_a_seed() {
     let imp = Wrong {

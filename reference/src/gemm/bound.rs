@@ -141,12 +141,19 @@ impl ErrorBound {
 
     /// The bound on `|ŷ - y_ref|` for an element with magnitude `S = Σ|a·b|` and reference
     /// value `y_ref`.
+    ///
+    /// `S = 0` means every product is exactly 0 (an empty sum: `K = 0`, a tail row, an empty
+    /// expert's `drhs`, or all-zero operands), so the exact result is 0 and every correct
+    /// accumulation in any format returns exactly ±0: the bound is 0, and a value as small as
+    /// 1e-50 written in a float64 output file fails.
     pub fn at(&self, magnitude: f64, value: f64) -> f64 {
-        let mut b = self.coeff_value * value.abs() + self.floor;
-        if magnitude > 0.0 {
-            b += self.coeff_magnitude * magnitude + self.underflow;
+        if magnitude == 0.0 {
+            return 0.0;
         }
-        b
+        self.coeff_value * value.abs()
+            + self.floor
+            + self.coeff_magnitude * magnitude
+            + self.underflow
     }
 
     /// Whether the bound is infinite (the accumulator cannot resolve a sum this long).
@@ -186,5 +193,45 @@ mod tests {
         assert!(b1k > 60.0 * b16, "{b1k} vs {b16}");
         assert!(bbf > 60_000.0 * b16);
         assert!(ErrorBound::new(&p(Format::Bf16), 300).is_vacuous());
+    }
+
+    /// Known answers, computed by hand from the formulas in the module documentation
+    /// (`γ(n, u) = n·u / (1 - n·u)`): they pin every term (γ's formula, the output rounding
+    /// `u_out·|y|`, the floor, the underflow term), so weakening any of them fails here.
+    #[test]
+    fn known_answers() {
+        let p = |acc| Precision {
+            input: Format::Bf16,
+            accumulator: Accumulator::any_order(acc),
+            output: Format::F32,
+        };
+        let close = |got: f64, want: f64| {
+            assert!(
+                (got - want).abs() <= 1e-15 * want,
+                "got {got:e}, want {want:e}"
+            )
+        };
+        // γ(16, 2^-24) = 16·2^-24 / (1 - 16·2^-24).
+        let pow2 = crate::format::pow2;
+        close(gamma(16, pow2(-24)), 9.536752259018191e-7);
+        assert_eq!(gamma(256, pow2(-8)), f64::INFINITY);
+        // f32 accumulator, K = 16, S = 1, y = 0.5:
+        // γ(16, 2^-24)(1 + 2^-24) + γ(16, 2^-53)(2 + 2^-24) + 2^-24·0.5 + 2^-150 + 16·2^-149(1 + 2^-24).
+        close(
+            ErrorBound::new(&p(Format::F32), 16).at(1.0, 0.5),
+            9.834776086857014e-7,
+        );
+        // bf16 accumulator, K = 16, S = 1, y = 0: γ(16, 2^-8) dominates; the underflow term
+        // is 16·2^-133.
+        close(
+            ErrorBound::new(&p(Format::Bf16), 16).at(1.0, 0.0),
+            0.0666666706403132,
+        );
+        // S = 0: an empty sum is exactly 0 in every format.
+        for acc in [Format::F32, Format::Bf16, Format::F16] {
+            assert_eq!(ErrorBound::new(&p(acc), 16).at(0.0, 0.0), 0.0);
+            assert_eq!(ErrorBound::new(&p(acc), 0).at(0.0, 0.0), 0.0);
+        }
+        assert!(!ErrorBound::new(&p(Format::F32), 16).is_vacuous());
     }
 }
