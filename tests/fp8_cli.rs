@@ -232,3 +232,38 @@ fn fp8_delayed_dump_round_trips_its_scales_and_refuses_bad_ones() {
         .code(2)
         .stderr(predicate::str::contains("rhs_scale.npy"));
 }
+
+/// Delayed scaling without saturation: where the stale scale overflows E4M3 the recipe itself
+/// gives NaN. The reference and the CPU model must pass (they used to fail with "got NaN, want
+/// NaN, bound NaN"), the report says the NaN come from the recipe, and an implementation that
+/// writes anything else there fails.
+#[test]
+fn fp8_delayed_without_saturation_matches_the_recipes_nan_exactly() {
+    let flags = ["--scaling", "delayed", "--no-saturate", "--hidden", "64"];
+    for imp in ["reference", "emulate"] {
+        let mut args = flags.to_vec();
+        args.extend(["--impl", imp]);
+        fp8_gemm(&args)
+            .assert()
+            .code(0)
+            .stdout(predicate::str::contains("NaN or inf in the recipe itself"))
+            .stdout(predicate::str::contains("verdict: PASS"));
+    }
+    // The dump holds the NaN outputs; zeros in their place fail under `check`.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("case");
+    let mut args = flags.to_vec();
+    args.extend(["--impl", "reference", "--dump", d.to_str().unwrap()]);
+    fp8_gemm(&args).assert().code(0);
+    let mut out: ndarray::Array2<f64> = ndarray_npy::read_npy(d.join("out.npy")).unwrap();
+    let nan = out.iter().filter(|v| v.is_nan()).count();
+    assert!(nan > 0, "the case overflows");
+    out.mapv_inplace(|v| if v.is_nan() { 0.0 } else { v });
+    ndarray_npy::write_npy(d.join("out.npy"), &out).unwrap();
+    common::moecheck()
+        .arg("check")
+        .arg(&d)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("got 0e0, want NaN"));
+}

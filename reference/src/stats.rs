@@ -37,7 +37,11 @@ pub struct ElementStats<L> {
     pub calc_diff: f64,
     pub nan: usize,
     pub inf: usize,
-    /// `Some` whenever an element was checked ([`StatsAcc::push`] keeps the first one at
+    /// Checked elements where the reference is NaN or ±inf and the implementation matched it
+    /// exactly (they take no part in the error statistics or `calc_diff`).
+    #[serde(default)]
+    pub exact_non_finite: usize,
+    /// `Some` whenever a finite element was checked ([`StatsAcc::push`] keeps the first one at
     /// least), so always when `failed > 0`.
     pub worst: Option<WorstElement<L>>,
 }
@@ -55,6 +59,7 @@ impl<L> ElementStats<L> {
             calc_diff: 0.0,
             nan: 0,
             inf: 0,
+            exact_non_finite: 0,
             worst: None,
         }
     }
@@ -84,7 +89,11 @@ impl<L> StatsAcc<L> {
     }
 
     /// Judges one element: `got` against `want` within `bound` (`|got − want| <= bound`,
-    /// false for NaN). `at` locates it, and is only kept if it is the worst so far.
+    /// false for NaN). Where the reference itself is not finite — a NaN or ±inf that the
+    /// declared arithmetic produces, as FP8 without saturation does when delayed scaling's
+    /// stale scale overflows E4M3 — the contract is exact: `got` must be NaN where `want` is
+    /// NaN and the same infinity where `want` is infinite. `at` locates the element, and is
+    /// only kept if it is the worst so far.
     pub fn push(&mut self, at: impl FnOnce() -> L, got: f64, want: f64, bound: f64) {
         let s = &mut self.stats;
         s.elements += 1;
@@ -93,6 +102,17 @@ impl<L> StatsAcc<L> {
             s.nan += 1;
         } else if got.is_infinite() {
             s.inf += 1;
+        }
+        if !want.is_finite() {
+            let same = if want.is_nan() {
+                got.is_nan()
+            } else {
+                got == want
+            };
+            if same {
+                s.exact_non_finite += 1;
+                return;
+            }
         }
         let err = (got - want).abs();
         let ok = err <= bound; // false for NaN
@@ -165,4 +185,39 @@ pub fn worst_slice<'a, S: 'a, L: 'a>(
                 .max_bound_ratio
                 .total_cmp(&stats(b).max_bound_ratio)
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn judge(pairs: &[(f64, f64)]) -> ElementStats<usize> {
+        let mut acc = StatsAcc::new(Format::F32);
+        for (i, &(got, want)) in pairs.iter().enumerate() {
+            acc.push(|| i, got, want, 1e-3);
+        }
+        acc.finish()
+    }
+
+    #[test]
+    fn non_finite_references_are_matched_exactly() {
+        let inf = f64::INFINITY;
+        let ok = judge(&[(f64::NAN, f64::NAN), (inf, inf), (-inf, -inf), (1.0, 1.0)]);
+        assert!(ok.passed(), "{ok:?}");
+        assert_eq!((ok.exact_non_finite, ok.nan, ok.inf), (3, 1, 2));
+        assert_eq!(ok.calc_diff, 0.0);
+        for (got, want) in [
+            (0.0, f64::NAN),
+            (inf, f64::NAN),
+            (f64::NAN, inf),
+            (-inf, inf),
+            (f32::MAX as f64, inf),
+            (f64::NAN, 1.0),
+            (inf, 1.0),
+        ] {
+            let s = judge(&[(got, want)]);
+            assert_eq!(s.failed, 1, "got {got}, want {want}: {s:?}");
+            assert_eq!(s.exact_non_finite, 0);
+        }
+    }
 }
