@@ -511,3 +511,43 @@ fn a_closed_stdout_keeps_the_verdicts_exit_status() {
         assert!(!stderr.contains("panicked"), "{extra:?}: {stderr}");
     }
 }
+
+/// A declared bf16 accumulator cannot resolve K = 512: its worst-case bound is infinite, and
+/// all-zero outputs used to PASS next to `"bound_vacuous": true`. Now: INCONCLUSIVE, exit 3.
+#[test]
+fn a_vacuous_bound_is_inconclusive_not_a_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("case");
+    gemm(&[
+        "--hidden",
+        "512",
+        "--passes",
+        "fwd",
+        "--impl",
+        "reference",
+        "--dump",
+        d.to_str().unwrap(),
+    ])
+    .assert()
+    .code(0);
+    let out: ndarray::Array2<f64> = ndarray_npy::read_npy(d.join("out.npy")).unwrap();
+    ndarray_npy::write_npy(d.join("out.npy"), &out.mapv(|_| 0.0)).unwrap();
+    // With the f32 accumulator the zeros fail; declared bf16, nothing can be said.
+    moecheck().arg("check").arg(&d).assert().code(1);
+    let o = moecheck()
+        .args(["check", "--acc", "bf16", "--json"])
+        .arg(&d)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(o.status.code(), Some(3), "{v:#}");
+    assert_eq!(v["verdict"], "inconclusive");
+    assert_eq!(v["passes"][0]["bound_vacuous"], true);
+    moecheck()
+        .args(["check", "--acc", "bf16"])
+        .arg(&d)
+        .assert()
+        .code(3)
+        .stdout(predicate::str::contains("the bound is infinite"))
+        .stdout(predicate::str::contains("verdict: INCONCLUSIVE"));
+}

@@ -267,3 +267,70 @@ fn fp8_delayed_without_saturation_matches_the_recipes_nan_exactly() {
         .code(1)
         .stdout(predicate::str::contains("got 0e0, want NaN"));
 }
+
+/// At DeepSeek-V3's K = 7168 the worst-case bound of fast accumulation is looser than the
+/// values themselves: an all-zero output, and both planted scale bugs, used to PASS there.
+/// Now every one of them is INCONCLUSIVE (exit 3) or FAIL — never PASS — and the report says
+/// which pass had no teeth.
+#[test]
+fn fast_accumulation_at_k_7168_is_never_a_pass_for_a_wrong_answer() {
+    let at = |k: &'static str| {
+        vec![
+            "--experts",
+            "4",
+            "--tokens",
+            "32",
+            "--ffn",
+            "8",
+            "--hidden",
+            k,
+            "--accum",
+            "fast",
+            "--passes",
+            "fwd",
+        ]
+    };
+    let big = at("7168");
+    for inject in ["fp8-inverted-scale", "fp8-amax-from-neighbour"] {
+        let mut args = big.to_vec();
+        args.extend(["--inject", inject]);
+        let o = fp8_gemm(&args).output().unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            matches!(o.status.code(), Some(1 | 3)),
+            "{inject}: {:?}\n{text}",
+            o.status
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("case");
+    let mut args = big.to_vec();
+    args.extend(["--impl", "reference", "--dump", d.to_str().unwrap()]);
+    fp8_gemm(&args)
+        .assert()
+        .code(3)
+        .stdout(predicate::str::contains(
+            "inconclusive: fwd: the bound admits an all-zero output",
+        ))
+        .stdout(predicate::str::contains("verdict: INCONCLUSIVE"));
+    let out: ndarray::Array2<f64> = ndarray_npy::read_npy(d.join("out.npy")).unwrap();
+    ndarray_npy::write_npy(d.join("out.npy"), &out.mapv(|_| 0.0)).unwrap();
+    let o = common::moecheck()
+        .args(["check", "--json"])
+        .arg(&d)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(o.status.code(), Some(3), "{v:#}");
+    assert_eq!(v["verdict"], "inconclusive");
+    let ratio = v["passes"][0]["zero_ratio"].as_f64().unwrap();
+    assert!(ratio > 0.0 && ratio <= 1.0, "{ratio}");
+    // At K = 1024 the same bound has teeth: zeros fail.
+    let d2 = dir.path().join("small");
+    let mut args = at("1024");
+    args.extend(["--impl", "reference", "--dump", d2.to_str().unwrap()]);
+    fp8_gemm(&args).assert().code(0);
+    let out: ndarray::Array2<f64> = ndarray_npy::read_npy(d2.join("out.npy")).unwrap();
+    ndarray_npy::write_npy(d2.join("out.npy"), &out.mapv(|_| 0.0)).unwrap();
+    common::moecheck().arg("check").arg(&d2).assert().code(1);
+}

@@ -18,7 +18,9 @@
 //!
 //! An invalid case is [`Verdict::BadInput`] (the caller's error: exit 2), a crashed or
 //! timed-out implementation is [`Verdict::RunFailed`] (a failed case: exit 1), and otherwise
-//! the comparison decides between [`Verdict::Pass`] and [`Verdict::Fail`].
+//! the comparison decides between [`Verdict::Pass`] and [`Verdict::Fail`] — or
+//! [`Verdict::Inconclusive`] when every element passed against bounds so loose that an
+//! all-zero output would have passed too.
 
 use std::fmt::Debug;
 
@@ -102,6 +104,12 @@ pub trait Comparison: Clone + Debug + Serialize + Send + Sync {
     fn passed(&self) -> bool;
     /// One line on the first (worst) failure, `None` when it passed.
     fn first_failure(&self) -> Option<String>;
+    /// When every element passed but the bounds could not have caught a plainly wrong answer
+    /// (an all-zero output would have passed too), one line saying where: the verdict is then
+    /// [`Verdict::Inconclusive`], never a pass.
+    fn inconclusive(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Why an implementation produced no usable result (a crash, a timeout, a missing file): one
@@ -177,6 +185,9 @@ impl<O: Op> Implementation<O> for Reference {
 pub enum Verdict<R> {
     /// Every element inside its bound, every rule held.
     Pass(R),
+    /// Every element inside its bound, but a bound that would admit an all-zero output too:
+    /// the check could not tell a right answer from a wrong one (exit 3).
+    Inconclusive { report: R, reason: String },
     /// The comparison found a failure; `reason` is its one line.
     Fail { report: R, reason: String },
     /// The implementation produced no result (a failed case).
@@ -189,7 +200,10 @@ impl<R: Comparison> Verdict<R> {
     /// The verdict of a finished comparison.
     pub fn of(report: R) -> Verdict<R> {
         match report.first_failure() {
-            None if report.passed() => Verdict::Pass(report),
+            None if report.passed() => match report.inconclusive() {
+                Some(reason) => Verdict::Inconclusive { report, reason },
+                None => Verdict::Pass(report),
+            },
             reason => Verdict::Fail {
                 reason: reason.unwrap_or_else(|| "failed (no detail)".into()),
                 report,
@@ -208,6 +222,7 @@ impl<R> Verdict<R> {
         match self {
             Verdict::Pass(_) => None,
             Verdict::Fail { reason, .. } => Some(reason.clone()),
+            Verdict::Inconclusive { reason, .. } => Some(format!("inconclusive: {reason}")),
             Verdict::RunFailed(e) => Some(format!("run failed: {e}")),
             Verdict::BadInput(e) => Some(format!("invalid case: {e}")),
         }
@@ -216,7 +231,9 @@ impl<R> Verdict<R> {
     /// The comparison, when there was one.
     pub fn report(&self) -> Option<&R> {
         match self {
-            Verdict::Pass(r) | Verdict::Fail { report: r, .. } => Some(r),
+            Verdict::Pass(r)
+            | Verdict::Fail { report: r, .. }
+            | Verdict::Inconclusive { report: r, .. } => Some(r),
             Verdict::RunFailed(_) | Verdict::BadInput(_) => None,
         }
     }
@@ -237,6 +254,10 @@ impl<R> Verdict<R> {
                 report: f(report),
                 reason: reason.clone(),
             },
+            Verdict::Inconclusive { report, reason } => Verdict::Inconclusive {
+                report: f(report),
+                reason: reason.clone(),
+            },
             Verdict::RunFailed(e) => Verdict::RunFailed(e.clone()),
             Verdict::BadInput(e) => Verdict::BadInput(e.clone()),
         }
@@ -246,6 +267,7 @@ impl<R> Verdict<R> {
     pub fn kind(&self) -> VerdictKind {
         match self {
             Verdict::Pass(_) => VerdictKind::Pass,
+            Verdict::Inconclusive { .. } => VerdictKind::Inconclusive,
             Verdict::Fail { .. } | Verdict::RunFailed(_) => VerdictKind::Fail,
             Verdict::BadInput(_) => VerdictKind::BadInput,
         }
@@ -265,6 +287,8 @@ pub enum VerdictKind {
     Done,
     /// The input was invalid: exit 2.
     BadInput,
+    /// Every element passed, but the bound would have passed an all-zero output too: exit 3.
+    Inconclusive,
 }
 
 impl VerdictKind {
@@ -274,16 +298,18 @@ impl VerdictKind {
             VerdictKind::Pass | VerdictKind::Done => 0,
             VerdictKind::Fail => 1,
             VerdictKind::BadInput => 2,
+            VerdictKind::Inconclusive => 3,
         }
     }
 
-    /// `PASS`, `FAIL`, `DONE`, `BAD INPUT`: the last line of a text report.
+    /// `PASS`, `FAIL`, `DONE`, `BAD INPUT`, `INCONCLUSIVE`: the last line of a text report.
     pub fn shout(self) -> &'static str {
         match self {
             VerdictKind::Pass => "PASS",
             VerdictKind::Fail => "FAIL",
             VerdictKind::Done => "DONE",
             VerdictKind::BadInput => "BAD INPUT",
+            VerdictKind::Inconclusive => "INCONCLUSIVE",
         }
     }
 }

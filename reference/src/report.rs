@@ -121,6 +121,14 @@ impl RunOutcome {
             let _ = writeln!(s, "run failed: {e}");
         }
     }
+    /// `inconclusive: …` (the bound that had no teeth), just above the verdict line.
+    pub fn render_inconclusive(&self, s: &mut String, verdict: VerdictKind) {
+        if verdict == VerdictKind::Inconclusive {
+            if let Some(why) = &self.failure {
+                let _ = writeln!(s, "{why}");
+            }
+        }
+    }
 }
 
 /// `implementation: NAME` and, for a model, the line that says it is not a GPU result.

@@ -93,4 +93,7 @@ impl Comparison for Fp8Report {
     fn first_failure(&self) -> Option<String> {
         self.recipe_exact.first_failure()
     }
+    fn inconclusive(&self) -> Option<String> {
+        self.recipe_exact.inconclusive()
+    }
 }

@@ -89,6 +89,7 @@ impl Reported for Fp8Gemm {
                 "NOTE: {non_finite} outputs are NaN or inf in the recipe itself (without saturation, a scale from a stale amax overflows the FP8 format); they were matched exactly, and the verdict says only that the implementation follows the recipe"
             );
         }
+        g.outcome.render_inconclusive(&mut s, g.head.verdict);
         verdict_line(&mut s, g.head.verdict);
         s
     }

@@ -108,9 +108,37 @@ pub struct PassReport {
     /// Why the pass failed without element statistics (e.g. the implementation returned no
     /// output or one of the wrong shape).
     pub error: Option<String>,
+    /// The bound's teeth: `max |want| / bound` over the checked elements (0 only where every
+    /// value is 0; a non-zero value under an infinite bound counts as the smallest positive
+    /// ratio, ∞ where the bound is 0 and the value is not). At most 1 with some `want ≠ 0` means an
+    /// all-zero output would have passed this pass too: the verdict is then INCONCLUSIVE.
+    #[serde(default)]
+    pub zero_ratio: f64,
+}
+
+/// `|want| / bound` for one element, as [`PassReport::zero_ratio`] takes its maximum.
+fn zero_ratio(want: f64, bound: f64) -> f64 {
+    let w = want.abs();
+    if w == 0.0 || !w.is_finite() {
+        0.0
+    } else if bound.is_infinite() || bound.is_nan() {
+        f64::MIN_POSITIVE
+    } else if bound > 0.0 {
+        w / bound
+    } else {
+        f64::INFINITY
+    }
 }
 
 impl PassReport {
+    /// Whether an all-zero output would have passed this pass although some reference value
+    /// is not 0: the bound cannot tell a right answer from a plainly wrong one.
+    pub fn admits_zero(&self) -> bool {
+        self.error.is_none() && self.zero_ratio <= 1.0 && self.has_nonzero()
+    }
+    fn has_nonzero(&self) -> bool {
+        self.zero_ratio > 0.0
+    }
     pub fn passed(&self) -> bool {
         self.error.is_none() && self.groups.iter().all(GroupStats::passed)
     }
@@ -139,6 +167,17 @@ impl CaseReport {
     pub fn passed(&self) -> bool {
         self.passes.iter().all(PassReport::passed)
     }
+    /// When every pass passed but one admits an all-zero output, one line naming it.
+    pub fn inconclusive(&self) -> Option<String> {
+        let p = self.passes.iter().find(|p| p.admits_zero())?;
+        Some(format!(
+            "{}: the bound admits an all-zero output (max |want|/bound = {:.3}{}): the declared accumulator's worst-case bound at this reduction length is looser than the values themselves, so a pass would say nothing",
+            p.pass,
+            p.zero_ratio,
+            if p.bound_vacuous { ", the bound is infinite" } else { "" }
+        ))
+    }
+
     /// A one-line description of the first failure, if any.
     pub fn first_failure(&self) -> Option<String> {
         let p = self.passes.iter().find(|p| !p.passed())?;
@@ -280,6 +319,7 @@ fn missing(pass: Pass, shape: &[usize], why: &str) -> PassReport {
         tail_checked: false,
         groups: Vec::new(),
         error: Some(why.to_string()),
+        zero_ratio: 0.0,
     }
 }
 
@@ -298,6 +338,7 @@ fn compare_rows(
     let groups = off.len() - 1;
     let m = want.nrows();
     let mut stats = Vec::with_capacity(groups + 1);
+    let mut teeth = 0.0f64;
     let tail_checked = tail == TailContract::Zero;
     for g in 0..=groups {
         let (id, lo, hi) = if g < groups {
@@ -316,7 +357,9 @@ fn compare_rows(
         for r in lo..hi {
             for c in 0..want.ncols() {
                 let (y, s) = (want[(r, c)], mag[(r, c)]);
-                acc.push(r, c, got[(r, c)], y, bound.at(s, y));
+                let b = bound.at(s, y);
+                teeth = teeth.max(zero_ratio(y, b));
+                acc.push(r, c, got[(r, c)], y, b);
             }
         }
         stats.push(acc.finish());
@@ -330,6 +373,7 @@ fn compare_rows(
         tail_checked,
         groups: stats,
         error: None,
+        zero_ratio: teeth,
     }
 }
 
@@ -343,6 +387,7 @@ fn compare_experts(
 ) -> PassReport {
     let (groups, k, n) = want.dim();
     let mut stats = Vec::with_capacity(groups);
+    let mut teeth = 0.0f64;
     let mut vacuous = false;
     let mut depth = 0;
     for (g, &size) in sizes.iter().enumerate().take(groups) {
@@ -353,7 +398,9 @@ fn compare_experts(
         for r in 0..k {
             for c in 0..n {
                 let (y, s) = (want[(g, r, c)], mag[(g, r, c)]);
-                acc.push(r, c, got[(g, r, c)], y, bound.at(s, y));
+                let b = bound.at(s, y);
+                teeth = teeth.max(zero_ratio(y, b));
+                acc.push(r, c, got[(g, r, c)], y, b);
             }
         }
         stats.push(acc.finish());
@@ -367,5 +414,6 @@ fn compare_experts(
         tail_checked: false,
         groups: stats,
         error: None,
+        zero_ratio: teeth,
     }
 }

@@ -80,4 +80,7 @@ impl Comparison for CaseReport {
     fn first_failure(&self) -> Option<String> {
         CaseReport::first_failure(self)
     }
+    fn inconclusive(&self) -> Option<String> {
+        CaseReport::inconclusive(self)
+    }
 }

@@ -1,12 +1,15 @@
 //! The report of a grouped-GEMM check: the readable table and the `--json` document.
 //!
-//! JSON schema ([`GemmDocument`]): `verdict` (`"pass"`/`"fail"`), `implementation`, `is_model`
+//! JSON schema ([`GemmDocument`]): `verdict` (`"pass"`/`"fail"`/`"inconclusive"`: every
+//! element passed but a pass's bound admits an all-zero output), `implementation`, `is_model`
 //! (true for the CPU emulation, which is never a GPU result), `dtype`, `out_dtype`, `shape`
 //! (`m`, `k`, `n`, `groups`, `rows_used`, `empty_groups`), `precision` (declared
 //! input/accumulator/output), `tail` (`"zero"`/`"ignored"`), `run_error` (one line when the
-//! implementation produced nothing), `failure`, and `passes`: per pass the bound depth and
+//! implementation produced nothing), `failure`, and `passes`: per pass the bound depth,
+//! `bound_vacuous`, `zero_ratio` (`max |want| / bound`: at most 1 means zeros would pass) and
 //! per-group statistics (`elements`, `checked`, `failed`, `max_abs_err`, `max_bound_ratio`,
-//! `max_ulp` in the output format, `calc_diff`, `nan`, `inf`, `worst` element). Non-finite
+//! `max_ulp` in the output format, `calc_diff`, `nan`, `inf`, `exact_non_finite` (NaN/inf in
+//! the reference matched exactly), `worst` element). Non-finite
 //! numbers are written as `null`.
 
 use std::fmt::Write as _;
@@ -80,6 +83,7 @@ impl Reported for Gemm {
         render_case(&mut s, doc);
         doc.outcome.render(&mut s);
         render_passes(&mut s, &doc.passes);
+        doc.outcome.render_inconclusive(&mut s, doc.head.verdict);
         verdict_line(&mut s, doc.head.verdict);
         s
     }

@@ -162,13 +162,23 @@ mod tests {
     }
 
     /// Done-when: recipe-exact at reduction length 4096 in every pass, under every
-    /// accumulation model; and a planted bug still fails at that length.
+    /// accumulation model; and a planted bug still fails at that length. Fast accumulation's
+    /// worst-case bound at this length admits an all-zero output in fwd and dgrad, so there
+    /// every element is inside it but the verdict is INCONCLUSIVE, never a pass.
     #[test]
     fn recipe_exact_at_4096_in_every_pass() {
         for pass in Pass::ALL {
             for acc in AccumModel::ALL {
                 let case = long_case(pass, acc);
                 let v = verify(&EmulateFp8::default(), &case, Passes::only(pass)).verdict;
+                if acc == AccumModel::Fast && pass != Pass::Wgrad {
+                    assert!(
+                        matches!(v, Verdict::Inconclusive { .. }),
+                        "{pass} {acc}: {:?}",
+                        v.failure()
+                    );
+                    continue;
+                }
                 assert!(v.passed(), "{pass} {acc}: {:?}", v.failure());
             }
             let case = long_case(pass, AccumModel::Exact);
