@@ -1,7 +1,8 @@
 //! The `moecheck` command line. See `moecheck --help`.
 //!
 //! Exit status: 0 pass, 1 a mismatch or failing implementation was found, 2 usage or input
-//! error (with a one-line reason on stderr).
+//! error (with a one-line reason on stderr), 3 inconclusive (a bound without teeth; curves
+//! that cannot decide).
 
 mod cli;
 

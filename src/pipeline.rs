@@ -84,6 +84,10 @@ pub fn run<O: Protocol>(
     imp: Option<&dyn Implementation<O>>,
     dump: Option<&Path>,
 ) -> anyhow::Result<Run<O>> {
+    if let Some(dir) = dump {
+        // Refused before anything runs: a directory holding anything but a case.
+        replaceable(dir, "--dump")?;
+    }
     let progress = Progress::new(generator.work());
     progress.stage("generating the case");
     let precision_of = |case: &O::Case| match imp {
@@ -124,6 +128,12 @@ pub fn run<O: Protocol>(
         progress.stage("writing the case directory");
         let outputs = checked.as_ref().and_then(|(_, v)| v.outputs.as_ref());
         write_dump::<O>(dir, case, ask, outputs, "--dump")?;
+        if imp.is_some() && outputs.is_none() {
+            eprintln!(
+                "moecheck: --dump {}: the implementation produced nothing, so the case is written without outputs (`moecheck check` on it fails)",
+                dir.display()
+            );
+        }
     }
     Ok(Run {
         generated,
@@ -135,6 +145,10 @@ pub fn run<O: Protocol>(
 
 /// Writes the case and, when there are any, the outputs that were checked into `dir`
 /// (created if needed); errors name `flag DIR` (`--dump`, `--out`).
+///
+/// A case directory already there (nothing but `case.json` and `.npy` files: an earlier dump)
+/// is replaced whole, so no output of an earlier run is left beside this case to pass under
+/// `moecheck check`; a directory holding anything else is refused ([`replaceable`]).
 pub fn write_dump<O: Protocol>(
     dir: &Path,
     case: &O::Case,
@@ -142,11 +156,55 @@ pub fn write_dump<O: Protocol>(
     outputs: Option<&O::Outputs>,
     flag: &str,
 ) -> anyhow::Result<()> {
-    let flag = || format!("{flag} {}", dir.display());
-    std::fs::create_dir_all(dir).with_context(flag)?;
-    protocol::write_case::<O>(dir, case, ask).with_context(flag)?;
+    replaceable(dir, flag)?;
+    let named = || format!("{flag} {}", dir.display());
+    if dir.exists() {
+        for entry in std::fs::read_dir(dir).with_context(named)? {
+            let entry = entry.with_context(named)?;
+            std::fs::remove_file(entry.path()).with_context(named)?;
+        }
+    }
+    std::fs::create_dir_all(dir).with_context(named)?;
+    protocol::write_case::<O>(dir, case, ask).with_context(named)?;
     if let Some(out) = outputs {
-        protocol::write_outputs::<O>(dir, out).with_context(flag)?;
+        protocol::write_outputs::<O>(dir, out).with_context(named)?;
+    }
+    Ok(())
+}
+
+/// `Ok` when a case directory may be written to `dir`: nothing is there, an empty directory,
+/// or a case directory (`case.json` and nothing but `.npy` plain files beside it, no symbolic
+/// links) that an earlier dump or campaign wrote. Anything else is refused, naming `flag`.
+pub fn replaceable(dir: &Path, flag: &str) -> anyhow::Result<()> {
+    let meta = match std::fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("{flag} {}", dir.display())),
+    };
+    if !meta.is_dir() {
+        bail!(
+            "{flag}: {} exists and is not a directory; not replacing it",
+            dir.display()
+        );
+    }
+    let is_case_file = |e: std::fs::DirEntry| {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        e.file_type().is_ok_and(|t| t.is_file()) && (name == "case.json" || name.ends_with(".npy"))
+    };
+    let entries: Vec<_> = std::fs::read_dir(dir)
+        .with_context(|| format!("{flag} {}", dir.display()))?
+        .collect();
+    // Empty, or an earlier case: `case.json` beside nothing but `.npy` files (a directory of
+    // someone's own `.npy` files, without `case.json`, is not one).
+    let case_dir = entries.is_empty()
+        || (dir.join("case.json").is_file()
+            && entries.into_iter().all(|e| e.is_ok_and(is_case_file)));
+    if !case_dir {
+        bail!(
+            "{flag}: {} exists and is not a case directory (only case.json and .npy files); not replacing it",
+            dir.display()
+        );
     }
     Ok(())
 }

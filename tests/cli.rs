@@ -551,3 +551,60 @@ fn a_vacuous_bound_is_inconclusive_not_a_pass() {
         .stdout(predicate::str::contains("the bound is infinite"))
         .stdout(predicate::str::contains("verdict: INCONCLUSIVE"));
 }
+
+/// `--dump` into a directory that holds an earlier dump replaces it whole: when the new run
+/// produced nothing, the old outputs are gone (they used to stay and PASS under `check`), and
+/// moecheck says the dump has no outputs. A directory holding anything but a case (a notes
+/// file, a symbolic link) is refused before anything runs (exit 2).
+#[test]
+fn dump_replaces_an_earlier_case_and_refuses_anything_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("case");
+    let dump = ["--dump", d.to_str().unwrap()];
+    gemm(&[&["--impl", "reference"][..], &dump].concat())
+        .assert()
+        .code(0);
+    assert!(d.join("out.npy").exists());
+    gemm(&[&["--impl", "exec:false"][..], &dump].concat())
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("written without outputs"));
+    assert!(!d.join("out.npy").exists() && d.join("case.json").exists());
+    moecheck()
+        .arg("check")
+        .arg(&d)
+        .assert()
+        .code(predicate::ne(0));
+
+    std::fs::write(d.join("notes.txt"), "mine").unwrap();
+    gemm(&[&["--impl", "reference"][..], &dump].concat())
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("is not a case directory"));
+    assert_eq!(
+        std::fs::read_to_string(d.join("notes.txt")).unwrap(),
+        "mine"
+    );
+    std::fs::remove_file(d.join("notes.txt")).unwrap();
+
+    let target = dir.path().join("precious.npy");
+    std::fs::write(&target, "keep").unwrap();
+    std::os::unix::fs::symlink(&target, d.join("out.npy")).unwrap();
+    gemm(&[&["--impl", "reference"][..], &dump].concat())
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("is not a case directory"));
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+
+    // Someone's own arrays, without a case.json, are not a case to replace.
+    let mine = dir.path().join("arrays");
+    std::fs::create_dir(&mine).unwrap();
+    std::fs::write(mine.join("logits.npy"), "mine").unwrap();
+    gemm(&["--impl", "reference", "--dump", mine.to_str().unwrap()])
+        .assert()
+        .code(2);
+    assert_eq!(
+        std::fs::read_to_string(mine.join("logits.npy")).unwrap(),
+        "mine"
+    );
+}

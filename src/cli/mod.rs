@@ -28,7 +28,7 @@ pub const EXIT_FAIL: u8 = 1;
     name = "moecheck",
     version,
     about = "Checks Mixture-of-Experts kernels against an exact f64 reference",
-    after_help = "Exit status: 0 pass, 1 mismatch found (or the implementation failed), 2 usage or input error."
+    after_help = "Exit status: 0 pass, 1 mismatch found (or the implementation failed), 2 usage or input error, 3 inconclusive (every element passed, but the bound would have passed an all-zero output too; curves diff: the curves cannot decide)."
 )]
 pub struct Cli {
     #[command(subcommand)]

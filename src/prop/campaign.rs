@@ -17,7 +17,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use moecheck_properties::{check_observed, Outcome, Property, PropertyOp, RunConfig, Step};
 use moecheck_reference::op::{Implementation, RunError};
 
@@ -236,10 +236,6 @@ fn write_minimal<O: Operation>(
     let outputs = catch_unwind(AssertUnwindSafe(|| imp.run(&case, ask)))
         .ok()
         .and_then(Result::ok);
-    if dir.exists() {
-        replaceable(dir)?;
-        std::fs::remove_dir_all(dir).with_context(|| format!("--out {}", dir.display()))?;
-    }
     pipeline::write_dump::<O>(dir, &case, ask, outputs.as_ref(), "--out")?;
     if outputs.is_none() {
         return Ok(None);
@@ -254,28 +250,9 @@ fn write_minimal<O: Operation>(
     Ok((again.as_deref() == Some(reason)).then(|| command::check_line(dir, &declared)))
 }
 
-/// `Ok` when a minimal case may be written to `dir`: nothing is there, or a case directory
-/// (nothing but `case.json` and `.npy` files) that an earlier campaign wrote.
+/// `Ok` when a minimal case may be written to `dir` ([`pipeline::replaceable`]).
 fn replaceable(dir: &Path) -> anyhow::Result<()> {
-    if !dir.exists() {
-        return Ok(());
-    }
-    let is_case_file = |e: std::fs::DirEntry| {
-        let name = e.file_name();
-        let name = name.to_string_lossy();
-        e.file_type().is_ok_and(|t| t.is_file()) && (name == "case.json" || name.ends_with(".npy"))
-    };
-    let case_dir = dir.is_dir()
-        && std::fs::read_dir(dir)
-            .with_context(|| format!("--out {}", dir.display()))?
-            .all(|e| e.is_ok_and(is_case_file));
-    if !case_dir {
-        bail!(
-            "--out: {} exists and is not a case directory (only case.json and .npy files); not replacing it",
-            dir.display()
-        );
-    }
-    Ok(())
+    pipeline::replaceable(dir, "--out")
 }
 
 #[cfg(test)]
