@@ -437,6 +437,14 @@ fn bench_reports_a_ratio_and_rejects_bad_flags() {
         .assert()
         .code(2)
         .stderr(predicate::str::contains("--reps"));
+    // The hidden default of --empty is named when it is the problem.
+    moecheck()
+        .args(["bench", "--experts", "4"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "--empty 16 must be below --experts 4 (at least one expert gets rows; --empty defaults to 16)",
+        ));
 }
 
 #[test]

@@ -30,7 +30,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 512)]
     pub n: usize,
     /// Empty experts among them.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = DEFAULT_EMPTY)]
     pub empty: usize,
     #[arg(long, value_enum, default_value = "skewed")]
     pub routing: Spread,
@@ -78,9 +78,22 @@ fn load_average() -> f64 {
         .unwrap_or(-1.0)
 }
 
+/// Empty experts when `--empty` is not given.
+const DEFAULT_EMPTY: usize = 16;
+
 pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
-    if a.reps == 0 || a.experts == 0 || a.empty >= a.experts {
-        anyhow::bail!("--reps and --experts must be positive and --empty below --experts");
+    if a.reps == 0 {
+        anyhow::bail!("--reps must be at least 1");
+    }
+    if a.experts == 0 {
+        anyhow::bail!("--experts must be at least 1");
+    }
+    if a.empty >= a.experts {
+        anyhow::bail!(
+            "--empty {} must be below --experts {} (at least one expert gets rows; --empty defaults to {DEFAULT_EMPTY})",
+            a.empty,
+            a.experts
+        );
     }
     let spec = GemmSpec {
         experts: a.experts,
