@@ -170,6 +170,16 @@ pub fn build<O: Backends>(choice: &Choice) -> Result<Box<dyn Implementation<O>>,
         },
     };
     let external = matches!(kind, Kind::Exec(_) | Kind::Worker(_));
+    if external {
+        // Each case goes to the program as a temporary directory: a temporary directory that
+        // cannot be written is the environment's problem (exit 2), not the program's failure.
+        if let Err(e) = tempfile::Builder::new().prefix("moecheck-probe-").tempdir() {
+            return Err(format!(
+                "--impl {name}: cannot create a case directory in {} ({e}); set TMPDIR to a writable directory",
+                std::env::temp_dir().display()
+            ));
+        }
+    }
     if let Some(bug) = &choice.inject {
         if !matches!(kind, Kind::Emulate) {
             return Err(format!(

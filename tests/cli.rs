@@ -616,3 +616,21 @@ fn dump_replaces_an_earlier_case_and_refuses_anything_else() {
         "mine"
     );
 }
+
+/// A temporary directory that cannot be written is the environment's problem, named with the
+/// fix (exit 2), not the implementation failing (it used to be exit 1, `run failed`).
+#[test]
+fn an_unwritable_tmpdir_is_bad_input_naming_tmpdir() {
+    for imp in ["exec:true", "worker:true"] {
+        gemm(&["--impl", imp])
+            .env("TMPDIR", "/nonexistent/moecheck-tmp")
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(
+                "cannot create a case directory in /nonexistent/moecheck-tmp",
+            ))
+            .stderr(predicate::str::contains(
+                "set TMPDIR to a writable directory",
+            ));
+    }
+}
