@@ -18,7 +18,9 @@ use moecheck_reference::protocol::Protocol;
 use moecheck_reference::report::{Implemented, Reported, RunInfo};
 
 use crate::progress::Progress;
+use crate::prop::command::fewest;
 use crate::protocol;
+use crate::registry::{Backends, Declared};
 use crate::report::RunReport;
 
 /// A generated case and what the run asks of it.
@@ -79,7 +81,7 @@ impl<O: Op> Run<O> {
 /// An invalid generated case, an implementation that cannot run it as declared, or a dump
 /// that cannot be written is an error (exit 2); an implementation that fails is a failing
 /// verdict.
-pub fn run<O: Protocol>(
+pub fn run<O: Backends>(
     generator: &dyn Generate<O>,
     imp: Option<&dyn Implementation<O>>,
     dump: Option<&Path>,
@@ -127,7 +129,8 @@ pub fn run<O: Protocol>(
     if let Some(dir) = dump {
         progress.stage("writing the case directory");
         let outputs = checked.as_ref().and_then(|(_, v)| v.outputs.as_ref());
-        write_dump::<O>(dir, case, ask, outputs, "--dump")?;
+        let precision = checked.as_ref().map(|(_, v)| &v.precision);
+        write_dump::<O>(dir, case, ask, outputs, precision, "--dump")?;
         if imp.is_some() && outputs.is_none() {
             eprintln!(
                 "moecheck: --dump {}: the implementation produced nothing, so the case is written without outputs (`moecheck check` on it fails)",
@@ -149,11 +152,12 @@ pub fn run<O: Protocol>(
 /// A case directory already there (nothing but `case.json` and `.npy` files: an earlier dump)
 /// is replaced whole, so no output of an earlier run is left beside this case to pass under
 /// `moecheck check`; a directory holding anything else is refused ([`replaceable`]).
-pub fn write_dump<O: Protocol>(
+pub fn write_dump<O: Backends>(
     dir: &Path,
     case: &O::Case,
     ask: O::Ask,
     outputs: Option<&O::Outputs>,
+    precision: Option<&O::Precision>,
     flag: &str,
 ) -> anyhow::Result<()> {
     replaceable(dir, flag)?;
@@ -166,10 +170,50 @@ pub fn write_dump<O: Protocol>(
     }
     std::fs::create_dir_all(dir).with_context(named)?;
     protocol::write_case::<O>(dir, case, ask).with_context(named)?;
+    if let Some(p) = precision {
+        record_declared(dir, &fewest::<O>(O::declared(p))).with_context(named)?;
+    }
     if let Some(out) = outputs {
         protocol::write_outputs::<O>(dir, out).with_context(named)?;
     }
     Ok(())
+}
+
+/// Adds `"declared"` (the declaration flags of the precision the outputs were checked
+/// against, those beyond the operation's defaults) to `dir/case.json`, so that `moecheck
+/// check DIR` reproduces the verdict without the flags being given again. Nothing is added
+/// when every flag is at its default.
+fn record_declared(dir: &Path, declared: &Declared) -> anyhow::Result<()> {
+    if declared.given().is_empty() {
+        return Ok(());
+    }
+    let path = dir.join("case.json");
+    // Appended as the last key, keeping the order `write_case` wrote the others in.
+    let text = std::fs::read_to_string(&path)?;
+    let Some(body) = text.trim_end().strip_suffix('}') else {
+        anyhow::bail!("{}: not a JSON object", path.display());
+    };
+    let recorded = format!(
+        "{},\n  \"declared\": {}\n}}\n",
+        body.trim_end(),
+        serde_json::to_string(declared)?
+    );
+    std::fs::write(&path, recorded)?;
+    Ok(())
+}
+
+/// The declaration recorded in `dir/case.json` (`"declared"`), default when there is none;
+/// an error names the file.
+pub fn recorded_declared(dir: &Path) -> anyhow::Result<Declared> {
+    let path = dir.join("case.json");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).with_context(|| path.display().to_string())?)
+            .with_context(|| path.display().to_string())?;
+    match doc.get("declared") {
+        None | Some(serde_json::Value::Null) => Ok(Declared::default()),
+        Some(d) => serde_json::from_value(d.clone())
+            .with_context(|| format!("{}: \"declared\"", path.display())),
+    }
 }
 
 /// `Ok` when a case directory may be written to `dir`: nothing is there, an empty directory,

@@ -634,3 +634,42 @@ fn an_unwritable_tmpdir_is_bad_input_naming_tmpdir() {
             ));
     }
 }
+
+/// A dump records the declaration the outputs were checked against, so `check DIR` gives the
+/// run's verdict without the flags: `--acc f64` failed the run, and `check` used to PASS the
+/// same outputs under the default f32. A flag given to `check` still wins; a malformed record
+/// is bad input naming case.json.
+#[test]
+fn check_reproduces_the_runs_verdict_from_the_recorded_declaration() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("case");
+    gemm(&[
+        "--impl",
+        "exec:python3 examples/adapters/numpy_grouped_gemm.py",
+        "--acc",
+        "f64",
+        "--dump",
+        d.to_str().unwrap(),
+    ])
+    .assert()
+    .code(1);
+    let json = std::fs::read_to_string(d.join("case.json")).unwrap();
+    assert!(json.contains(r#""declared": {"acc":"f64"}"#), "{json}");
+    moecheck().arg("check").arg(&d).assert().code(1);
+    moecheck()
+        .args(["check", "--acc", "f32"])
+        .arg(&d)
+        .assert()
+        .code(0);
+    std::fs::write(
+        d.join("case.json"),
+        json.replace(r#"{"acc":"f64"}"#, r#"{"acc":"f65"}"#),
+    )
+    .unwrap();
+    moecheck()
+        .arg("check")
+        .arg(&d)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("case.json: \"declared\""));
+}

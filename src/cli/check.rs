@@ -21,18 +21,20 @@ pub struct CheckArgs {
     /// recipe-exact.
     pub dir: PathBuf,
     /// Declared accumulator format of the implementation that wrote the outputs (grouped
-    /// GEMM) [default: f32]. An FP8 case declares its accumulation in case.json.
+    /// GEMM) [default: what case.json records under "declared", else f32]. An FP8 case
+    /// declares its accumulation in case.json.
     #[arg(long, value_parser = super::parse_format)]
     pub acc: Option<Format>,
-    /// Declared K-block size of the accumulator; omit for "any order".
+    /// Declared K-block size of the accumulator; omit for what case.json records, else "any
+    /// order".
     #[arg(long)]
     pub acc_block: Option<usize>,
     /// Declared compute format of the implementation that wrote the outputs (routing, MoE
-    /// layer) [default: f32].
+    /// layer) [default: what case.json records, else f32].
     #[arg(long, value_parser = super::parse_format)]
     pub compute: Option<Format>,
     /// Declared output format of the implementation that wrote the outputs (MoE layer)
-    /// [default: f32].
+    /// [default: what case.json records, else f32].
     #[arg(long, value_parser = super::parse_format)]
     pub out_dtype: Option<Format>,
     /// Machine-readable report with a top-level "verdict".
@@ -42,12 +44,14 @@ pub struct CheckArgs {
 
 pub fn run(a: CheckArgs) -> anyhow::Result<ExitCode> {
     let header = protocol::read_header(&a.dir)?;
+    // A flag given here wins; the rest come from what the dump recorded.
     let declared = Declared {
         acc: a.acc,
         acc_block: a.acc_block,
         compute: a.compute,
         out_dtype: a.out_dtype,
-    };
+    }
+    .or(pipeline::recorded_declared(&a.dir)?);
     let mut check = CheckAs {
         dir: &a.dir,
         header: &header,

@@ -236,7 +236,8 @@ fn write_minimal<O: Operation>(
     let outputs = catch_unwind(AssertUnwindSafe(|| imp.run(&case, ask)))
         .ok()
         .and_then(Result::ok);
-    pipeline::write_dump::<O>(dir, &case, ask, outputs.as_ref(), "--out")?;
+    let precision = imp.precision(&case);
+    pipeline::write_dump::<O>(dir, &case, ask, outputs.as_ref(), Some(&precision), "--out")?;
     if outputs.is_none() {
         return Ok(None);
     }
@@ -281,7 +282,7 @@ mod tests {
             value_seed: 0,
         };
         let (case, ask) = Gemm::case_of(&args);
-        pipeline::write_dump::<Gemm>(&dir, &case, ask, None, "--out").unwrap();
+        pipeline::write_dump::<Gemm>(&dir, &case, ask, None, None, "--out").unwrap();
         replaceable(&dir).unwrap();
         std::fs::write(dir.join("notes.txt"), "mine").unwrap();
         let e = replaceable(&dir).unwrap_err().to_string();
