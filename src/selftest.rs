@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::impls::PlantedBug;
 use crate::ops::{self, Operation, Visit};
+use crate::progress::Progress;
 use crate::registry::Backends;
 use crate::report::Report;
 
@@ -205,7 +206,11 @@ pub(crate) fn cell<A>(property: &str, outcome: Outcome<A>) -> Cell {
 }
 
 /// One model (correct, or with `bug` planted) against every property of `O`.
-fn row<O: PropertyOp + Backends>(bug: Option<O::Bug>, config: &RunConfig) -> Row {
+fn row<O: PropertyOp + Backends>(
+    bug: Option<O::Bug>,
+    config: &RunConfig,
+    progress: &Progress,
+) -> Row {
     let imp = O::emulate(bug).expect("selftest runs operations that have a CPU model");
     Row {
         bug: bug.map(|b| b.name().to_string()),
@@ -215,36 +220,66 @@ fn row<O: PropertyOp + Backends>(bug: Option<O::Bug>, config: &RunConfig) -> Row
             .to_string(),
         cells: O::properties()
             .iter()
-            .map(|p| cell(p.name, check(p, imp.as_ref(), config)))
+            .map(|p| {
+                progress.stage(&format!("{}: {}", imp.name(), p.name));
+                let c = cell(p.name, check(p, imp.as_ref(), config));
+                progress.step();
+                c
+            })
             .collect(),
     }
 }
 
 /// The section of operation `O`: every property against its correct model and each bug.
 pub fn section<O: PropertyOp + Backends>(name: &str, config: &RunConfig) -> Section {
+    section_with::<O>(name, config, &Progress::new(0))
+}
+
+/// [`section`], counting each property run on `progress`.
+fn section_with<O: PropertyOp + Backends>(
+    name: &str,
+    config: &RunConfig,
+    progress: &Progress,
+) -> Section {
     let properties = O::properties().iter().map(|p| p.name.to_string()).collect();
-    let correct = row::<O>(None, config);
+    let correct = row::<O>(None, config, progress);
     let bugs = O::Bug::ALL
         .iter()
-        .map(|&b| row::<O>(Some(b), config))
+        .map(|&b| row::<O>(Some(b), config, progress))
         .collect();
     Section::new(name, properties, correct, bugs)
 }
 
 /// Runs every section with `cases` cases per property from `seed`.
 pub fn run(cases: usize, seed: u64) -> SelftestReport {
-    struct Sections(RunConfig, Vec<Section>);
-    impl Visit for Sections {
-        fn visit<O: Operation>(&mut self, title: &'static str) -> ControlFlow<()> {
+    /// Property runs in all: (correct model + each bug) × properties, per operation.
+    struct Count(u64);
+    impl Visit for Count {
+        fn visit<O: Operation>(&mut self, _: &'static str) -> ControlFlow<()> {
             if O::emulate(None).is_some() {
-                self.1.push(section::<O>(title, &self.0));
+                self.0 += ((1 + O::Bug::ALL.len()) * O::properties().len()) as u64;
             }
             ControlFlow::Continue(())
         }
     }
+    struct Sections<'a>(RunConfig, Vec<Section>, &'a Progress);
+    impl Visit for Sections<'_> {
+        fn visit<O: Operation>(&mut self, title: &'static str) -> ControlFlow<()> {
+            if O::emulate(None).is_some() {
+                self.1.push(section_with::<O>(title, &self.0, self.2));
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut count = Count(0);
+    ops::each(&mut count);
+    // A bar on stderr (when it is a terminal): property runs done, the current model and
+    // property.
+    let progress = Progress::steps(count.0, "");
     let config = RunConfig::new(cases.min(u32::MAX as usize) as u32, seed);
-    let mut all = Sections(config, Vec::new());
+    let mut all = Sections(config, Vec::new(), &progress);
     ops::each(&mut all);
+    progress.done();
     let sections = all.1;
     let ok = sections.iter().all(|s| s.ok);
     SelftestReport {
@@ -272,6 +307,13 @@ impl Report for SelftestReport {
         let mut s = String::new();
         for section in &self.sections {
             s.push_str(&section.render(self.cases, self.seed));
+        }
+        let default = moecheck_properties::DEFAULT_CASES as usize;
+        if !self.ok() && self.cases < default {
+            s.push_str(&format!(
+                "\nnote: with --cases {} each property sees only {} case(s) per implementation; a bug whose edge case is not drawn stays NOT CAUGHT. At the default {default} every planted bug is caught.\n",
+                self.cases, self.cases
+            ));
         }
         s.push_str(&format!(
             "\nselftest: {}\n",

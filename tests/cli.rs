@@ -304,7 +304,18 @@ fn selftest_catches_every_planted_bug() {
         .code(0)
         .stdout(predicate::str::contains("caught"))
         // Every shrink finishes inside RunConfig's budget: proptest stays silent.
-        .stderr(predicate::str::contains("Aborting shrinking").not());
+        .stderr(predicate::str::contains("Aborting shrinking").not())
+        .stdout(predicate::str::contains("note: with --cases").not());
+    // One case per property cannot reach every bug's edge case: the selftest fails, and says
+    // why instead of leaving the user to guess.
+    moecheck()
+        .args(["selftest", "--cases", "1"])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains(
+            "note: with --cases 1 each property sees only 1 case(s) per implementation",
+        ))
+        .stdout(predicate::str::contains("selftest: FAILED"));
 }
 
 /// Bad inputs in a case directory: exit 2 and a one-line reason naming the file.
