@@ -87,6 +87,7 @@ mod tests {
             protocol: 1,
             op: op.into(),
             keys: keys.iter().map(|k| k.to_string()).collect(),
+            declared: Default::default(),
         }
     }
 

@@ -20,7 +20,7 @@ use moecheck_reference::report::{Implemented, Reported, RunInfo};
 use crate::progress::Progress;
 use crate::prop::command::fewest;
 use crate::protocol;
-use crate::registry::{Backends, Declared};
+use crate::registry::Backends;
 use crate::report::RunReport;
 
 /// A generated case and what the run asks of it.
@@ -169,51 +169,16 @@ pub fn write_dump<O: Backends>(
         }
     }
     std::fs::create_dir_all(dir).with_context(named)?;
-    protocol::write_case::<O>(dir, case, ask).with_context(named)?;
-    if let Some(p) = precision {
-        record_declared(dir, &fewest::<O>(O::declared(p))).with_context(named)?;
-    }
+    // The declaration flags beyond the operation's defaults, recorded so that `moecheck
+    // check DIR` reproduces the verdict without them being given again.
+    let declared = precision
+        .map(|p| fewest::<O>(O::declared(p)))
+        .filter(|d| !d.given().is_empty());
+    protocol::write_case::<O>(dir, case, ask, declared.as_ref()).with_context(named)?;
     if let Some(out) = outputs {
         protocol::write_outputs::<O>(dir, out).with_context(named)?;
     }
     Ok(())
-}
-
-/// Adds `"declared"` (the declaration flags of the precision the outputs were checked
-/// against, those beyond the operation's defaults) to `dir/case.json`, so that `moecheck
-/// check DIR` reproduces the verdict without the flags being given again. Nothing is added
-/// when every flag is at its default.
-fn record_declared(dir: &Path, declared: &Declared) -> anyhow::Result<()> {
-    if declared.given().is_empty() {
-        return Ok(());
-    }
-    let path = dir.join("case.json");
-    // Appended as the last key, keeping the order `write_case` wrote the others in.
-    let text = std::fs::read_to_string(&path)?;
-    let Some(body) = text.trim_end().strip_suffix('}') else {
-        anyhow::bail!("{}: not a JSON object", path.display());
-    };
-    let recorded = format!(
-        "{},\n  \"declared\": {}\n}}\n",
-        body.trim_end(),
-        serde_json::to_string(declared)?
-    );
-    std::fs::write(&path, recorded)?;
-    Ok(())
-}
-
-/// The declaration recorded in `dir/case.json` (`"declared"`), default when there is none;
-/// an error names the file.
-pub fn recorded_declared(dir: &Path) -> anyhow::Result<Declared> {
-    let path = dir.join("case.json");
-    let doc: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&path).with_context(|| path.display().to_string())?)
-            .with_context(|| path.display().to_string())?;
-    match doc.get("declared") {
-        None | Some(serde_json::Value::Null) => Ok(Declared::default()),
-        Some(d) => serde_json::from_value(d.clone())
-            .with_context(|| format!("{}: \"declared\"", path.display())),
-    }
 }
 
 /// `Ok` when a case directory may be written to `dir`: nothing is there, an empty directory,

@@ -12,6 +12,7 @@ pub use moecheck_reference::protocol::PROTOCOL_VERSION;
 use moecheck_reference::protocol::{FileError, Files, Protocol};
 
 use crate::npy;
+use moecheck_reference::format::Format;
 
 /// A protocol failure: one line naming the file.
 #[derive(Debug, thiserror::Error)]
@@ -35,13 +36,66 @@ impl ProtocolError {
     }
 }
 
-/// `case.json`: the version, the operation, and the operation's own fields.
+/// The declaration flags a command line gave: what an external implementation declares
+/// about its arithmetic. `None` where a flag was not given (the operation's default applies).
+/// A dump records it in `case.json` (`"declared"`, the flags by their names without dashes)
+/// so that `moecheck check` reproduces the run's verdict.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Declared {
+    /// `--acc`: the accumulator format (grouped GEMM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acc: Option<Format>,
+    /// `--acc-block`: the accumulator's K block (grouped GEMM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acc_block: Option<usize>,
+    /// `--compute`: the compute format (routing, MoE layer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute: Option<Format>,
+    /// `--out-dtype`: the output format (MoE layer; a grouped GEMM's is its case's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out_dtype: Option<Format>,
+}
+
+impl Declared {
+    /// Each flag of `self`, or of `recorded` where `self` does not give it.
+    pub fn or(self, recorded: Declared) -> Declared {
+        Declared {
+            acc: self.acc.or(recorded.acc),
+            acc_block: self.acc_block.or(recorded.acc_block),
+            compute: self.compute.or(recorded.compute),
+            out_dtype: self.out_dtype.or(recorded.out_dtype),
+        }
+    }
+}
+
+impl Declared {
+    /// The flags that were given, in a fixed order.
+    pub fn given(&self) -> Vec<&'static str> {
+        [
+            (self.acc.is_some(), "--acc"),
+            (self.acc_block.is_some(), "--acc-block"),
+            (self.compute.is_some(), "--compute"),
+            (self.out_dtype.is_some(), "--out-dtype"),
+        ]
+        .into_iter()
+        .filter(|(given, _)| *given)
+        .map(|(_, flag)| flag)
+        .collect()
+    }
+}
+
+/// `case.json`: the version, the operation, the operation's own fields and, in a case
+/// directory moecheck wrote after checking an implementation, the declaration the outputs
+/// were checked against (last; implementations ignore it).
 #[derive(Debug, Serialize, Deserialize)]
 struct CaseFile<J> {
     protocol: u32,
     op: String,
     #[serde(flatten)]
     body: J,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    declared: Option<Declared>,
 }
 
 /// What every `case.json` starts with, and which top-level keys it has (for choosing the
@@ -51,6 +105,8 @@ pub struct CaseHeader {
     pub protocol: u32,
     pub op: String,
     pub keys: Vec<String>,
+    /// The recorded declaration (`"declared"`); the default when there is none.
+    pub declared: Declared,
 }
 
 /// The arrays of one case directory, as [`Files`].
@@ -120,10 +176,16 @@ pub fn read_header(dir: &Path) -> Result<CaseHeader, ProtocolError> {
             format!("protocol {protocol} is not supported (this build reads {PROTOCOL_VERSION})"),
         ));
     }
+    let declared = match obj.get("declared") {
+        None | Some(serde_json::Value::Null) => Declared::default(),
+        Some(d) => serde_json::from_value(d.clone())
+            .map_err(|e| file_error(&path, format!("\"declared\": {e}")))?,
+    };
     Ok(CaseHeader {
         protocol: protocol as u32,
         op: op.to_string(),
         keys: obj.keys().cloned().collect(),
+        declared,
     })
 }
 
@@ -132,11 +194,13 @@ pub fn write_case<O: Protocol>(
     dir: &Path,
     case: &O::Case,
     ask: O::Ask,
+    declared: Option<&Declared>,
 ) -> Result<(), ProtocolError> {
     let json = CaseFile {
         protocol: PROTOCOL_VERSION,
         op: O::PROTOCOL_OP.to_string(),
         body: O::case_json(case, ask),
+        declared: declared.copied(),
     };
     let path = dir.join("case.json");
     let text = serde_json::to_string_pretty(&json).map_err(|e| file_error(&path, e))?;

@@ -10,7 +10,6 @@
 
 use std::time::Duration;
 
-use moecheck_reference::format::Format;
 use moecheck_reference::op::{Implementation, Reference};
 use moecheck_reference::protocol::Protocol;
 
@@ -22,54 +21,8 @@ use crate::impls::{parse_bug, PlantedBug};
 /// not given.
 pub const DEFAULT_TIMEOUT_S: f64 = 600.0;
 
-/// The declaration flags a command line gave: what an external implementation declares
-/// about its arithmetic. `None` where a flag was not given (the operation's default applies).
-/// A dump records it in `case.json` (`"declared"`, the flags by their names without dashes)
-/// so that `moecheck check` reproduces the run's verdict.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Declared {
-    /// `--acc`: the accumulator format (grouped GEMM).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub acc: Option<Format>,
-    /// `--acc-block`: the accumulator's K block (grouped GEMM).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub acc_block: Option<usize>,
-    /// `--compute`: the compute format (routing, MoE layer).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compute: Option<Format>,
-    /// `--out-dtype`: the output format (MoE layer; a grouped GEMM's is its case's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub out_dtype: Option<Format>,
-}
-
-impl Declared {
-    /// Each flag of `self`, or of `recorded` where `self` does not give it.
-    pub fn or(self, recorded: Declared) -> Declared {
-        Declared {
-            acc: self.acc.or(recorded.acc),
-            acc_block: self.acc_block.or(recorded.acc_block),
-            compute: self.compute.or(recorded.compute),
-            out_dtype: self.out_dtype.or(recorded.out_dtype),
-        }
-    }
-}
-
-impl Declared {
-    /// The flags that were given, in a fixed order.
-    pub fn given(&self) -> Vec<&'static str> {
-        [
-            (self.acc.is_some(), "--acc"),
-            (self.acc_block.is_some(), "--acc-block"),
-            (self.compute.is_some(), "--compute"),
-            (self.out_dtype.is_some(), "--out-dtype"),
-        ]
-        .into_iter()
-        .filter(|(given, _)| *given)
-        .map(|(_, flag)| flag)
-        .collect()
-    }
-}
+/// The declaration flags (defined beside the case-directory format that records them).
+pub use crate::protocol::Declared;
 
 /// What an operation adds to the registry beyond `reference`, `exec:` and `worker:`.
 pub trait Backends: Protocol {
@@ -259,6 +212,7 @@ fn program(cmd: &str, choice: &Choice) -> Program {
 
 #[cfg(test)]
 mod tests {
+    use moecheck_reference::format::Format;
     use moecheck_reference::gemm::{Accumulator, Gemm};
     use moecheck_reference::moe::MoeLayer;
 

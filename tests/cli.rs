@@ -665,7 +665,8 @@ fn check_reproduces_the_runs_verdict_from_the_recorded_declaration() {
     .assert()
     .code(1);
     let json = std::fs::read_to_string(d.join("case.json")).unwrap();
-    assert!(json.contains(r#""declared": {"acc":"f64"}"#), "{json}");
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(doc["declared"], serde_json::json!({"acc": "f64"}), "{json}");
     moecheck().arg("check").arg(&d).assert().code(1);
     moecheck()
         .args(["check", "--acc", "f32"])
@@ -674,7 +675,7 @@ fn check_reproduces_the_runs_verdict_from_the_recorded_declaration() {
         .code(0);
     std::fs::write(
         d.join("case.json"),
-        json.replace(r#"{"acc":"f64"}"#, r#"{"acc":"f65"}"#),
+        json.replace(r#""acc": "f64""#, r#""acc": "f65""#),
     )
     .unwrap();
     moecheck()

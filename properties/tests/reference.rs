@@ -143,8 +143,9 @@ fn nan_tails_are_caught() {
 }
 
 /// Tail rows (and empty experts' `drhs`) holding 1e-50 instead of exact zeros: far below
-/// every output format's smallest subnormal, so only an exact `== 0` check catches it. They
-/// used to pass against the "bound" of half an f32 subnormal.
+/// every output format's smallest subnormal, so only an exact `== 0` check catches it. (The
+/// f32-output case, where such values used to pass, is `tests/cli.rs`'s
+/// `exact_zeros_are_exact_in_float64_output_files`; here the precision is the reference's.)
 fn tiny_zeros(case: &GroupedGemmCase, o: &mut GemmOutputs) {
     let used = case.rows_used();
     for a in o.out.iter_mut().chain(o.dlhs.iter_mut()) {

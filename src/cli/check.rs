@@ -51,7 +51,7 @@ pub fn run(a: CheckArgs) -> anyhow::Result<ExitCode> {
         compute: a.compute,
         out_dtype: a.out_dtype,
     }
-    .or(pipeline::recorded_declared(&a.dir)?);
+    .or(header.declared);
     let mut check = CheckAs {
         dir: &a.dir,
         header: &header,

@@ -50,7 +50,7 @@ impl<O: Protocol> Implementation<O> for Exec<O> {
             .tempdir()
             .map_err(|e| RunError(format!("cannot create a case directory: {e}")))?;
         let dir = tmp.path();
-        protocol::write_case::<O>(dir, case, ask).map_err(|e| RunError(e.to_string()))?;
+        protocol::write_case::<O>(dir, case, ask, None).map_err(|e| RunError(e.to_string()))?;
         self.program.run_in(dir)?;
         protocol::read_outputs::<O>(dir, case, ask).map_err(|e| {
             RunError(format!(

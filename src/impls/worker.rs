@@ -50,11 +50,18 @@ pub struct Worker<O: Op> {
     pub program: Program,
     /// What the program declares (its accumulator, its compute format).
     pub declaration: O::Declaration,
-    session: Mutex<Option<Session>>,
-    /// How the worker failed to start on the first case, when it did (it is not restarted).
-    never_started: Mutex<Option<RunError>>,
+    slot: Mutex<Slot>,
+}
+
+/// The worker's state, behind the lock.
+#[derive(Debug, Default)]
+struct Slot {
+    /// The running worker, when there is one.
+    session: Option<Session>,
     /// Whether a worker has greeted at least once.
-    greeted: std::sync::atomic::AtomicBool,
+    greeted: bool,
+    /// How the worker failed to start on the first case, when it did (it is not restarted).
+    never_started: Option<RunError>,
 }
 
 impl<O: Op> Worker<O> {
@@ -63,9 +70,7 @@ impl<O: Op> Worker<O> {
         Worker {
             program,
             declaration,
-            session: Mutex::new(None),
-            never_started: Mutex::new(None),
-            greeted: std::sync::atomic::AtomicBool::new(false),
+            slot: Mutex::new(Slot::default()),
         }
     }
 }
@@ -81,10 +86,7 @@ impl<O: Protocol> Implementation<O> for Worker<O> {
         O::declared_precision(case, &self.declaration)
     }
     fn broken(&self) -> Option<RunError> {
-        self.never_started
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.lock().never_started.clone()
     }
     fn run(&self, case: &O::Case, ask: O::Ask) -> Result<O::Outputs, RunError> {
         if let Some(e) = Implementation::<O>::broken(self) {
@@ -95,11 +97,8 @@ impl<O: Protocol> Implementation<O> for Worker<O> {
             .tempdir()
             .map_err(|e| RunError(format!("cannot create a case directory: {e}")))?;
         let dir = tmp.path();
-        protocol::write_case::<O>(dir, case, ask).map_err(|e| RunError(e.to_string()))?;
-        {
-            let mut slot = self.session.lock().unwrap_or_else(PoisonError::into_inner);
-            self.answer(&mut slot, dir, O::PROTOCOL_OP)?;
-        }
+        protocol::write_case::<O>(dir, case, ask, None).map_err(|e| RunError(e.to_string()))?;
+        self.answer(&mut self.lock(), dir, O::PROTOCOL_OP)?;
         protocol::read_outputs::<O>(dir, case, ask).map_err(|e| {
             RunError(format!(
                 "{e} (a temporary case directory, deleted now; --dump DIR writes the case to rerun the program on)"
@@ -109,35 +108,35 @@ impl<O: Protocol> Implementation<O> for Worker<O> {
 }
 
 impl<O: Op> Worker<O> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Has the worker in `slot` (started afresh when there is none, or when it is out of
     /// step) answer the case in `dir`; a worker that failed the protocol is dropped (its
-    /// group ended), one that answered stays.
-    fn answer(&self, slot: &mut Option<Session>, dir: &Path, op: &str) -> Result<(), RunError> {
-        if slot.as_mut().is_some_and(|s| !s.is_idle()) {
-            *slot = None;
+    /// group ended), one that answered stays. A first start that fails is recorded in
+    /// `slot.never_started`.
+    fn answer(&self, slot: &mut Slot, dir: &Path, op: &str) -> Result<(), RunError> {
+        if slot.session.as_mut().is_some_and(|s| !s.is_idle()) {
+            slot.session = None;
         }
-        let mut session = match slot.take() {
+        let mut session = match slot.session.take() {
             Some(s) => s,
             None => match Session::start(&self.program, op) {
                 Ok(s) => {
-                    self.greeted
-                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    slot.greeted = true;
                     s
                 }
                 Err(e) => {
-                    if !self.greeted.load(std::sync::atomic::Ordering::Relaxed) {
-                        let mut never = self
-                            .never_started
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner);
-                        *never = Some(e.clone());
+                    if !slot.greeted {
+                        slot.never_started = Some(e.clone());
                     }
                     return Err(e);
                 }
             },
         };
         let answer = session.ask(dir)?;
-        *slot = Some(session);
+        slot.session = Some(session);
         answer
     }
 }

@@ -91,7 +91,7 @@ pub fn run<O: Operation>(c: &Campaign) -> anyhow::Result<PropReport> {
         bail!("--out {}: not a directory", c.out.display());
     }
     for p in &properties {
-        replaceable(&c.case_dir(O::NAME, p.name))?;
+        pipeline::replaceable(&c.case_dir(O::NAME, p.name), "--out")?;
     }
     let progress = Progress::cases(u64::from(c.cases) * properties.len() as u64);
     let mut results = Vec::with_capacity(properties.len());
@@ -251,11 +251,6 @@ fn write_minimal<O: Operation>(
     Ok((again.as_deref() == Some(reason)).then(|| command::check_line(dir, &declared)))
 }
 
-/// `Ok` when a minimal case may be written to `dir` ([`pipeline::replaceable`]).
-fn replaceable(dir: &Path) -> anyhow::Result<()> {
-    pipeline::replaceable(dir, "--out")
-}
-
 #[cfg(test)]
 mod tests {
     use moecheck_properties::PropertyOp;
@@ -267,7 +262,7 @@ mod tests {
     fn only_case_directories_are_replaced() {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("gemm-k-zero-seed-0");
-        replaceable(&dir).unwrap();
+        pipeline::replaceable(&dir, "--out").unwrap();
         let args = moecheck_properties::gemm::GemmArgs {
             dtype: moecheck_reference::format::Format::Bf16,
             out_dtype: moecheck_reference::format::Format::F32,
@@ -283,9 +278,11 @@ mod tests {
         };
         let (case, ask) = Gemm::case_of(&args);
         pipeline::write_dump::<Gemm>(&dir, &case, ask, None, None, "--out").unwrap();
-        replaceable(&dir).unwrap();
+        pipeline::replaceable(&dir, "--out").unwrap();
         std::fs::write(dir.join("notes.txt"), "mine").unwrap();
-        let e = replaceable(&dir).unwrap_err().to_string();
+        let e = pipeline::replaceable(&dir, "--out")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not a case directory"), "{e}");
     }
 

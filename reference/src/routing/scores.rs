@@ -30,10 +30,11 @@ pub fn scores(logits: &Array2<f64>, score: ScoreFunction) -> Array2<f64> {
         ScoreFunction::TopkSoftmax => logits.clone(),
         ScoreFunction::Sigmoid => logits.mapv(sigmoid),
         ScoreFunction::Softmax => {
-            let mut s = logits.clone();
+            // In row order whatever the input's layout (a Fortran-order array has strided
+            // rows), so each row is a slice.
+            let mut s = logits.as_standard_layout().into_owned();
             for mut row in s.rows_mut() {
-                // `to_vec` reads a row of any layout (a Fortran-order array has strided rows).
-                let p = softmax(&row.to_vec());
+                let p = softmax(row.as_slice().expect("standard layout"));
                 row.iter_mut().zip(p).for_each(|(d, v)| *d = v);
             }
             s

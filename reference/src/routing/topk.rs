@@ -56,12 +56,13 @@ pub fn select(
     groups: Option<GroupLimit>,
 ) -> (Array2<usize>, Option<Array2<bool>>) {
     let (t, e) = u.dim();
+    // Rows as slices: a Fortran-order array (strided rows) is copied once into row order.
+    let u = u.as_standard_layout();
     let mut indices = Array2::zeros((t, topk));
     let mut mask = groups.map(|g| Array2::from_elem((t, g.groups), false));
     for ti in 0..t {
         let row: ArrayView1<f64> = u.row(ti);
-        // A row of any layout (a Fortran-order array has strided rows).
-        let row = &row.to_vec()[..];
+        let row = row.as_slice().expect("standard layout");
         let picked = match groups {
             None => top_k_of(row, 0..e, topk),
             Some(limit) => {
