@@ -87,22 +87,87 @@ impl AccumModel {
     /// assert_eq!(AccumModel::Exact.dot(2, p), 1.0 + 2f32.powi(-14));
     /// ```
     pub fn dot(self, n: usize, p: impl Fn(usize) -> f32) -> f32 {
+        self.dot_variant(AccumVariant::NOMINAL, n, p)
+    }
+
+    /// [`AccumModel::dot`] for another plausible accumulator ([`AccumVariant`]): the fast
+    /// accumulator keeps `variant.bits` bits, and adds the f32 sums of `variant.block`
+    /// consecutive products at a time. [`AccumModel::Exact`] ignores `bits`.
+    ///
+    /// ```
+    /// use moecheck_reference::fp8::{AccumModel, AccumVariant};
+    /// let p = |i: usize| if i == 0 { 1.0 } else { 2f32.powi(-14) };
+    /// // With 15 bits the accumulator keeps the second product; summed in a block of 2 first,
+    /// // so does a 14-bit one (1 + 2^-14 is truncated, but only once, after the block).
+    /// assert_eq!(AccumModel::Fast.dot_variant(AccumVariant { bits: 15, block: 1 }, 2, p), 1.0 + 2f32.powi(-14));
+    /// assert_eq!(AccumModel::Fast.dot_variant(AccumVariant { bits: 14, block: 2 }, 2, p), 1.0);
+    /// ```
+    pub fn dot_variant(self, variant: AccumVariant, n: usize, p: impl Fn(usize) -> f32) -> f32 {
+        let AccumVariant { bits, block } = variant;
+        let block = block.max(1);
+        // The truncating accumulator over products `lo..hi`, fed `block` products at a time.
+        let fast = |lo: usize, hi: usize| {
+            let mut acc = 0.0f32;
+            let mut i = lo;
+            while i < hi {
+                let end = (i + block).min(hi);
+                let part = (i..end).fold(0.0f32, |a, j| a + p(j));
+                acc = truncate_bits(acc + part, bits);
+                i = end;
+            }
+            acc
+        };
         match self {
             AccumModel::Exact => (0..n).fold(0.0f32, |acc, i| acc + p(i)),
-            AccumModel::Fast => (0..n).fold(0.0f32, |acc, i| truncate_bits(acc + p(i), FAST_BITS)),
+            AccumModel::Fast => fast(0, n),
             AccumModel::FastPromote => {
                 let mut acc = 0.0f32;
                 let mut start = 0;
                 while start < n {
                     let end = (start + PROMOTE_INTERVAL).min(n);
-                    let part = (start..end).fold(0.0f32, |a, i| truncate_bits(a + p(i), FAST_BITS));
-                    acc += part;
+                    acc += fast(start, end);
                     start = end;
                 }
                 acc
             }
         }
     }
+}
+
+/// One plausible fast accumulator: how many significant bits it keeps and how many
+/// consecutive products it sums (in f32) before each addition into it. The model's nominal
+/// accumulator ([`AccumVariant::NOMINAL`]) keeps [`FAST_BITS`] and adds every product on its
+/// own; the hardware's exact behaviour is not published, which is what
+/// [`AccumVariant::SPREAD`] stands for (see `super::model`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AccumVariant {
+    pub bits: u32,
+    pub block: usize,
+}
+
+impl AccumVariant {
+    /// [`FAST_BITS`] bits, one product at a time: what [`AccumModel::dot`] emulates.
+    pub const NOMINAL: AccumVariant = AccumVariant {
+        bits: FAST_BITS,
+        block: 1,
+    };
+    /// The accumulators the model-based check measures the nominal one against: a bit fewer,
+    /// a bit more, and the products of one FP8 MMA instruction (K = 32) summed before they
+    /// reach the accumulator.
+    pub const SPREAD: [AccumVariant; 3] = [
+        AccumVariant {
+            bits: FAST_BITS - 1,
+            block: 1,
+        },
+        AccumVariant {
+            bits: FAST_BITS + 1,
+            block: 1,
+        },
+        AccumVariant {
+            bits: FAST_BITS,
+            block: 32,
+        },
+    ];
 }
 
 impl std::fmt::Display for AccumModel {

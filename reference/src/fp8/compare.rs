@@ -3,16 +3,20 @@
 //! 1. **Recipe-exact** (the verdict): against [`super::fp8_reference`], every element within
 //!    [`super::Fp8Bound`] for the accumulation model the recipe declares. This is the tight
 //!    check that catches scale mix-ups, wrong rounding and wrong formats.
-//! 2. **Against the unquantised GEMM** (information only, [`super::high_precision`]).
+//! 2. **Model-based** ([`super::model`]), only where a fast accumulator's worst-case bound
+//!    admits an all-zero output: it can turn that INCONCLUSIVE into a FAIL, never a PASS.
+//! 3. **Against the unquantised GEMM** (information only, [`super::high_precision`]).
 //!
 //! Both references are computed once per case ([`Fp8Expected`]) and shared by every
 //! comparison made against them.
 
 use serde::Serialize;
 
+use super::accum::AccumModel;
 use super::case::Fp8GemmCase;
-use super::gemm::{fp8_reference, Fp8Bound};
+use super::gemm::{quantize_operands, reference_from_operands, Fp8Bound, Fp8Operands};
 use super::high_precision::{high_precision, HighPrecisionStats};
+use super::model::{model_check, ModelCheck};
 use crate::gemm::{
     compare_outputs_with_bound, reference, CaseReport, GemmOutputs, Passes, Precision,
     ReferenceResult,
@@ -27,14 +31,19 @@ pub struct Fp8Expected {
     pub recipe_exact: ReferenceResult,
     /// The f64 GEMM of the unquantised float32 inputs (information).
     pub high_precision: ReferenceResult,
+    /// The operands as the recipe quantises them (for the model-based check).
+    pub operands: Fp8Operands,
 }
 
 impl Fp8Expected {
     /// Both references of `case` (validated first).
     pub fn of(case: &Fp8GemmCase, passes: Passes) -> Result<Fp8Expected, Error> {
+        case.validate(passes)?;
+        let operands = quantize_operands(case, passes);
         Ok(Fp8Expected {
-            recipe_exact: fp8_reference(case, passes)?,
+            recipe_exact: reference_from_operands(case, &operands, passes),
             high_precision: reference(&case.gemm, passes)?,
+            operands,
         })
     }
 }
@@ -46,6 +55,9 @@ pub struct Fp8Report {
     pub recipe_exact: CaseReport,
     /// Per pass against the unquantised GEMM, for information.
     pub high_precision: Vec<HighPrecisionStats>,
+    /// The model-based check of the passes the recipe-exact bound could not decide (fast
+    /// accumulation only).
+    pub model: Option<ModelCheck>,
 }
 
 /// Compares `got` with the recipe-exact reference (for an implementation that declared
@@ -70,8 +82,27 @@ pub fn compare_fp8(
         got,
         &|n| bound.at_len(n),
     );
+    let undecided: Vec<_> = recipe_exact
+        .passes
+        .iter()
+        .filter(|p| p.admits_zero())
+        .map(|p| p.pass)
+        .collect();
+    let model = (case.recipe.accumulation != AccumModel::Exact
+        && recipe_exact.passed()
+        && !undecided.is_empty())
+    .then(|| {
+        model_check(
+            case,
+            &expected.operands,
+            &undecided,
+            &expected.recipe_exact.value,
+            got,
+        )
+    });
     Fp8Report {
         recipe_exact,
         high_precision: high_precision(case, passes, &expected.high_precision, got),
+        model,
     }
 }

@@ -62,12 +62,13 @@ mod compare;
 mod files;
 pub mod gemm;
 pub mod high_precision;
+pub mod model;
 mod op;
 pub mod recipe;
 mod report;
 pub mod scaling;
 
-pub use accum::AccumModel;
+pub use accum::{AccumModel, AccumVariant};
 pub use case::{
     Fp8GemmCase, Fp8Recipe, GivenScales, Operand, OperandRecipe, RecipeError, RecipeProblem,
     ScalingKind, ScopeKind,
@@ -78,6 +79,7 @@ pub use gemm::{
     fp8_reference, quantize_operands, reference_from_operands, rhs_rows, Fp8Bound, Fp8Operands,
 };
 pub use high_precision::{high_precision, HighPrecisionStats};
+pub use model::{model_check, ModelCheck, ModelGroupCheck};
 pub use op::{fp8_precision, Fp8Gemm};
 pub use recipe::{
     amax, compute_scale, dequantize_f32, dequantize_value, fp8_max, jax_scale_overflows,

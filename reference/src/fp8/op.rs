@@ -85,15 +85,26 @@ impl Op for Fp8Gemm {
     }
 }
 
-/// The verdict is the recipe-exact comparison's; the high-precision one is information.
+/// The verdict is the recipe-exact comparison's, failed also by the model-based check where
+/// that ran; the high-precision one is information.
 impl Comparison for Fp8Report {
     fn passed(&self) -> bool {
         self.recipe_exact.passed()
+            && self
+                .model
+                .as_ref()
+                .is_none_or(|m| m.worst_failure().is_none())
     }
     fn first_failure(&self) -> Option<String> {
-        self.recipe_exact.first_failure()
+        self.recipe_exact
+            .first_failure()
+            .or_else(|| self.model.as_ref()?.failure_line())
     }
     fn inconclusive(&self) -> Option<String> {
-        self.recipe_exact.inconclusive()
+        let reason = self.recipe_exact.inconclusive()?;
+        Some(match self.model.as_ref().and_then(|m| m.undecided_line()) {
+            Some(line) => format!("{reason}; {line}"),
+            None => reason,
+        })
     }
 }

@@ -6,7 +6,9 @@
 //! ([`crate::gemm::GemmDocument`]), flattened, for the recipe-exact comparison, plus `fp8`:
 //! `recipe` (the `case.json` `fp8` object), `verdict_from` (`"recipe-exact"`) and
 //! `high_precision` (per pass: `elements`, `rel_err`, `calc_diff`, `max_abs_err`,
-//! `outside_envelope`, `max_envelope_ratio`).
+//! `outside_envelope`, `max_envelope_ratio`), and `model_check` (`null` unless a fast
+//! accumulator's bound could not decide: then per undecided pass and group `distance`,
+//! `spread`, `threshold`, `zero_distance`, see [`super::model`]).
 
 use std::fmt::Write as _;
 
@@ -14,6 +16,7 @@ use serde::Serialize;
 
 use super::case::{Fp8Recipe, ScalingKind};
 use super::high_precision::HighPrecisionStats;
+use super::model::ModelCheck;
 use super::op::Fp8Gemm;
 use crate::gemm::{render_case, render_passes, Gemm, GemmDocument};
 use crate::report::{verdict_line, Reported, RunInfo};
@@ -35,6 +38,8 @@ pub struct Fp8Extra {
     pub verdict_from: &'static str,
     /// Against the unquantised f64 GEMM, for information (never a verdict).
     pub high_precision: Vec<HighPrecisionStats>,
+    /// The model-based check, where it ran (it can fail a case, never pass one).
+    pub model_check: Option<ModelCheck>,
 }
 
 impl Reported for Fp8Gemm {
@@ -61,6 +66,7 @@ impl Reported for Fp8Gemm {
                 high_precision: run
                     .report()
                     .map_or_else(Vec::new, |r| r.high_precision.clone()),
+                model_check: run.report().and_then(|r| r.model.clone()),
             },
         }
     }
@@ -77,6 +83,9 @@ impl Reported for Fp8Gemm {
         g.outcome.render(&mut s);
         render_passes(&mut s, &g.passes);
         render_high_precision(&mut s, &doc.fp8.high_precision);
+        if let Some(m) = &doc.fp8.model_check {
+            render_model(&mut s, m);
+        }
         let non_finite: usize = g
             .passes
             .iter()
@@ -149,5 +158,13 @@ fn render_high_precision(s: &mut String, hp: &[HighPrecisionStats]) {
             format!("{}/{}", h.outside_envelope, h.elements),
             h.max_envelope_ratio
         );
+    }
+}
+
+/// The model-based check: its failure, or why it decided nothing.
+fn render_model(s: &mut String, m: &ModelCheck) {
+    let line = m.failure_line().or_else(|| m.undecided_line());
+    if let Some(line) = line {
+        let _ = writeln!(s, "{line}");
     }
 }

@@ -1,0 +1,469 @@
+//! The model-based check of fast FP8 accumulation: teeth where the worst-case bound has none.
+//!
+//! ## Why
+//! Under [`AccumModel::Fast`] the per-element worst-case bound ([`super::Fp8Bound`]) grows
+//! like `K·2^-13·Σ|a·b|`: from K ≈ 4096 it is looser than the values themselves, so an
+//! all-zero output would pass it and the comparison is INCONCLUSIVE. A `sqrt(K)`
+//! probabilistic bound does not apply: truncation always moves the partial sum toward zero,
+//! so its errors add up with one sign instead of cancelling. Measured on the planted bugs at
+//! K = 7168, the error of a correct (modelled) fast accumulator is about 27% of the output's
+//! norm against the unquantised GEMM, larger than `fp8-inverted-scale`'s forward pass (9%):
+//! no check against the recipe-exact reference alone, per element or in aggregate (relative
+//! Frobenius error, `calc_diff`), can tell them apart.
+//!
+//! Measured with `moecheck gemm --dtype fp8 --experts 4 --tokens 32 --ffn 8 --accum fast
+//! --passes fwd --hidden K [--inject BUG] --json` (the test
+//! `fast_accumulation_at_k_7168_is_never_a_pass_for_a_wrong_answer` pins the K = 7168 row):
+//!
+//! | K | spread | threshold | all zeros | amax-from-neighbour | inverted-scale | truncation | correct model |
+//! |---|---|---|---|---|---|---|---|
+//! | 4096 | 0.154 | 0.308 | 0.842 FAIL | 0.841 FAIL | 0.200 inconclusive | 0.016 inconclusive | 0 inconclusive |
+//! | 7168 | 0.251 | 0.502 | 0.742 FAIL | 0.738 FAIL | 0.286 inconclusive | 0.022 inconclusive | 0 inconclusive |
+//!
+//! ## What it checks
+//! The accumulation model's own output for the same quantised operands (the recipe's, which
+//! the per-element comparison already pinned), [`AccumVariant::NOMINAL`]: 14 bits, one product
+//! at a time. How far real hardware may be from that model is not published, so the check
+//! measures how far *other plausible accumulators* are from it ([`AccumVariant::SPREAD`]:
+//! 13 and 15 bits, and the 32 products of one FP8 MMA summed before they reach the
+//! accumulator). Per pass and group, with `‖·‖` the Frobenius norm over the group's elements
+//! and `y` the recipe-exact reference:
+//!
+//! * `distance = ‖ŷ - model‖ / ‖y‖`;
+//! * `spread = max over the variants of ‖variant - model‖ / ‖y‖`;
+//! * `threshold = 2·spread + 2·u_out + 2^-22` (`u_out` the output format's unit roundoff, for
+//!   a different value rounded to it; `2^-22` for the two f32 scaling multiplications in
+//!   another order);
+//! * FAIL when `distance > threshold`: the output is further from the accumulation model
+//!   than accumulators of one bit more or less, or of another order, would be.
+//!
+//! It never makes a PASS: within the threshold the verdict stays INCONCLUSIVE, and the report
+//! gives both numbers and whether an all-zero output (`zero distance = ‖model‖ / ‖y‖`) would
+//! have been caught. What the check assumes is that the accumulator under test is no further
+//! from the nominal model than twice the variants are; an accumulator that keeps far fewer
+//! bits (or none of the truncation) fails it, which is why it only runs where the
+//! recipe-exact comparison could not decide.
+
+use ndarray::Array2;
+use serde::{Deserialize, Serialize};
+
+use super::accum::{AccumModel, AccumVariant};
+use super::case::Fp8GemmCase;
+use super::gemm::Fp8Operands;
+use super::scaling::{ColumnWise, Quantized};
+use crate::format::{decode_fp8, round_to, Format, Overflow};
+use crate::gemm::{GemmOutputs, Pass};
+
+/// The model-based check of one group of one pass (module docs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelGroupCheck {
+    pub pass: Pass,
+    /// The group (fwd, dgrad) or expert (wgrad).
+    pub group: usize,
+    pub elements: usize,
+    /// `‖ŷ - model‖ / ‖y‖` (infinite when `ŷ` holds NaN or inf).
+    pub distance: f64,
+    /// `max ‖variant - model‖ / ‖y‖` over [`AccumVariant::SPREAD`].
+    pub spread: f64,
+    /// `2·spread + 2·u_out + 2^-22`: a distance above it fails.
+    pub threshold: f64,
+    /// The distance of an all-zero output, `‖model‖ / ‖y‖`: the check has teeth against zeros
+    /// when this is above the threshold.
+    pub zero_distance: f64,
+}
+
+impl ModelGroupCheck {
+    pub fn failed(&self) -> bool {
+        !(self.distance <= self.threshold)
+    }
+}
+
+/// The model-based check of every undecided pass of one case.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelCheck {
+    /// Non-empty groups whose reference is not all zero.
+    pub groups: Vec<ModelGroupCheck>,
+}
+
+impl ModelCheck {
+    /// The group furthest beyond its threshold, if any failed.
+    pub fn worst_failure(&self) -> Option<&ModelGroupCheck> {
+        self.groups
+            .iter()
+            .filter(|g| g.failed())
+            .max_by(|a, b| (a.distance / a.threshold).total_cmp(&(b.distance / b.threshold)))
+    }
+
+    /// One line for a failure.
+    pub fn failure_line(&self) -> Option<String> {
+        let g = self.worst_failure()?;
+        Some(format!(
+            "{} group {}: model-based check: distance from the fast-accumulation model {} > threshold {} (2x the spread {} of plausible accumulators, plus output rounding)",
+            g.pass,
+            g.group,
+            short(g.distance),
+            short(g.threshold),
+            short(g.spread)
+        ))
+    }
+
+    /// One line when nothing failed: how close the output is and why that decides nothing.
+    pub fn undecided_line(&self) -> Option<String> {
+        let g = self
+            .groups
+            .iter()
+            .max_by(|a, b| (a.distance / a.threshold).total_cmp(&(b.distance / b.threshold)))?;
+        let zeros = self.groups.iter().all(|g| g.zero_distance > g.threshold);
+        Some(format!(
+            "the model-based check found every group within its threshold (worst: {} group {}, distance {} <= {}), which decides nothing: plausible accumulators differ that much; all-zero outputs {}",
+            g.pass,
+            g.group,
+            short(g.distance),
+            short(g.threshold),
+            if zeros { "would have failed it" } else { "would have passed it too" }
+        ))
+    }
+}
+
+fn short(x: f64) -> String {
+    format!("{x:.3e}")
+}
+
+/// An FP8 operand decoded to f32 (exact), with the `scale_inv` of each of its rows.
+struct Decoded {
+    vals: Array2<f32>,
+    sinv: Vec<f32>,
+}
+
+impl Decoded {
+    fn rows(q: &Quantized) -> Decoded {
+        let mut sinv = vec![1.0f32; q.q.nrows()];
+        for i in 0..q.scopes() {
+            sinv[q.offsets[i]..q.offsets[i + 1]].fill(q.scale_inv[i]);
+        }
+        Decoded {
+            vals: q.q.mapv(|b| decode_fp8(b, q.format) as f32),
+            sinv,
+        }
+    }
+
+    /// A column-wise copy `(cols, rows)`, with the `scale_inv` of each of its columns.
+    fn columns(c: &ColumnWise, format: Format) -> Decoded {
+        let mut sinv = vec![1.0f32; c.qt.ncols()];
+        for i in 0..c.scale_inv.len() {
+            sinv[c.offsets[i]..c.offsets[i + 1]].fill(c.scale_inv[i]);
+        }
+        Decoded {
+            vals: c.qt.mapv(|b| decode_fp8(b, format) as f32),
+            sinv,
+        }
+    }
+}
+
+/// The operands decoded once for every model run.
+struct Model<'a> {
+    case: &'a Fp8GemmCase,
+    acc: AccumModel,
+    lhs: Decoded,
+    rhs: Decoded,
+    dout: Option<Decoded>,
+    lhs_col: Decoded,
+    dout_col: Option<Decoded>,
+}
+
+impl<'a> Model<'a> {
+    fn new(case: &'a Fp8GemmCase, ops: &Fp8Operands) -> Model<'a> {
+        let dout_format = ops.dout.as_ref().map_or(Format::E5m2, |d| d.format);
+        Model {
+            case,
+            acc: case.recipe.accumulation,
+            lhs: Decoded::rows(&ops.lhs),
+            rhs: Decoded::rows(&ops.rhs),
+            dout: ops.dout.as_ref().map(Decoded::rows),
+            lhs_col: Decoded::columns(&ops.lhs_col, ops.lhs.format),
+            dout_col: ops
+                .dout_col
+                .as_ref()
+                .map(|c| Decoded::columns(c, dout_format)),
+        }
+    }
+
+    /// `fl_out(fl32(fl32(sum · sa) · sb))`, as the recipe orders the scaling.
+    fn finish(&self, sum: f32, sa: f32, sb: f32) -> f64 {
+        round_to(
+            ((sum * sa) * sb) as f64,
+            self.case.gemm.out_dtype,
+            Overflow::Ieee,
+        )
+    }
+
+    /// The model's output for group `e` of `pass` under `v`, flattened in the order of
+    /// [`block`]; `None` when the pass lacks its operand.
+    fn block(&self, pass: Pass, e: usize, v: AccumVariant) -> Option<Vec<f64>> {
+        let g = &self.case.gemm;
+        let (k, n) = (g.k(), g.n());
+        let off = g.offsets();
+        let (lo, hi) = (off[e], off[e + 1]);
+        let (l, r) = (&self.lhs, &self.rhs);
+        let mut out = Vec::new();
+        match pass {
+            Pass::Fwd => {
+                let sb = if k > 0 { r.sinv[e * k] } else { 1.0 };
+                for row in lo..hi {
+                    for c in 0..n {
+                        let sum = self
+                            .acc
+                            .dot_variant(v, k, |i| l.vals[(row, i)] * r.vals[(e * k + i, c)]);
+                        out.push(self.finish(sum, l.sinv[row], sb));
+                    }
+                }
+            }
+            Pass::Dgrad => {
+                let d = self.dout.as_ref()?;
+                for row in lo..hi {
+                    for c in 0..k {
+                        let sum = self
+                            .acc
+                            .dot_variant(v, n, |j| d.vals[(row, j)] * r.vals[(e * k + c, j)]);
+                        out.push(self.finish(sum, d.sinv[row], r.sinv[e * k + c]));
+                    }
+                }
+            }
+            Pass::Wgrad => {
+                let (lc, dc) = (&self.lhs_col, self.dout_col.as_ref()?);
+                for a in 0..k {
+                    for b in 0..n {
+                        let sum = self.acc.dot_variant(v, hi - lo, |i| {
+                            lc.vals[(a, lo + i)] * dc.vals[(b, lo + i)]
+                        });
+                        out.push(if hi > lo {
+                            self.finish(sum, lc.sinv[lo], dc.sinv[lo])
+                        } else {
+                            0.0
+                        });
+                    }
+                }
+            }
+        }
+        Some(out)
+    }
+}
+
+/// Group `e` of `pass` of `o`, flattened row-major (fwd/dgrad: the group's rows; wgrad: the
+/// expert's `(K, N)` block); `None` when `o` lacks the pass or has the wrong shape.
+pub fn block(case: &Fp8GemmCase, o: &GemmOutputs, pass: Pass, e: usize) -> Option<Vec<f64>> {
+    let g = &case.gemm;
+    let off = g.offsets();
+    let (m, k, n) = (g.m(), g.k(), g.n());
+    let rows = |a: &Array2<f64>, cols: usize| {
+        (a.dim() == (m, cols)).then(|| {
+            a.rows()
+                .into_iter()
+                .skip(off[e])
+                .take(off[e + 1] - off[e])
+                .flat_map(|r| r.to_vec())
+                .collect()
+        })
+    };
+    match pass {
+        Pass::Fwd => rows(o.out.as_ref()?, n),
+        Pass::Dgrad => rows(o.dlhs.as_ref()?, k),
+        Pass::Wgrad => {
+            let d = o.drhs.as_ref()?;
+            (d.dim() == (g.groups(), k, n))
+                .then(|| d.index_axis(ndarray::Axis(0), e).iter().copied().collect())
+        }
+    }
+}
+
+fn norm(v: impl Iterator<Item = f64>) -> f64 {
+    v.map(|x| x * x).sum::<f64>().sqrt()
+}
+
+fn dist(a: &[f64], b: &[f64]) -> f64 {
+    norm(a.iter().zip(b).map(|(x, y)| x - y))
+}
+
+/// The model-based check (module docs) of `passes` of `got` against `reference`, the
+/// recipe-exact values, for operands `ops` quantised per the case's recipe. Groups that are
+/// empty or whose reference is all zero are left out (the per-element comparison decides
+/// them exactly).
+pub fn model_check(
+    case: &Fp8GemmCase,
+    ops: &Fp8Operands,
+    passes: &[Pass],
+    reference: &GemmOutputs,
+    got: &GemmOutputs,
+) -> ModelCheck {
+    let model = Model::new(case, ops);
+    let u_out = case.gemm.out_dtype.info().unit_roundoff();
+    let mut groups = Vec::new();
+    for &pass in passes {
+        for e in 0..case.gemm.groups() {
+            let (Some(want), Some(have)) =
+                (block(case, reference, pass, e), block(case, got, pass, e))
+            else {
+                continue;
+            };
+            let scale = norm(want.iter().copied());
+            if want.is_empty() || scale == 0.0 {
+                continue;
+            }
+            let Some(nominal) = model.block(pass, e, AccumVariant::NOMINAL) else {
+                continue;
+            };
+            let spread = AccumVariant::SPREAD
+                .iter()
+                .filter_map(|&v| model.block(pass, e, v))
+                .map(|m| dist(&m, &nominal) / scale)
+                .fold(0.0, f64::max);
+            let distance = if have.iter().all(|x| x.is_finite()) {
+                dist(&have, &nominal) / scale
+            } else {
+                f64::INFINITY
+            };
+            groups.push(ModelGroupCheck {
+                pass,
+                group: e,
+                elements: want.len(),
+                distance,
+                spread,
+                threshold: 2.0 * spread + 2.0 * u_out + 2f64.powi(-22),
+                zero_distance: norm(nominal.iter().copied()) / scale,
+            });
+        }
+    }
+    ModelCheck { groups }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fp8::{compare_fp8, fp8_precision, Fp8Expected, Fp8Recipe};
+    use crate::gemm::{GroupedGemmCase, Passes};
+    use ndarray::Array3;
+    use rand::{Rng, SeedableRng};
+
+    /// One group of 8 rows at K = 7168 with positive products, fast accumulation: the
+    /// per-element bound has no teeth.
+    fn case() -> Fp8GemmCase {
+        let (m, k, n) = (8, 7168, 4);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let mut draw =
+            |len: usize| -> Vec<f32> { (0..len).map(|_| rng.random_range(0.0f32..1.0)).collect() };
+        Fp8GemmCase {
+            gemm: GroupedGemmCase {
+                lhs: Array2::from_shape_vec((m, k), draw(m * k)).unwrap(),
+                rhs: Array3::from_shape_vec((1, k, n), draw(k * n)).unwrap(),
+                group_sizes: vec![m],
+                dout: None,
+                dtype: Format::F32,
+                out_dtype: Format::F32,
+                tail: Default::default(),
+            },
+            recipe: Fp8Recipe {
+                accumulation: AccumModel::Fast,
+                ..Fp8Recipe::default()
+            },
+            given_scales: None,
+        }
+    }
+
+    fn check(c: &Fp8GemmCase, got: &GemmOutputs) -> (crate::fp8::Fp8Report, ModelGroupCheck) {
+        let fwd = Passes {
+            fwd: true,
+            dgrad: false,
+            wgrad: false,
+        };
+        let e = Fp8Expected::of(c, fwd).unwrap();
+        let r = compare_fp8(c, fwd, &fp8_precision(c), &e, got);
+        let m = r.model.as_ref();
+        let g = m.unwrap_or_else(|| panic!("the bound admits zeros: {:?}", r.recipe_exact.passes));
+        let g = g.groups[0].clone();
+        (r, g)
+    }
+
+    #[test]
+    fn the_model_itself_is_at_distance_zero_and_zeros_fail() {
+        let c = case();
+        let fwd = Passes {
+            fwd: true,
+            dgrad: false,
+            wgrad: false,
+        };
+        let ops = super::super::quantize_operands(&c, fwd);
+        let nominal = Model::new(&c, &ops)
+            .block(Pass::Fwd, 0, AccumVariant::NOMINAL)
+            .unwrap();
+        let out = Array2::from_shape_vec((8, 4), nominal).unwrap();
+        let (r, g) = check(
+            &c,
+            &GemmOutputs {
+                out: Some(out.clone()),
+                ..Default::default()
+            },
+        );
+        assert!(r.recipe_exact.passed() && r.recipe_exact.inconclusive().is_some());
+        assert_eq!(g.distance, 0.0);
+        assert!(
+            g.spread > 0.05,
+            "13 bits or blocks of 32 move a K = 7168 sum: {g:?}"
+        );
+        let u = Format::F32.info().unit_roundoff();
+        assert_eq!(g.threshold, 2.0 * g.spread + 2.0 * u + 2f64.powi(-22));
+        assert!(!g.failed());
+        // Zeros: inside the per-element bound, outside the model check's threshold.
+        let (r, g) = check(
+            &c,
+            &GemmOutputs {
+                out: Some(out.mapv(|_| 0.0)),
+                ..Default::default()
+            },
+        );
+        assert!(r.recipe_exact.passed(), "the worst-case bound admits zeros");
+        assert!(g.failed() && g.distance == g.zero_distance, "{g:?}");
+        assert!(r
+            .model
+            .unwrap()
+            .failure_line()
+            .unwrap()
+            .contains("fwd group 0"));
+        // Half the output: also further from the model than any plausible accumulator.
+        let (_, g) = check(
+            &c,
+            &GemmOutputs {
+                out: Some(out.mapv(|v| v / 2.0)),
+                ..Default::default()
+            },
+        );
+        assert!(g.failed(), "{g:?}");
+        // NaN in the output (the per-element comparison fails it first): infinitely far.
+        let mut nan = out.clone();
+        nan[(0, 0)] = f64::NAN;
+        let e = Fp8Expected::of(&c, fwd).unwrap();
+        let got = GemmOutputs {
+            out: Some(nan),
+            ..Default::default()
+        };
+        let m = model_check(&c, &ops, &[Pass::Fwd], &e.recipe_exact.value, &got);
+        assert!(m.groups[0].distance.is_infinite() && m.groups[0].failed());
+    }
+
+    #[test]
+    fn it_does_not_run_where_the_bound_has_teeth() {
+        let mut c = case();
+        c.recipe.accumulation = AccumModel::FastPromote;
+        let fwd = Passes {
+            fwd: true,
+            dgrad: false,
+            wgrad: false,
+        };
+        let e = Fp8Expected::of(&c, fwd).unwrap();
+        let got = GemmOutputs {
+            out: e.recipe_exact.value.out.clone(),
+            ..Default::default()
+        };
+        let r = compare_fp8(&c, fwd, &fp8_precision(&c), &e, &got);
+        assert!(r.model.is_none() && r.recipe_exact.inconclusive().is_none());
+    }
+}
