@@ -15,9 +15,65 @@ use ndarray_npy::{ReadNpyExt, ReadableElement, WritableElement, WriteNpyExt};
 use moecheck_reference::format::Format;
 use moecheck_reference::protocol::Stored;
 
-/// The shape in the header of the `.npy` file at `path` (format versions 1–3), read without
-/// loading the data.
-pub fn header_shape(path: &Path) -> Result<Vec<usize>, String> {
+/// What a `.npy` header says, read without loading the data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Header {
+    pub shape: Vec<usize>,
+    /// The dtype descriptor, e.g. `<f4`.
+    pub descr: String,
+    /// Where the data starts.
+    pub data_offset: u64,
+}
+
+impl Header {
+    /// `float32`, `int64`, `bool`, ... for the common descriptors, the descriptor otherwise.
+    pub fn dtype_name(&self) -> String {
+        dtype_name(&self.descr)
+    }
+
+    /// The size in bytes of one element (`None` for descriptors moecheck never reads).
+    fn element_size(&self) -> Option<u64> {
+        self.descr.get(2..)?.parse().ok()
+    }
+}
+
+fn dtype_name(descr: &str) -> String {
+    let kind = descr.get(1..).unwrap_or(descr);
+    match kind {
+        "f2" => "float16",
+        "f4" => "float32",
+        "f8" => "float64",
+        "i1" => "int8",
+        "i2" => "int16",
+        "i4" => "int32",
+        "i8" => "int64",
+        "u1" => "uint8",
+        "u2" => "uint16",
+        "u4" => "uint32",
+        "u8" => "uint64",
+        "b1" => "bool",
+        _ => return format!("'{descr}'"),
+    }
+    .to_string()
+}
+
+/// The numpy name of the element type `A` reads.
+fn name_of<A>() -> String {
+    let t = std::any::type_name::<A>();
+    match t {
+        "f32" => "float32",
+        "f64" => "float64",
+        "i32" => "int32",
+        "i64" => "int64",
+        "u8" => "uint8",
+        "bool" => "bool",
+        other => other,
+    }
+    .to_string()
+}
+
+/// The header of the `.npy` file at `path` (format versions 1–3).
+pub fn header(path: &Path) -> Result<Header, String> {
     let mut f = File::open(path).map_err(|e| e.to_string())?;
     let mut pre = [0u8; 8];
     f.read_exact(&mut pre)
@@ -25,16 +81,16 @@ pub fn header_shape(path: &Path) -> Result<Vec<usize>, String> {
     if &pre[..6] != b"\x93NUMPY" {
         return Err("malformed .npy: bad magic".into());
     }
-    let len = if pre[6] == 1 {
+    let (len, start) = if pre[6] == 1 {
         let mut b = [0u8; 2];
         f.read_exact(&mut b)
             .map_err(|_| "malformed .npy: truncated header".to_string())?;
-        u16::from_le_bytes(b) as usize
+        (u16::from_le_bytes(b) as usize, 10)
     } else {
         let mut b = [0u8; 4];
         f.read_exact(&mut b)
             .map_err(|_| "malformed .npy: truncated header".to_string())?;
-        u32::from_le_bytes(b) as usize
+        (u32::from_le_bytes(b) as usize, 12)
     };
     if len > 1 << 20 {
         return Err("malformed .npy: header too long".into());
@@ -43,15 +99,26 @@ pub fn header_shape(path: &Path) -> Result<Vec<usize>, String> {
     f.read_exact(&mut h)
         .map_err(|_| "malformed .npy: truncated header".to_string())?;
     let h = String::from_utf8_lossy(&h);
-    let start = h
+    let value_after = |key: &str| {
+        h.find(key)
+            .and_then(|i| h[i + key.len()..].find(':').map(|j| i + key.len() + j + 1))
+    };
+    let descr = value_after("'descr'")
+        .and_then(|i| {
+            let rest = h[i..].trim_start();
+            let q = rest.chars().next().filter(|c| *c == '\'' || *c == '"')?;
+            rest[1..].find(q).map(|end| rest[1..1 + end].to_string())
+        })
+        .ok_or("malformed .npy header: no descr")?;
+    let start_shape = h
         .find("'shape'")
         .and_then(|i| h[i..].find('(').map(|j| i + j + 1))
         .ok_or("malformed .npy header: no shape")?;
-    let end = h[start..]
+    let end = h[start_shape..]
         .find(')')
-        .map(|j| start + j)
+        .map(|j| start_shape + j)
         .ok_or("malformed .npy header: no shape")?;
-    h[start..end]
+    let shape = h[start_shape..end]
         .split(',')
         .map(str::trim)
         .filter(|d| !d.is_empty())
@@ -60,7 +127,17 @@ pub fn header_shape(path: &Path) -> Result<Vec<usize>, String> {
                 .parse::<usize>()
                 .map_err(|_| format!("malformed .npy header: dimension '{d}'"))
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    Ok(Header {
+        shape,
+        descr,
+        data_offset: (start + len) as u64,
+    })
+}
+
+/// The shape in the header of the `.npy` file at `path`, read without loading the data.
+pub fn header_shape(path: &Path) -> Result<Vec<usize>, String> {
+    header(path).map(|h| h.shape)
 }
 
 /// Why a read failed: the element type differs from the one asked (so another may fit), or
@@ -78,28 +155,52 @@ impl ReadError {
     }
 }
 
-/// Reads an array with element type `A` and exactly `shape`.
+/// Reads an array with element type `A` and exactly `shape`. The header is checked first
+/// (shape, element type, then whether the file holds that much data), so nothing is
+/// allocated for a header that claims more than the file holds or than was asked.
 fn read_exact<A: ReadableElement>(path: &Path, shape: &[usize]) -> Result<ArrayD<A>, ReadError> {
+    let head = header(path).map_err(ReadError::Other)?;
+    let size = std::mem::size_of::<A>() as u64;
+    let kind = |d: &str| d.get(1..2).map(str::to_string);
+    let want_kind = match name_of::<A>().as_str() {
+        "float32" | "float64" => "f",
+        "int32" | "int64" => "i",
+        "uint8" => "u",
+        "bool" => "b",
+        _ => "",
+    };
+    if kind(&head.descr).as_deref() != Some(want_kind) || head.element_size() != Some(size) {
+        return Err(ReadError::WrongType(format!(
+            "holds {} elements, expected {}",
+            head.dtype_name(),
+            name_of::<A>()
+        )));
+    }
+    if head.shape != shape {
+        return Err(ReadError::Other(format!(
+            "has shape {:?}, expected {:?}",
+            head.shape, shape
+        )));
+    }
     let f = File::open(path).map_err(|e| ReadError::Other(e.to_string()))?;
     let len = f
         .metadata()
         .map_err(|e| ReadError::Other(e.to_string()))?
         .len();
-    let want: u128 =
-        shape.iter().map(|s| *s as u128).product::<u128>() * std::mem::size_of::<A>() as u128;
-    if want > len as u128 {
+    let data = len.saturating_sub(head.data_offset) as u128;
+    let want: u128 = shape.iter().map(|s| *s as u128).product::<u128>() * size as u128;
+    if want > data {
         return Err(ReadError::Other(format!(
-            "holds {len} bytes, too few for shape {shape:?} of {}-byte elements",
-            std::mem::size_of::<A>()
+            "is truncated: {data} bytes of data, shape {shape:?} of {} needs {want}",
+            head.dtype_name()
         )));
     }
     let a = ArrayD::<A>::read_npy(BufReader::new(f)).map_err(|e| {
         use ndarray_npy::ReadNpyError as E;
         match e {
-            E::WrongDescriptor(d) => ReadError::WrongType(format!(
-                "holds {d} elements, expected {}",
-                std::any::type_name::<A>()
-            )),
+            E::WrongDescriptor(d) => {
+                ReadError::WrongType(format!("holds {d} elements, expected {}", name_of::<A>()))
+            }
             E::ParseHeader(h) => ReadError::Other(one_line(&format!("malformed .npy header: {h}"))),
             other => ReadError::Other(one_line(&format!("malformed .npy: {other}"))),
         }

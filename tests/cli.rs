@@ -685,3 +685,82 @@ fn check_reproduces_the_runs_verdict_from_the_recorded_declaration() {
         .code(2)
         .stderr(predicate::str::contains("case.json: \"declared\""));
 }
+
+/// `path`'s `.npy` header with its first dimension replaced by `dim` (the data unchanged).
+fn claim_first_dim(path: &std::path::Path, dim: u64) {
+    let b = std::fs::read(path).unwrap();
+    let hl = u16::from_le_bytes([b[8], b[9]]) as usize;
+    let h = String::from_utf8_lossy(&b[10..10 + hl]).to_string();
+    let open = h.find("'shape': (").unwrap() + "'shape': (".len();
+    let first_end = open + h[open..].find([',', ')']).unwrap();
+    let mut h2 = format!("{}{dim}{}", &h[..open], &h[first_end..]);
+    h2 = h2.trim_end().to_string();
+    while (10 + h2.len() + 1) % 64 != 0 {
+        h2.push(' ');
+    }
+    h2.push('\n');
+    let mut out = b[..8].to_vec();
+    out.extend((h2.len() as u16).to_le_bytes());
+    out.extend(h2.as_bytes());
+    out.extend(&b[10 + hl..]);
+    std::fs::write(path, out).unwrap();
+}
+
+/// Issue 16 items 13 and 15: every array's header is checked before anything is allocated
+/// (a `lhs.npy` or `group_sizes.npy` claiming 2^40 rows used to abort), and the reason names
+/// what is wrong: the shape, the element type, or the missing data.
+#[test]
+fn npy_headers_are_checked_before_allocating_and_named_precisely() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("base");
+    gemm(&["--dump", base.to_str().unwrap()]).assert().code(0);
+    let copy = |name: &str| {
+        let d = dir.path().join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        for e in std::fs::read_dir(&base).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), d.join(e.file_name())).unwrap();
+        }
+        d
+    };
+    let check = |d: &std::path::Path, needle: &str| {
+        let out = moecheck().arg("check").arg(d).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{needle}: {err}");
+        assert!(err.contains(needle), "want {needle:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    };
+    for file in [
+        "lhs.npy",
+        "group_sizes.npy",
+        "rhs.npy",
+        "dout.npy",
+        "out.npy",
+    ] {
+        let d = copy(&format!("huge_{file}"));
+        claim_first_dim(&d.join(file), 1 << 40);
+        check(&d, &format!("{file}: has shape [1099511627776"));
+    }
+    // A float64 lhs: the element type, not a size.
+    let d = copy("f64_lhs");
+    let a: ndarray::Array2<f32> = ndarray_npy::read_npy(d.join("lhs.npy")).unwrap();
+    ndarray_npy::write_npy(d.join("lhs.npy"), &a.mapv(f64::from)).unwrap();
+    check(&d, "lhs.npy: holds float64 elements, expected float32");
+    // int16 group sizes: both accepted types named.
+    let d = copy("i16_sizes");
+    ndarray_npy::write_npy(d.join("group_sizes.npy"), &ndarray::Array1::<i16>::zeros(6)).unwrap();
+    check(
+        &d,
+        "group_sizes.npy: holds int16 elements, expected an int32 or int64 array",
+    );
+    // Group sizes of the wrong length: the shape.
+    let d = copy("short_sizes");
+    ndarray_npy::write_npy(d.join("group_sizes.npy"), &ndarray::Array1::<i64>::zeros(5)).unwrap();
+    check(&d, "group_sizes.npy: has shape [5], expected [6]");
+    // A truncated float32 file: in its own element type.
+    let d = copy("truncated_out");
+    let b = std::fs::read(d.join("lhs.npy")).unwrap();
+    std::fs::write(d.join("lhs.npy"), &b[..b.len() - 4]).unwrap();
+    check(&d, "lhs.npy: is truncated");
+    check(&d, "of float32 needs");
+}
