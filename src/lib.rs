@@ -8,6 +8,7 @@
 pub mod cuda;
 pub mod generate;
 pub mod impls;
+pub mod memory;
 pub mod npy;
 pub mod ops;
 pub mod output;

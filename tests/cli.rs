@@ -764,3 +764,43 @@ fn npy_headers_are_checked_before_allocating_and_named_precisely() {
     check(&d, "lhs.npy: is truncated");
     check(&d, "of float32 needs");
 }
+
+/// Issue 16 item 14: a case larger than the machine's available memory is refused at once
+/// with exit 2, the estimate and `--allow-large` (it used to abort allocating, or run for
+/// minutes). `--allow-large` is accepted on a case that fits.
+#[test]
+fn size_guards_refuse_cases_larger_than_memory() {
+    for args in [
+        &[
+            "gemm",
+            "--experts",
+            "1000",
+            "--hidden",
+            "2000",
+            "--ffn",
+            "1000",
+        ][..],
+        &[
+            "gemm",
+            "--dtype",
+            "fp8",
+            "--experts",
+            "1000",
+            "--hidden",
+            "2000",
+            "--ffn",
+            "1000",
+        ],
+        &["moe", "--tokens", "100000000"],
+        &["moe", "--experts", "2000000"],
+    ] {
+        let out = moecheck().args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("this case needs about"), "{args:?}: {err}");
+        assert!(err.contains("GiB is available"), "{args:?}: {err}");
+        assert!(err.contains("--allow-large"), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+    gemm(&["--allow-large"]).assert().code(0);
+}

@@ -9,7 +9,7 @@ use clap::Args;
 use moecheck::generate::fp8::Fp8Spec;
 use moecheck::generate::gemm::{GemmSpec, Spread};
 use moecheck::registry::{self, Declared};
-use moecheck::{pipeline, report};
+use moecheck::{memory, pipeline, report};
 use moecheck_reference::format::Format;
 use moecheck_reference::fp8::Fp8Gemm;
 use moecheck_reference::gemm::{Gemm, Passes, TailContract};
@@ -82,6 +82,10 @@ pub struct GemmFlags {
     /// Machine-readable report on stdout, with a top-level "verdict".
     #[arg(long)]
     pub json: bool,
+    /// Run even when the case's estimated memory exceeds what this machine has available
+    /// (without it such a case is refused with exit 2).
+    #[arg(long)]
+    pub allow_large: bool,
     #[command(flatten)]
     pub fp8: super::gemm_fp8::Fp8Flags,
 }
@@ -124,6 +128,23 @@ impl GemmFlags {
         }
     }
 
+    /// Refuses a case larger than the memory available ([`memory`]), unless `--allow-large`.
+    fn guard_memory(&self) -> anyhow::Result<()> {
+        let need = memory::gemm_bytes(
+            self.tokens.saturating_mul(self.topk),
+            self.hidden,
+            self.ffn,
+            self.experts,
+        );
+        memory::guard(
+            "--experts/--tokens/--topk/--hidden/--ffn",
+            need,
+            memory::available(),
+            self.allow_large,
+        )
+        .map_err(anyhow::Error::msg)
+    }
+
     /// `--acc`, `--acc-block`.
     pub fn declared(&self) -> Declared {
         Declared {
@@ -143,6 +164,7 @@ pub fn run(a: GemmFlags) -> anyhow::Result<ExitCode> {
     }
     let spec = a.spec(a.dtype);
     spec.validate().map_err(|e| anyhow::anyhow!(e.as_flag()))?;
+    a.guard_memory()?;
     let imp = registry::build::<Gemm>(&a.imp.choice(a.declared())).map_err(anyhow::Error::msg)?;
     let run = pipeline::run(&spec, Some(imp.as_ref()), a.dump.as_deref())?;
     report::finish(&pipeline::report(&run), a.json)
@@ -164,6 +186,7 @@ fn run_fp8(a: GemmFlags) -> anyhow::Result<ExitCode> {
     spec.gemm
         .validate()
         .map_err(|e| anyhow::anyhow!(e.as_flag()))?;
+    a.guard_memory()?;
     let imp =
         registry::build::<Fp8Gemm>(&a.imp.choice(a.declared())).map_err(anyhow::Error::msg)?;
     let run = pipeline::run(&spec, Some(imp.as_ref()), a.dump.as_deref())?;

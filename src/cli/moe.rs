@@ -9,7 +9,7 @@ use clap::Args;
 
 use moecheck::generate::moe::MoeSpec;
 use moecheck::registry::{self, Choice, Declared};
-use moecheck::{pipeline, report};
+use moecheck::{memory, pipeline, report};
 use moecheck_reference::format::Format;
 use moecheck_reference::moe::MoeLayer;
 
@@ -64,6 +64,10 @@ pub struct MoeFlags {
     /// Machine-readable report on stdout, with a top-level "verdict".
     #[arg(long)]
     pub json: bool,
+    /// Run even when the case's estimated memory exceeds what this machine has available
+    /// (without it such a case is refused with exit 2).
+    #[arg(long)]
+    pub allow_large: bool,
 }
 
 impl MoeFlags {
@@ -93,6 +97,14 @@ impl MoeFlags {
 
 pub fn run(a: MoeFlags) -> anyhow::Result<ExitCode> {
     let spec = a.spec()?;
+    let need = memory::moe_bytes(a.tokens, a.hidden, a.experts, a.ffn, a.shared_ffn);
+    memory::guard(
+        "--tokens/--hidden/--experts/--ffn/--shared-ffn",
+        need,
+        memory::available(),
+        a.allow_large,
+    )
+    .map_err(anyhow::Error::msg)?;
     let imp = registry::build::<MoeLayer>(&a.choice()).map_err(anyhow::Error::msg)?;
     let run = pipeline::run(&spec, Some(imp.as_ref()), a.dump.as_deref())?;
     report::finish(&pipeline::report(&run), a.json)
