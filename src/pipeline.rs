@@ -218,6 +218,84 @@ pub fn replaceable(dir: &Path, flag: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Makes `dir` ready for a command to write the files `names` into it, or refuses (naming
+/// `flag`) when that would lose something:
+/// * `dir` exists and is not a directory;
+/// * one of `names` there is a symbolic link (never written through; `--force` removes the
+///   link itself, not its target);
+/// * one of `names` there is one of `inputs` (the command would overwrite what it read);
+/// * `dir` holds files other than `names` (another case, or the user's own files): nothing is
+///   mixed into it.
+///
+/// The last two are allowed with `force`. An earlier run of the same command (only `names`
+/// there) is replaced without asking.
+pub fn prepare_out_dir(
+    dir: &Path,
+    names: &[&str],
+    inputs: &[&Path],
+    force: bool,
+    flag: &str,
+) -> anyhow::Result<()> {
+    let shown = || format!("{flag} {}", dir.display());
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return std::fs::create_dir_all(dir).with_context(shown);
+        }
+        Err(e) => return Err(e).with_context(shown),
+        Ok(m) if !std::fs::metadata(dir).is_ok_and(|m| m.is_dir()) || m.is_file() => {
+            bail!("{}: exists and is not a directory", shown());
+        }
+        Ok(_) => {}
+    }
+    let canon = |p: &Path| std::fs::canonicalize(p).ok();
+    let inputs: Vec<_> = inputs.iter().filter_map(|p| canon(p)).collect();
+    let again = if force {
+        ""
+    } else {
+        "; pass --force to write there anyway"
+    };
+    for name in names {
+        let p = dir.join(name);
+        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        if meta.file_type().is_symlink() {
+            if !force {
+                bail!(
+                    "{}: {name} is a symbolic link; not writing through it; pass --force to replace the link",
+                    shown()
+                );
+            }
+            std::fs::remove_file(&p).with_context(shown)?;
+            continue;
+        }
+        if !force && canon(&p).is_some_and(|c| inputs.contains(&c)) {
+            bail!(
+                "{}: {name} is this command's own input; not overwriting it{again}",
+                shown()
+            );
+        }
+    }
+    let mut others: Vec<String> = std::fs::read_dir(dir)
+        .with_context(shown)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !names.contains(&n.as_str()))
+        .collect();
+    if !others.is_empty() && !force {
+        others.sort();
+        let more = others.len().saturating_sub(3);
+        others.truncate(3);
+        bail!(
+            "{}: the directory holds other files ({}{}); not mixing this command's files into it{again}",
+            shown(),
+            others.join(", "),
+            if more > 0 { format!(" and {more} more") } else { String::new() }
+        );
+    }
+    Ok(())
+}
+
 /// Writes `outputs` into `dir` (created if needed); errors name `flag DIR`.
 pub fn write_outputs<O: Protocol>(
     dir: &Path,

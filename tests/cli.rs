@@ -804,3 +804,82 @@ fn size_guards_refuse_cases_larger_than_memory() {
     }
     gemm(&["--allow-large"]).assert().code(0);
 }
+
+/// Issue 16 item 10: `fp8 quantize --out` and `route --out` never overwrite their own input,
+/// never write through a symbolic link, and never mix their files into a directory that holds
+/// something else (a GEMM case, say) — exit 2 naming the file, unless `--force`. A rerun into
+/// their own earlier output is fine.
+#[test]
+fn out_directories_never_lose_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = dir.path().join("x.npy");
+    let data = ndarray::Array2::<f32>::from_shape_fn((8, 4), |(i, j)| (i * 4 + j) as f32 / 7.0);
+    ndarray_npy::write_npy(&x, &data).unwrap();
+    let d = dir.path().join("q");
+    let quantize = |input: &std::path::Path, extra: &[&str]| {
+        let mut c = moecheck();
+        c.args(["fp8", "quantize", "--format", "e4m3", "--in"])
+            .arg(input)
+            .arg("--out")
+            .arg(&d)
+            .args(extra);
+        c.output().unwrap()
+    };
+    let refused = |o: std::process::Output, needle: &str| {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{needle}: {err}");
+        assert!(err.contains(needle), "want {needle:?}: {err}");
+    };
+    assert_eq!(quantize(&x, &[]).status.code(), Some(0));
+    assert_eq!(
+        quantize(&x, &[]).status.code(),
+        Some(0),
+        "a rerun replaces its own files"
+    );
+    // Its own input.
+    let deq = d.join("dequant.npy");
+    let before = std::fs::read(&deq).unwrap();
+    refused(
+        quantize(&deq, &[]),
+        "dequant.npy is this command's own input",
+    );
+    assert_eq!(std::fs::read(&deq).unwrap(), before);
+    assert_eq!(quantize(&deq, &["--force"]).status.code(), Some(0));
+    // A symbolic link: never written through, even with --force.
+    #[cfg(unix)]
+    {
+        std::fs::remove_file(d.join("q.npy")).unwrap();
+        std::os::unix::fs::symlink(&x, d.join("q.npy")).unwrap();
+        refused(quantize(&x, &[]), "q.npy is a symbolic link");
+        assert_eq!(quantize(&x, &["--force"]).status.code(), Some(0));
+        let kept: ndarray::Array2<f32> = ndarray_npy::read_npy(&x).unwrap();
+        assert_eq!(kept, data, "the link's target is untouched");
+        assert!(!d.join("q.npy").is_symlink());
+    }
+    // A directory holding something else.
+    std::fs::write(d.join("notes.txt"), "mine").unwrap();
+    refused(quantize(&x, &[]), "holds other files (notes.txt)");
+    // route --out into a GEMM dump.
+    let g = dir.path().join("gemm");
+    gemm(&["--dump", g.to_str().unwrap()]).assert().code(0);
+    let sizes = std::fs::read(g.join("group_sizes.npy")).unwrap();
+    let o = moecheck()
+        .args([
+            "route",
+            "--topk",
+            "2",
+            "--score",
+            "softmax",
+            "--tokens",
+            "16",
+            "--experts",
+            "6",
+            "--out",
+        ])
+        .arg(&g)
+        .output()
+        .unwrap();
+    refused(o, "holds other files (case.json");
+    assert_eq!(std::fs::read(g.join("group_sizes.npy")).unwrap(), sizes);
+    moecheck().arg("check").arg(&g).assert().code(0);
+}

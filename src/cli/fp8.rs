@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use clap::{Args, Subcommand};
 use ndarray::{Array1, Array2, ArrayD, IxDyn};
 use serde::Serialize;
@@ -43,9 +43,14 @@ pub struct QuantizeArgs {
     /// IEEE (ml_dtypes) casts instead of saturating ones: E4M3 overflow -> NaN, E5M2 -> inf.
     #[arg(long)]
     pub no_saturate: bool,
-    /// Output directory (created if missing).
+    /// Output directory (created if missing). Refused when it holds other files, when a file
+    /// to be written there is the input, or is a symbolic link.
     #[arg(long)]
     pub out: PathBuf,
+    /// Write into --out although it holds other files or one of them is the input (a
+    /// symbolic link there is replaced, never written through).
+    #[arg(long)]
+    pub force: bool,
     /// Machine-readable summary on stdout.
     #[arg(long)]
     pub json: bool,
@@ -128,6 +133,15 @@ fn write<A: ndarray_npy::WritableElement, D: ndarray::Dimension>(
     npy::write(&p, a).map_err(|r| anyhow::anyhow!("--out {}: {r}", p.display()))
 }
 
+/// What `fp8 quantize` writes into `--out`.
+const OUT_FILES: [&str; 5] = [
+    "q.npy",
+    "scale.npy",
+    "scale_inv.npy",
+    "amax.npy",
+    "dequant.npy",
+];
+
 fn quantize(a: QuantizeArgs) -> anyhow::Result<ExitCode> {
     if !matches!(a.format, Format::E4m3 | Format::E5m2) {
         bail!("--format {}: expected e4m3 or e5m2", a.format);
@@ -168,7 +182,11 @@ fn quantize(a: QuantizeArgs) -> anyhow::Result<ExitCode> {
         Overflow::Saturate
     };
     let q = quantize_rows(x2.view(), &scope, a.format, overflow);
-    std::fs::create_dir_all(&a.out).with_context(|| format!("--out {}", a.out.display()))?;
+    let mut inputs = vec![a.input.as_path()];
+    if let Some(p) = a.scope.strip_prefix("rows:") {
+        inputs.push(Path::new(p));
+    }
+    moecheck::pipeline::prepare_out_dir(&a.out, &OUT_FILES, &inputs, a.force, "--out")?;
     let dyn_shape = IxDyn(&shape);
     let bytes = q.q.clone().into_shape_with_order(dyn_shape.clone())?;
     let deq = q.dequantize_f32().into_shape_with_order(dyn_shape)?;

@@ -37,8 +37,14 @@ pub struct RouteFlags {
     pub routing: RoutingFlags,
     /// Write indices.npy, weights.npy (float32), kept.npy and group_sizes.npy (the
     /// reference's) to DIR.
+    /// Refused when DIR holds other files (a case directory, say), when a file to be
+    /// written there is an input, or is a symbolic link.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Write into --out although it holds other files or one of them is an input (a
+    /// symbolic link there is replaced, never written through).
+    #[arg(long, requires = "out")]
+    pub force: bool,
     /// Write the routing case directory (protocol op route: case.json, logits.npy, bias.npy)
     /// to DIR and, with --impl, the outputs that were checked (`moecheck check DIR`
     /// re-verifies them).
@@ -121,6 +127,21 @@ pub fn run(a: RouteFlags) -> anyhow::Result<ExitCode> {
                 out.display()
             );
         }
+    }
+    if let Some(out) = &a.out {
+        let inputs: Vec<&std::path::Path> = a
+            .logits
+            .iter()
+            .chain(&a.bias)
+            .map(|p| p.as_path())
+            .collect();
+        pipeline::prepare_out_dir(
+            out,
+            &["indices.npy", "weights.npy", "kept.npy", "group_sizes.npy"],
+            &inputs,
+            a.force,
+            "--out",
+        )?;
     }
     let spec = a.spec()?;
     let imp = match a.choice()? {
