@@ -12,8 +12,7 @@ fn main() -> ExitCode {
     match cli::run() {
         Ok(code) => code,
         Err(e) => {
-            let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
-            eprintln!("moecheck: error: {}", chain.join(": "));
+            eprintln!("moecheck: error: {}", cli::one_reason(&e));
             ExitCode::from(2)
         }
     }

@@ -883,3 +883,48 @@ fn out_directories_never_lose_files() {
     assert_eq!(std::fs::read(g.join("group_sizes.npy")).unwrap(), sizes);
     moecheck().arg("check").arg(&g).assert().code(0);
 }
+
+/// Issue 16 item 15: a cause is said once, and a format flag's error lists exactly the
+/// formats that flag accepts (it used to list FP8 formats the command then refused).
+#[test]
+fn messages_say_each_cause_once_and_list_only_accepted_formats() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("c");
+    gemm(&["--dump", d.to_str().unwrap()]).assert().code(0);
+    let mut a: ndarray::Array2<f32> = ndarray_npy::read_npy(d.join("dout.npy")).unwrap();
+    a[(0, 0)] = f32::NAN;
+    ndarray_npy::write_npy(d.join("dout.npy"), &a).unwrap();
+    let out = moecheck().arg("check").arg(&d).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.matches("non-finite").count(), 1, "{err}");
+    for (args, says) in [
+        (
+            &["gemm", "--out-dtype", "e4m3"][..],
+            "e4m3 is not accepted here (expected one of f32, bf16, f16, f64)",
+        ),
+        (
+            &["gemm", "--acc", "int8"],
+            "unknown dtype 'int8' (expected one of f32, bf16, f16, f64)",
+        ),
+        (
+            &["moe", "--dtype", "f64"],
+            "f64 is not accepted here (expected one of bf16, f16, f32)",
+        ),
+        (
+            &[
+                "fp8", "quantize", "--in", "x.npy", "--out", "o", "--format", "bf16",
+            ],
+            "(expected one of e4m3, e5m2)",
+        ),
+        (
+            &["gemm", "--dtype", "fp8", "--dout-format", "f32"],
+            "(expected one of e4m3, e5m2)",
+        ),
+    ] {
+        let out = moecheck().args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}

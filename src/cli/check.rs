@@ -23,7 +23,7 @@ pub struct CheckArgs {
     /// Declared accumulator format of the implementation that wrote the outputs (grouped
     /// GEMM) [default: what case.json records under "declared", else f32]. An FP8 case
     /// declares its accumulation in case.json.
-    #[arg(long, value_parser = super::parse_format)]
+    #[arg(long, value_parser = super::format_in(super::FLOATS))]
     pub acc: Option<Format>,
     /// Declared K-block size of the accumulator; omit for what case.json records, else "any
     /// order".
@@ -31,11 +31,11 @@ pub struct CheckArgs {
     pub acc_block: Option<usize>,
     /// Declared compute format of the implementation that wrote the outputs (routing, MoE
     /// layer) [default: what case.json records, else f32].
-    #[arg(long, value_parser = super::parse_format)]
+    #[arg(long, value_parser = super::format_in(super::FLOATS))]
     pub compute: Option<Format>,
     /// Declared output format of the implementation that wrote the outputs (MoE layer)
     /// [default: what case.json records, else f32].
-    #[arg(long, value_parser = super::parse_format)]
+    #[arg(long, value_parser = super::format_in(super::FLOATS))]
     pub out_dtype: Option<Format>,
     /// Machine-readable report with a top-level "verdict".
     #[arg(long)]

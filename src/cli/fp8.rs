@@ -34,7 +34,7 @@ pub struct QuantizeArgs {
     #[arg(long = "in")]
     pub input: PathBuf,
     /// FP8 format: e4m3 (max 448) or e5m2 (max 57344).
-    #[arg(long, value_parser = super::parse_format)]
+    #[arg(long, value_parser = super::format_in(super::FP8))]
     pub format: Format,
     /// Scaling scope: `tensor` (one scale) or `rows:SIZES.npy` (int32/int64 group sizes, one
     /// scale per group of consecutive rows; rows past the sum are in no scope and written as 0).

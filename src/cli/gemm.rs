@@ -40,12 +40,12 @@ pub struct GemmFlags {
     #[arg(long, default_value = "bf16", value_parser = super::gemm_fp8::parse_gemm_dtype)]
     pub dtype: Format,
     /// Output dtype the implementation writes: f32, bf16, f16, f64.
-    #[arg(long, default_value = "f32", value_parser = super::parse_format)]
+    #[arg(long, default_value = "f32", value_parser = super::format_in(super::FLOATS))]
     pub out_dtype: Format,
     /// Accumulator format an exec: or worker: implementation declares (the bound is derived from it)
     /// [default: f32]. Built-in implementations declare their own; FP8 declares its
     /// accumulation with --accum.
-    #[arg(long, value_parser = super::parse_format)]
+    #[arg(long, value_parser = super::format_in(super::FLOATS))]
     pub acc: Option<Format>,
     /// K-block size of an exec: or worker: implementation's accumulator (partials over this many
     /// products, then summed); omit for "any order".

@@ -63,13 +63,13 @@ pub struct Fp8Flags {
     #[arg(long, value_parser = parse_accum)]
     pub accum: Option<AccumModel>,
     /// FP8: format of lhs [default: --dtype's, e4m3 for fp8].
-    #[arg(long, value_parser = parse_format)]
+    #[arg(long, value_parser = super::format_in(super::FP8))]
     pub lhs_format: Option<Format>,
     /// FP8: format of rhs [default: --dtype's].
-    #[arg(long, value_parser = parse_format)]
+    #[arg(long, value_parser = super::format_in(super::FP8))]
     pub rhs_format: Option<Format>,
     /// FP8: format of dout (dgrad, wgrad) [default: e5m2].
-    #[arg(long, value_parser = parse_format)]
+    #[arg(long, value_parser = super::format_in(super::FP8))]
     pub dout_format: Option<Format>,
     /// FP8: scaling scope of lhs: group or tensor [default: group].
     #[arg(long, value_parser = parse_scope)]

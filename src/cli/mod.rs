@@ -122,8 +122,73 @@ pub fn parse_format(s: &str) -> Result<Format, String> {
     Format::parse(s).map_err(|e| e.to_string())
 }
 
+/// An error and its causes on one line, `outer: inner`, each cause once: a cause whose text
+/// the line already ends with (an error that displays its source too) is not repeated.
+pub fn one_reason(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for c in e.chain().map(|c| c.to_string()) {
+        if line.ends_with(&c) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&c);
+    }
+    line
+}
+
+/// Non-FP8 formats: outputs, accumulators, compute formats.
+pub const FLOATS: &[Format] = &[Format::F32, Format::Bf16, Format::F16, Format::F64];
+/// Input formats of generated layer cases.
+pub const INPUTS: &[Format] = &[Format::Bf16, Format::F16, Format::F32];
+/// FP8 formats.
+pub const FP8: &[Format] = &[Format::E4m3, Format::E5m2];
+
+/// A parser of a format flag that accepts only `allowed`, and names exactly those.
+pub fn format_in(
+    allowed: &'static [Format],
+) -> impl Fn(&str) -> Result<Format, String> + Clone + Send + Sync + 'static {
+    move |s: &str| {
+        let names = allowed
+            .iter()
+            .map(|f| f.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        match Format::parse(s) {
+            Ok(f) if allowed.contains(&f) => Ok(f),
+            Ok(f) => Err(format!(
+                "{f} is not accepted here (expected one of {names})"
+            )),
+            Err(_) => Err(format!("unknown dtype '{s}' (expected one of {names})")),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn one_reason_names_each_cause_once() {
+        #[derive(Debug)]
+        struct Shows(&'static str);
+        impl std::fmt::Display for Shows {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.0)
+            }
+        }
+        impl std::error::Error for Shows {}
+        let inner = anyhow::Error::new(Shows("dout holds NaN at [0, 0]"));
+        let twice = inner
+            .context("dout holds NaN at [0, 0]")
+            .context("case/dir");
+        assert_eq!(
+            super::one_reason(&twice),
+            "case/dir: dout holds NaN at [0, 0]"
+        );
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(super::one_reason(&e), "outer: inner");
+    }
+
     #[test]
     fn clap_command_is_well_formed() {
         use clap::CommandFactory;

@@ -44,14 +44,14 @@ pub struct MoeFlags {
     #[arg(long)]
     pub bias: bool,
     /// Input dtype: every input value is exactly representable in it (bf16, f16 or f32).
-    #[arg(long, default_value = "bf16", value_parser = super::parse_format)]
+    #[arg(long, default_value = "bf16", value_parser = super::format_in(super::INPUTS))]
     pub dtype: Format,
     /// Declared compute format of an exec: or worker: implementation (every operation, GEMM
     /// accumulation included) [default: f32]. Built-in implementations declare their own.
-    #[arg(long, value_parser = super::parse_format)]
+    #[arg(long, value_parser = super::format_in(super::FLOATS))]
     pub compute: Option<Format>,
     /// Declared output format of an exec: or worker: implementation [default: f32].
-    #[arg(long, value_parser = super::parse_format)]
+    #[arg(long, value_parser = super::format_in(super::FLOATS))]
     pub out_dtype: Option<Format>,
     /// Seed of the generated case.
     #[arg(long, default_value_t = 0)]

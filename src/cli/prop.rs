@@ -24,16 +24,16 @@ pub struct PropFlags {
     #[command(flatten)]
     pub imp: ImplFlags,
     /// Accumulator format an exec: grouped GEMM declares [default: f32].
-    #[arg(long, value_parser = super::parse_format)]
+    #[arg(long, value_parser = super::format_in(super::FLOATS))]
     pub acc: Option<Format>,
     /// K-block size of an exec: grouped GEMM's accumulator; omit for "any order".
     #[arg(long)]
     pub acc_block: Option<usize>,
     /// Compute format an exec: routing or MoE layer declares [default: f32].
-    #[arg(long, value_parser = super::parse_format)]
+    #[arg(long, value_parser = super::format_in(super::FLOATS))]
     pub compute: Option<Format>,
     /// Output format an exec: MoE layer declares [default: f32].
-    #[arg(long, value_parser = super::parse_format)]
+    #[arg(long, value_parser = super::format_in(super::FLOATS))]
     pub out_dtype: Option<Format>,
     /// Cases per property.
     #[arg(long, default_value_t = DEFAULT_CASES)]

@@ -63,7 +63,7 @@ pub struct RouteFlags {
     pub imp: ImplFlags,
     /// The format an exec: or worker: implementation computes scores and weights in (the weight bound
     /// is derived from it) [default: f32]. Built-in implementations declare their own.
-    #[arg(long, value_parser = super::parse_format)]
+    #[arg(long, value_parser = super::format_in(super::FLOATS))]
     pub compute: Option<Format>,
     /// Machine-readable report on stdout, with a top-level "verdict".
     #[arg(long)]
