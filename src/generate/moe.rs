@@ -93,21 +93,25 @@ impl Generate<MoeLayer> for MoeSpec {
         precision: &dyn Fn(&MoeCase) -> LayerPrecision,
     ) -> anyhow::Result<Generated<MoeLayer>> {
         self.validate()?;
+        let mut last = String::new();
         for draw in 0..MAX_DRAWS {
             let case = self.draw(draw);
-            if tie_guard(&case, &precision(&case))
-                .context("generated case")?
-                .is_none()
-            {
-                return Ok(Generated {
-                    case,
-                    ask: (),
-                    draws: draw + 1,
-                });
+            match tie_guard(&case, &precision(&case)).context("generated case")? {
+                None => {
+                    return Ok(Generated {
+                        case,
+                        ask: (),
+                        draws: draw + 1,
+                    })
+                }
+                Some(why) => last = why,
             }
         }
+        // Another seed draws from the same distribution: with this many tokens per draw a near
+        // tie is all but certain, so say what does change the odds.
         anyhow::bail!(
-            "no case without a top-k/group/capacity near tie in {MAX_DRAWS} draws; change --seed or the shape"
+            "--tokens {}: every one of {MAX_DRAWS} draws has a top-k/group/capacity near tie at the declared precision (the last: {last}); the chance of one grows with the number of tokens and experts, so another --seed rarely helps: use fewer --tokens (each draw is one chance per token) or a more precise --compute",
+            self.tokens
         )
     }
 }
