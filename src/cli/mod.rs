@@ -70,11 +70,20 @@ pub enum Command {
 pub fn run() -> anyhow::Result<ExitCode> {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
-        Err(e) => {
-            // Help and version go to stdout with exit 0; usage errors exit 2.
-            let code = if e.use_stderr() { 2 } else { 0 };
+        // Help and version go to stdout with exit 0.
+        Err(e) if !e.use_stderr() => {
             let _ = e.print();
-            return Ok(ExitCode::from(code));
+            return Ok(ExitCode::SUCCESS);
+        }
+        // No subcommand: the help, on stderr, exit 2.
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            return Ok(ExitCode::from(2));
+        }
+        // Usage errors: exit 2 with one line, like every other bad input.
+        Err(e) => {
+            eprintln!("moecheck: error: {}", usage_line(&e.to_string()));
+            return Ok(ExitCode::from(2));
         }
     };
     match cli.command {
@@ -120,6 +129,20 @@ impl ImplFlags {
 /// A number format flag (`f32`, `bf16`, ...).
 pub fn parse_format(s: &str) -> Result<Format, String> {
     Format::parse(s).map_err(|e| e.to_string())
+}
+
+/// clap's usage error on one line: its text up to the usage block, without the `error:`
+/// prefix, lines joined (a list of missing flags stays whole).
+fn usage_line(text: &str) -> String {
+    let body: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .filter(|l| !l.is_empty())
+        .collect();
+    let line = body.join(" ");
+    let line = line.strip_prefix("error: ").unwrap_or(&line).to_string();
+    format!("{line} (see --help)")
 }
 
 /// An error and its causes on one line, `outer: inner`, each cause once: a cause whose text
@@ -187,6 +210,15 @@ mod tests {
         );
         let e = anyhow::anyhow!("inner").context("outer");
         assert_eq!(super::one_reason(&e), "outer: inner");
+    }
+
+    #[test]
+    fn usage_errors_are_one_line() {
+        let text = "error: the following required arguments were not provided:\n  --topk <TOPK>\n  --score <SCORE>\n\nUsage: moecheck route --topk <TOPK>\n\nFor more information, try '--help'.\n";
+        assert_eq!(
+            super::usage_line(text),
+            "the following required arguments were not provided: --topk <TOPK> --score <SCORE> (see --help)"
+        );
     }
 
     #[test]
