@@ -677,3 +677,59 @@ fn fortran_order_logits_route_like_c_order() {
     }
     assert_eq!(outputs[0], outputs[1]);
 }
+
+/// Issue 12's defect: weights are checked at the precision of `weights.npy`'s dtype. Under
+/// `--compute f64`, f32-rounded weights written as float64 used to pass against an f32-level
+/// bound; now they fail, while the same values stored as float32 (an f32 output, declared by
+/// the dtype) pass.
+#[test]
+fn f64_weights_are_checked_at_f64_precision() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("case");
+    moecheck()
+        .args([
+            "route",
+            "--topk",
+            "2",
+            "--score",
+            "softmax",
+            "--tokens",
+            "64",
+            "--experts",
+            "8",
+        ])
+        .args(["--impl", "reference", "--dump"])
+        .arg(&d)
+        .assert()
+        .code(0);
+    let check = |compute: &str| {
+        moecheck()
+            .args(["check", "--compute", compute])
+            .arg(&d)
+            .output()
+            .unwrap()
+    };
+    let w: Array2<f64> = ndarray_npy::read_npy(d.join("weights.npy")).unwrap();
+    assert!(
+        w.iter().any(|v| *v as f32 as f64 != *v),
+        "the reference's weights are f64"
+    );
+    assert_eq!(check("f64").status.code(), Some(0));
+    let rounded = w.mapv(|v| v as f32 as f64);
+    ndarray_npy::write_npy(d.join("weights.npy"), &rounded).unwrap();
+    let o = check("f64");
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    ndarray_npy::write_npy(d.join("weights.npy"), &w.mapv(|v| v as f32)).unwrap();
+    let o = check("f64");
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+}

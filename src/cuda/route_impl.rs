@@ -106,6 +106,7 @@ pub fn outputs_of(r: &Routed, t: usize, k: usize, e: usize) -> Result<RouteOutpu
         kept: Array2::from_shape_vec((t, k), r.kept.iter().map(|&b| b != 0).collect())
             .map_err(shape)?,
         group_sizes: sizes,
+        weights_format: None,
     })
 }
 

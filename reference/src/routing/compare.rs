@@ -49,6 +49,10 @@ pub struct RouteOutputs {
     pub kept: Array2<bool>,
     /// `(E,)` kept assignments per expert.
     pub group_sizes: Vec<usize>,
+    /// The format the weights were stored in (`weights.npy`'s dtype), when they were read
+    /// from a file; it is the output format their bound is derived from (docs/protocol.md).
+    /// `None` for in-process implementations, which declare it.
+    pub weights_format: Option<Format>,
 }
 
 impl RouteOutputs {
@@ -59,6 +63,7 @@ impl RouteOutputs {
             weights: r.combine.clone(),
             kept: r.kept.clone(),
             group_sizes: r.group_sizes.clone(),
+            weights_format: None,
         }
     }
 }

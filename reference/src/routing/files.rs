@@ -231,7 +231,8 @@ impl Protocol for Route {
             ));
         }
         let indices: Array2<usize> = raw.mapv(|v| v as usize);
-        let weights = dims::<Ix2, _>("weights.npy", files.float("weights.npy", &[t, k])?.0)?;
+        let (weights, weights_format) = files.float("weights.npy", &[t, k])?;
+        let weights = dims::<Ix2, _>("weights.npy", weights)?;
         let kept = dims::<Ix2, _>("kept.npy", files.flags("kept.npy", &[t, k])?)?;
         let group_sizes = read_group_sizes(files, "group_sizes.npy", e)?;
         Ok(RouteOutputs {
@@ -239,6 +240,7 @@ impl Protocol for Route {
             weights,
             kept,
             group_sizes,
+            weights_format: Some(weights_format),
         })
     }
 }

@@ -273,6 +273,7 @@ impl Implementation<Route> for RouteEmulate {
             weights,
             kept,
             group_sizes,
+            weights_format: None,
         })
     }
 }
