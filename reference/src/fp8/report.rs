@@ -18,7 +18,7 @@ use super::case::{Fp8Recipe, ScalingKind};
 use super::high_precision::HighPrecisionStats;
 use super::model::ModelCheck;
 use super::op::Fp8Gemm;
-use crate::gemm::{render_case, render_passes, Gemm, GemmDocument};
+use crate::gemm::{render_case, render_kinds, render_passes, Gemm, GemmDocument};
 use crate::report::{verdict_line, Reported, RunInfo};
 
 /// The `--json` document of `moecheck gemm --dtype fp8` and of `moecheck check` on an FP8
@@ -81,6 +81,7 @@ impl Reported for Fp8Gemm {
         g.head.render(&mut s);
         render_case(&mut s, g);
         g.outcome.render(&mut s);
+        render_kinds(&mut s, &g.passes);
         render_passes(&mut s, &g.passes);
         render_high_precision(&mut s, &doc.fp8.high_precision);
         if let Some(m) = &doc.fp8.model_check {
@@ -97,6 +98,9 @@ impl Reported for Fp8Gemm {
                 s,
                 "NOTE: {non_finite} outputs are NaN or inf in the recipe itself (without saturation, a scale from a stale amax overflows the FP8 format); they were matched exactly, and the verdict says only that the implementation follows the recipe"
             );
+        }
+        for h in &g.hints {
+            let _ = writeln!(s, "hint: {h}");
         }
         g.outcome.render_inconclusive(&mut s, g.head.verdict);
         verdict_line(&mut s, g.head.verdict);

@@ -62,11 +62,69 @@ impl GroupStats {
     }
 }
 
+/// Formats narrower than f32 that an implementation may have written without declaring
+/// them: [`PassReport::looks_like`].
+const NARROW: [Format; 2] = [Format::Bf16, Format::F16];
+
+/// Whether every non-zero finite output seen is exactly a value of each [`NARROW`] format,
+/// and whether every reference value is too (then outputs fitting says nothing).
+#[derive(Debug, Clone, Copy)]
+struct Fit {
+    got: [bool; 2],
+    want: [bool; 2],
+    nonzero: usize,
+}
+
+impl Fit {
+    const ALL: Fit = Fit {
+        got: [true; 2],
+        want: [true; 2],
+        nonzero: 0,
+    };
+
+    fn push(&mut self, got: f64, want: f64) {
+        let fits = |x: f64, f: Format| {
+            !x.is_finite()
+                || x == 0.0
+                || crate::format::round_to(x, f, crate::format::Overflow::Ieee) == x
+        };
+        if got.is_finite() && got != 0.0 {
+            self.nonzero += 1;
+        }
+        for (i, f) in NARROW.into_iter().enumerate() {
+            self.got[i] = self.got[i] && fits(got, f);
+            self.want[i] = self.want[i] && fits(want, f);
+        }
+    }
+
+    fn and(self, o: Fit) -> Fit {
+        let both = |a: [bool; 2], b: [bool; 2]| [a[0] && b[0], a[1] && b[1]];
+        Fit {
+            got: both(self.got, o.got),
+            want: both(self.want, o.want),
+            nonzero: self.nonzero + o.nonzero,
+        }
+    }
+
+    /// The narrowest format every output fits but the reference does not, when narrower
+    /// than `declared` and seen on at least 16 values (fewer could fit by chance).
+    fn narrower_than(self, declared: Format) -> Option<Format> {
+        let u = declared.info().unit_roundoff();
+        if self.nonzero < 16 {
+            return None;
+        }
+        (0..NARROW.len())
+            .find(|&i| self.got[i] && !self.want[i] && NARROW[i].info().unit_roundoff() > u)
+            .map(|i| NARROW[i])
+    }
+}
+
 /// Accumulates one group's statistics, and the bound's teeth ([`PassReport::zero_ratio`]).
 struct Acc {
     group: GroupId,
     acc: StatsAcc<GemmAt>,
     teeth: f64,
+    fit: Fit,
 }
 
 impl Acc {
@@ -75,23 +133,25 @@ impl Acc {
             group,
             acc: StatsAcc::new(out),
             teeth: 0.0,
+            fit: Fit::ALL,
         }
     }
 
     fn push(&mut self, row: usize, col: usize, got: f64, want: f64, bound: f64) {
         let group = self.group;
         self.teeth = self.teeth.max(zero_ratio(want, bound));
+        self.fit.push(got, want);
         self.acc
             .push(|| GemmAt { group, row, col }, got, want, bound);
     }
 
-    /// The group's statistics and its `max |want| / bound`.
-    fn finish(self) -> (GroupStats, f64) {
+    /// The group's statistics, its `max |want| / bound` and what its outputs fit.
+    fn finish(self) -> (GroupStats, f64, Fit) {
         let stats = GroupStats {
             group: self.group,
             stats: self.acc.finish(),
         };
-        (stats, self.teeth)
+        (stats, self.teeth, self.fit)
     }
 }
 
@@ -119,6 +179,11 @@ pub struct PassReport {
     /// all-zero output would have passed this pass too: the verdict is then INCONCLUSIVE.
     #[serde(default)]
     pub zero_ratio: f64,
+    /// A format narrower than the declared output in which every non-zero output of this
+    /// pass is exactly representable (at least 16 of them): the implementation probably
+    /// writes that format, and should declare it (`--out-dtype`).
+    #[serde(default)]
+    pub looks_like: Option<Format>,
 }
 
 /// `|want| / bound` for one element, as [`PassReport::zero_ratio`] takes its maximum.
@@ -190,8 +255,8 @@ impl CaseReport {
         let g = worst_slice(p.groups.iter().filter(|g| !g.passed()), |g| &g.stats)?;
         let w = g.stats.worst.as_ref()?;
         Some(format!(
-            "{}: {} of {} elements of {} outside the bound; worst at row {} col {}: got {:e}, want {:e}, bound {:e}",
-            p.pass, g.stats.failed, g.stats.checked, g.group, w.at.row, w.at.col, w.got, w.want, w.bound
+            "{}: {} of {} elements of {} outside the bound; worst at row {} col {}: got {}, want {}, bound {}",
+            p.pass, g.stats.failed, g.stats.checked, g.group, w.at.row, w.at.col, crate::report::sci(w.got), crate::report::sci(w.want), crate::report::bound_text(w.bound)
         ))
     }
 }
@@ -323,6 +388,7 @@ fn missing(pass: Pass, shape: &[usize], why: &str) -> PassReport {
         groups: Vec::new(),
         error: Some(why.to_string()),
         zero_ratio: 0.0,
+        looks_like: None,
     }
 }
 
@@ -342,6 +408,7 @@ fn compare_rows(
     let m = want.nrows();
     let mut stats = Vec::with_capacity(groups + 1);
     let mut teeth = 0.0f64;
+    let mut fit = Fit::ALL;
     let tail_checked = tail == TailContract::Zero;
     for g in 0..=groups {
         let (id, lo, hi) = if g < groups {
@@ -363,9 +430,10 @@ fn compare_rows(
                 acc.push(r, c, got[(r, c)], y, bound.at(s, y));
             }
         }
-        let (group, t) = acc.finish();
+        let (group, t, f) = acc.finish();
         stats.push(group);
         teeth = teeth.max(t);
+        fit = fit.and(f);
     }
     PassReport {
         pass,
@@ -377,6 +445,7 @@ fn compare_rows(
         groups: stats,
         error: None,
         zero_ratio: teeth,
+        looks_like: fit.narrower_than(out),
     }
 }
 
@@ -393,6 +462,7 @@ fn compare_experts(
     let mut teeth = 0.0f64;
     let mut vacuous = false;
     let mut depth = 0;
+    let mut fit = Fit::ALL;
     for (g, &size) in sizes.iter().enumerate().take(groups) {
         let bound = bound_of(size);
         vacuous |= bound.is_vacuous();
@@ -404,9 +474,10 @@ fn compare_experts(
                 acc.push(r, c, got[(g, r, c)], y, bound.at(s, y));
             }
         }
-        let (group, t) = acc.finish();
+        let (group, t, f) = acc.finish();
         stats.push(group);
         teeth = teeth.max(t);
+        fit = fit.and(f);
     }
     PassReport {
         pass: Pass::Wgrad,
@@ -418,5 +489,6 @@ fn compare_experts(
         groups: stats,
         error: None,
         zero_ratio: teeth,
+        looks_like: fit.narrower_than(precision.output),
     }
 }

@@ -44,4 +44,4 @@ pub use grouped::{
     grouped_dgrad, grouped_fwd, grouped_fwd_into, grouped_wgrad, reference, ReferenceResult, CHUNK,
 };
 pub use op::Gemm;
-pub use report::{render_case, render_passes, GemmDocument, Shape};
+pub use report::{hints, render_case, render_kinds, render_passes, GemmDocument, Shape};

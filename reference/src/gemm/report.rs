@@ -20,7 +20,9 @@ use super::bound::Precision;
 use super::case::{GroupedGemmCase, TailContract};
 use super::compare::PassReport;
 use super::op::Gemm;
-use crate::report::{verdict_line, Reported, RunHead, RunInfo, RunOutcome, StatsRow, StatsTable};
+use crate::report::{
+    bound_text, verdict_line, Reported, RunHead, RunInfo, RunOutcome, StatsRow, StatsTable,
+};
 
 /// The case's shape.
 #[derive(Debug, Clone, Serialize)]
@@ -59,6 +61,9 @@ pub struct GemmDocument {
     #[serde(flatten)]
     pub outcome: RunOutcome,
     pub passes: Vec<PassReport>,
+    /// One line per likely cause of a failure that a declaration would change (tail rows
+    /// only; outputs of a narrower dtype than declared).
+    pub hints: Vec<String>,
 }
 
 impl Reported for Gemm {
@@ -74,6 +79,9 @@ impl Reported for Gemm {
             tail: run.case.tail,
             outcome: RunOutcome::of(run),
             passes: run.report().map_or_else(Vec::new, |r| r.passes.clone()),
+            hints: run
+                .report()
+                .map_or_else(Vec::new, |r| hints(&r.passes, run.precision.output)),
         }
     }
 
@@ -82,10 +90,79 @@ impl Reported for Gemm {
         doc.head.render(&mut s);
         render_case(&mut s, doc);
         doc.outcome.render(&mut s);
+        render_kinds(&mut s, &doc.passes);
         render_passes(&mut s, &doc.passes);
+        render_hints(&mut s, &doc.hints);
         doc.outcome.render_inconclusive(&mut s, doc.head.verdict);
         verdict_line(&mut s, doc.head.verdict);
         s
+    }
+}
+
+/// What a declaration would change about a failure: only tail rows failed (`--tail
+/// ignored`), or a pass's outputs are all exactly values of a narrower format than declared.
+pub fn hints(passes: &[PassReport], declared_out: crate::format::Format) -> Vec<String> {
+    let failed: Vec<&PassReport> = passes.iter().filter(|p| !p.passed()).collect();
+    let mut hints = Vec::new();
+    let only_tail = !failed.is_empty()
+        && failed.iter().all(|p| {
+            p.error.is_none()
+                && p.groups
+                    .iter()
+                    .all(|g| g.passed() || g.group == super::compare::GroupId::Tail)
+        });
+    if only_tail {
+        hints.push("only tail rows failed (rows past sum(group_sizes), which the default contract requires to be exactly 0): if the kernel leaves them unwritten, declare --tail ignored, and then nothing downstream may read those rows".into());
+    }
+    for p in failed {
+        if let Some(f) = p.looks_like {
+            hints.push(format!(
+                "every non-zero {} output is exactly a {f} value, but {declared_out} was declared: if the kernel writes {f}, declare --out-dtype {f}",
+                p.pass
+            ));
+        }
+    }
+    hints
+}
+
+fn render_hints(s: &mut String, hints: &[String]) {
+    for h in hints {
+        let _ = writeln!(s, "hint: {h}");
+    }
+}
+
+/// One line before the table on what kinds of failure there are, per failed pass.
+pub fn render_kinds(s: &mut String, passes: &[PassReport]) {
+    let kinds: Vec<String> = passes
+        .iter()
+        .filter(|p| !p.passed())
+        .map(|p| {
+            if let Some(e) = &p.error {
+                return format!("{}: {e}", p.pass);
+            }
+            let failed = |tail: bool| {
+                p.groups.iter().filter(move |g| {
+                    !g.passed() && (g.group == super::compare::GroupId::Tail) == tail
+                })
+            };
+            let mut k = Vec::new();
+            let experts = failed(false).count();
+            if experts > 0 {
+                k.push(format!("{experts} expert group(s) outside the bound"));
+            }
+            let tail: usize = failed(true).map(|g| g.stats.failed).sum();
+            if tail > 0 {
+                k.push(format!("{tail} tail element(s) not 0"));
+            }
+            let nan: usize = p.groups.iter().map(|g| g.stats.nan).sum();
+            if nan > 0 {
+                k.push(format!("{nan} NaN"));
+            }
+            format!("{}: {}", p.pass, k.join(", "))
+        })
+        .collect();
+    if !kinds.is_empty() {
+        let _ = writeln!(s, "failures: {}", kinds.join("; "));
     }
 }
 
@@ -145,8 +222,8 @@ pub fn render_passes(s: &mut String, passes: &[PassReport]) {
             .map(|g| {
                 let w = g.stats.worst.as_ref().expect("a failed group has a worst element");
                 format!(
-                    "{}: {} of {} elements outside the bound; worst row {} col {}: got {:e}, want {:e}, bound {:.3e}",
-                    g.group, g.stats.failed, g.stats.checked, w.at.row, w.at.col, w.got, w.want, w.bound
+                    "{}: {} of {} elements outside the bound; worst row {} col {}: got {}, want {}, bound {}",
+                    g.group, g.stats.failed, g.stats.checked, w.at.row, w.at.col, crate::report::sci(w.got), crate::report::sci(w.want), bound_text(w.bound)
                 )
             })
             .collect();
@@ -166,6 +243,92 @@ pub fn render_passes(s: &mut String, passes: &[PassReport]) {
                 failing,
                 notes,
             },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{round_to, Format, Overflow};
+    use crate::gemm::{compare_outputs, reference, Accumulator, Passes};
+    use ndarray::{Array2, Array3};
+
+    /// Two experts of 16 rows each and 8 tail rows; inputs exact in bf16, outputs not.
+    fn case() -> GroupedGemmCase {
+        let v = |i: usize| ((i * 7919) % 23) as f32 / 8.0 - 1.0 + ((i % 5) as f32) / 128.0;
+        GroupedGemmCase {
+            lhs: Array2::from_shape_fn((40, 8), |(r, c)| v(r * 8 + c)),
+            rhs: Array3::from_shape_fn((2, 8, 4), |(g, k, n)| v(g * 32 + k * 4 + n + 5)),
+            group_sizes: vec![16, 16],
+            dout: None,
+            dtype: Format::Bf16,
+            out_dtype: Format::F32,
+            tail: TailContract::Zero,
+        }
+    }
+
+    fn f32_precision() -> Precision {
+        Precision {
+            input: Format::Bf16,
+            accumulator: Accumulator::any_order(Format::F32),
+            output: Format::F32,
+        }
+    }
+
+    fn check(got: Array2<f64>) -> Vec<String> {
+        let c = case();
+        let fwd = Passes {
+            fwd: true,
+            dgrad: false,
+            wgrad: false,
+        };
+        let r = reference(&c, fwd).unwrap();
+        let got = crate::gemm::GemmOutputs {
+            out: Some(got),
+            ..Default::default()
+        };
+        let report = compare_outputs(&c, fwd, &f32_precision(), &r, &got);
+        hints(&report.passes, Format::F32)
+    }
+
+    fn want() -> Array2<f64> {
+        let c = case();
+        let fwd = Passes {
+            fwd: true,
+            dgrad: false,
+            wgrad: false,
+        };
+        reference(&c, fwd).unwrap().value.out.unwrap()
+    }
+
+    #[test]
+    fn a_pass_says_nothing() {
+        assert!(check(want()).is_empty());
+    }
+
+    #[test]
+    fn tail_only_failures_name_tail_ignored() {
+        let mut got = want();
+        got.row_mut(35).fill(f64::NAN);
+        let h = check(got);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert!(h[0].starts_with("only tail rows failed") && h[0].contains("--tail ignored"));
+        // A failure in an expert's rows too: no tail hint.
+        let mut got = want();
+        got.row_mut(35).fill(1.0);
+        got[(3, 1)] += 1.0;
+        assert!(check(got).is_empty());
+    }
+
+    #[test]
+    fn outputs_rounded_to_bf16_name_out_dtype() {
+        let got = want().mapv(|v| round_to(v, Format::Bf16, Overflow::Ieee));
+        let h = check(got);
+        assert!(
+            h.iter()
+                .any(|l| l.contains("exactly a bf16 value") && l.contains("--out-dtype bf16")),
+            "{h:?}"
         );
     }
 }

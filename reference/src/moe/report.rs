@@ -165,8 +165,8 @@ fn render_tensors(s: &mut String, tensors: &[TensorReport]) {
                 let w = g.stats.worst.as_ref().expect("a failed slice has a worst element");
                 let at = g.expert.map_or_else(|| "all".into(), |e| format!("expert {e}"));
                 format!(
-                    "{at}: {} of {} elements outside the bound; worst {:?}: got {:e}, want {:e}, bound {:.3e}",
-                    g.stats.failed, g.stats.elements, w.at.index, w.got, w.want, w.bound
+                    "{at}: {} of {} elements outside the bound; worst {:?}: got {}, want {}, bound {}",
+                    g.stats.failed, g.stats.elements, w.at.index, crate::report::sci(w.got), crate::report::sci(w.want), crate::report::bound_text(w.bound)
                 )
             })
             .collect();
