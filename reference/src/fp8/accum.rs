@@ -10,7 +10,7 @@
 //!   FP8 tensor-core accumulation retains about 14 bits. Model: after every addition (done in
 //!   f32) the partial sum is truncated toward zero to [`FAST_BITS`] significant bits. One step
 //!   has relative error `<= u_fast = 2^(1-14) + 2^-24 + 2^(-13-24)`, so
-//!   `|ŝ - s| <= γ(n, u_fast)·Σ|qa·qb|`, vacuous for `n >= 8192`.
+//!   `|ŝ - s| <= γ(n, u_fast)·Σ|qa·qb|`, vacuous from `n = 8189` (`1/u_fast ≈ 8188.0`).
 //! * [`AccumModel::FastPromote`]: the same inside chunks of [`PROMOTE_INTERVAL`] = `N_C` = 128
 //!   products (DeepSeek-V3: promotion to CUDA-core f32 registers every 4 WGMMAs), each chunk's
 //!   partial added to an f32 accumulator: `(1 + γ(min(n, N_C), u_fast))·(1 + γ(⌈n/N_C⌉, 2^-24)) - 1`.
