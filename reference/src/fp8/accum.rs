@@ -363,6 +363,16 @@ mod tests {
         assert_eq!(truncate_bits(-y, 1), -1.0);
     }
 
+    /// The accumulators the model-based check compares, as documented: the nominal one (14
+    /// bits, one product at a time), one bit fewer, one bit more, and blocks of one FP8 MMA
+    /// instruction (K = 32).
+    #[test]
+    fn variants_are_the_documented_ones() {
+        let v = |bits, block| AccumVariant { bits, block };
+        assert_eq!(AccumVariant::NOMINAL, v(14, 1));
+        assert_eq!(AccumVariant::SPREAD, [v(13, 1), v(15, 1), v(14, 32)]);
+    }
+
     #[test]
     fn names_round_trip() {
         for m in AccumModel::ALL {
