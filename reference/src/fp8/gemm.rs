@@ -326,6 +326,11 @@ mod tests {
         let drhs = r.value.drhs.unwrap();
         let d = ops.dout.unwrap().dequantize();
         assert_eq!(drhs[(1, 0, 0)], x[(2, 0)] * d[(2, 0)]);
+        // dgrad: row 2 (group 1) against expert 1's rows of rhs, N = 1.
+        let dlhs = r.value.dlhs.unwrap();
+        assert_eq!(dlhs[(2, 0)], d[(2, 0)] * w[(2, 0)]);
+        assert_eq!(dlhs[(2, 1)], d[(2, 0)] * w[(3, 0)]);
+        assert_eq!(dlhs.row(3).to_vec(), vec![0.0, 0.0]);
         assert!(r.magnitude.out.unwrap().iter().all(|v| *v >= 0.0));
         let _ = Array2::<f64>::zeros((1, 1));
     }
