@@ -291,8 +291,8 @@ mod tests {
             ..b
         };
         assert!(vacuous.is_vacuous());
-        // γ at the edge: d·u = 1 exactly is infinite (1/(1 - 1) would be too: the `>=` guard
-        // and a `>` one agree there, so that mutant is equivalent).
+        // γ at the edge: d·u = 1 exactly is infinite (so would 1/(1 - 1) be: a `>` guard would
+        // agree with `>=` there; cargo-mutants does not generate that equivalent change).
         assert_eq!(gamma(0, 0.5), 0.0);
         assert_eq!(gamma(1, 0.5), 1.0);
         assert_eq!(gamma(3, 0.25), 3.0);
