@@ -6,6 +6,11 @@
 //! shared expert, for an f64 and a bf16 declaration. Every tensor, the selection error and
 //! the weight error must agree to 1e-10 relative, so a change to any term of
 //! [`super::layer_bound`] (or an index that reads the wrong element) fails here.
+//!
+//! One mutant survives, and no test can catch it on realistic cases: the normalisation's
+//! `m = Σ(|g| + e(g)) + ε` with `ε = 1e-20` made `- ε` (layer.rs, the weights). `m` is a sum of
+//! gate magnitudes, far above `ε·2^52`, so `m + ε`, `m - ε` and `m` are the same f64; only gates
+//! of about 1e-20 in total could tell them apart.
 
 use ndarray::{Array2, Array3, ArrayView3};
 
