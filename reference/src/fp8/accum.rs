@@ -10,7 +10,7 @@
 //!   FP8 tensor-core accumulation retains about 14 bits. Model: after every addition (done in
 //!   f32) the partial sum is truncated toward zero to [`FAST_BITS`] significant bits. One step
 //!   has relative error `<= u_fast = 2^(1-14) + 2^-24 + 2^(-13-24)`, so
-//!   `|ŝ - s| <= γ(n, u_fast)·Σ|qa·qb|`, vacuous for `n >= 8192`.
+//!   `|ŝ - s| <= γ(n, u_fast)·Σ|qa·qb|`, vacuous from `n = 8189` (`1/u_fast ≈ 8188.0`).
 //! * [`AccumModel::FastPromote`]: the same inside chunks of [`PROMOTE_INTERVAL`] = `N_C` = 128
 //!   products (DeepSeek-V3: promotion to CUDA-core f32 registers every 4 WGMMAs), each chunk's
 //!   partial added to an f32 accumulator: `(1 + γ(min(n, N_C), u_fast))·(1 + γ(⌈n/N_C⌉, 2^-24)) - 1`.
@@ -244,6 +244,144 @@ mod tests {
         assert!(last[2] * 8.0 < last[1], "{rel:?}");
         // Exact f32: far below both.
         assert!(last[0] * 100.0 < last[2], "{rel:?}");
+    }
+
+    /// Known answers for the coefficient, written from the module documentation with literal
+    /// constants (`u32 = 2^-24`, `u_fast = 2^-13 + 2^-24 + 2^-37`, `N_C = 128`), not by calling
+    /// [`gamma`]: a change to any term of any model fails here.
+    #[test]
+    fn coefficient_known_answers() {
+        let close = |got: f64, want: f64| {
+            assert!(
+                (got - want).abs() <= 1e-13 * want.abs(),
+                "got {got:e}, want {want:e}"
+            )
+        };
+        let u32_ = 2f64.powi(-24);
+        let u_fast = 2f64.powi(-13) + 2f64.powi(-24) + 2f64.powi(-37);
+        assert_eq!(AccumModel::fast_step_roundoff(), u_fast);
+        let g = |n: f64, u: f64| n * u / (1.0 - n * u);
+        for n in [0usize, 1, 2, 16, 128, 129, 300, 4096] {
+            let nf = n as f64;
+            close(AccumModel::Exact.coefficient(n), g(nf, u32_));
+            close(AccumModel::Fast.coefficient(n), g(nf, u_fast));
+        }
+        // Fast with K = 16: 16·u_fast / (1 - 16·u_fast), about 1.958e-3.
+        close(AccumModel::Fast.coefficient(16), 1.9579046907622208e-3);
+        // The fast accumulator cannot resolve 8189 products: n·u_fast >= 1 from there on.
+        assert_eq!(AccumModel::Fast.coefficient(8188), g(8188.0, u_fast));
+        assert!(AccumModel::Fast.coefficient(8188).is_finite());
+        assert!(AccumModel::Fast.coefficient(8189).is_infinite());
+        // FastPromote: (1 + γ(min(n, 128), u_fast))·(1 + γ(ceil(n/128), u32)) - 1.
+        let promote =
+            |inner: f64, outer: f64| (1.0 + g(inner, u_fast)) * (1.0 + g(outer, u32_)) - 1.0;
+        close(AccumModel::FastPromote.coefficient(0), 0.0);
+        close(AccumModel::FastPromote.coefficient(1), promote(1.0, 1.0));
+        close(
+            AccumModel::FastPromote.coefficient(100),
+            promote(100.0, 1.0),
+        );
+        close(
+            AccumModel::FastPromote.coefficient(128),
+            promote(128.0, 1.0),
+        );
+        close(
+            AccumModel::FastPromote.coefficient(129),
+            promote(128.0, 2.0),
+        );
+        close(
+            AccumModel::FastPromote.coefficient(300),
+            promote(128.0, 3.0),
+        );
+        close(
+            AccumModel::FastPromote.coefficient(8192),
+            promote(128.0, 64.0),
+        );
+    }
+
+    /// The emulation on small hand-worked sums: truncation after every addition, the blocks of
+    /// a variant, and promotion every 128 products.
+    #[test]
+    fn dot_known_answers() {
+        let tiny = 2f32.powi(-14);
+        // 1, then three products of 2^-14: each is truncated away by a 14-bit accumulator.
+        let p = |i: usize| if i == 0 { 1.0 } else { tiny };
+        assert_eq!(AccumModel::Fast.dot(4, p), 1.0);
+        assert_eq!(AccumModel::Exact.dot(4, p), 1.0 + 3.0 * tiny);
+        assert_eq!(AccumModel::Fast.dot(0, p), 0.0);
+        assert_eq!(AccumModel::Exact.dot(0, p), 0.0);
+        // 15 bits keep each 2^-14.
+        let v15 = AccumVariant { bits: 15, block: 1 };
+        assert_eq!(AccumModel::Fast.dot_variant(v15, 4, p), 1.0 + 3.0 * tiny);
+        // Blocks of 2: [1 + 2^-14] truncated to 1, then [2^-14 + 2^-14] = 2^-13 kept.
+        let b2 = AccumVariant { bits: 14, block: 2 };
+        assert_eq!(AccumModel::Fast.dot_variant(b2, 4, p), 1.0 + 2.0 * tiny);
+        // A block of 3 over 4 products: [1 + 2·2^-14] = 1 + 2^-13 kept, then 2^-14 dropped.
+        let b3 = AccumVariant { bits: 14, block: 3 };
+        assert_eq!(AccumModel::Fast.dot_variant(b3, 4, p), 1.0 + 2.0 * tiny);
+        // Block 0 is read as 1.
+        let b0 = AccumVariant { bits: 14, block: 0 };
+        assert_eq!(AccumModel::Fast.dot_variant(b0, 4, p), 1.0);
+        // Exact ignores the bits.
+        let v8 = AccumVariant { bits: 8, block: 1 };
+        assert_eq!(AccumModel::Exact.dot_variant(v8, 4, p), 1.0 + 3.0 * tiny);
+        // Promotion: 1 at the start of each chunk of 128, then 2^-14 products. Without
+        // promotion all of them after the first are dropped; with it every chunk starts from
+        // 0, so chunk 1 (products 128..256) keeps its own 1 + 127·2^-14 = 1 + 0.00775…
+        // truncated to 14 bits per addition: each 2^-14 added to 1 is dropped again.
+        let q = |i: usize| if i % 128 == 0 { 1.0 } else { tiny };
+        assert_eq!(AccumModel::Fast.dot(300, q), 3.0);
+        assert_eq!(AccumModel::FastPromote.dot(300, q), 3.0);
+        // Products in chunk order small first: 127 · 2^-14 accumulate exactly (below 2^-7 the
+        // accumulator has room), then 1 at the end of the chunk.
+        let r = |i: usize| if i % 128 == 127 { 1.0 } else { tiny };
+        let chunk = 127.0 * tiny; // exact: 127 needs 7 bits
+        assert_eq!(
+            AccumModel::FastPromote.dot(256, r),
+            2.0 * super::truncate_bits(chunk + 1.0, 14)
+        );
+        assert_eq!(
+            AccumModel::FastPromote.dot(130, r),
+            super::truncate_bits(chunk + 1.0, 14) + 2.0 * tiny
+        );
+    }
+
+    #[test]
+    fn truncation_edges() {
+        // 24 bits or more: unchanged; non-finite values unchanged.
+        let x = 1.0 + 2f32.powi(-23);
+        assert_eq!(truncate_bits(x, 24), x);
+        assert_eq!(truncate_bits(x, 30), x);
+        assert_eq!(truncate_bits(x, 23), 1.0);
+        assert_eq!(truncate_bits(f32::INFINITY, 14), f32::INFINITY);
+        assert_eq!(truncate_bits(f32::NEG_INFINITY, 14), f32::NEG_INFINITY);
+        assert!(truncate_bits(f32::NAN, 14).is_nan());
+        // 1.5 + 2^-10 + 2^-20 keeps 1.5 + 2^-10 with 14 bits, 1.5 with 2 bits.
+        let y = 1.5 + 2f32.powi(-10) + 2f32.powi(-20);
+        assert_eq!(truncate_bits(y, 14), 1.5 + 2f32.powi(-10));
+        assert_eq!(truncate_bits(y, 2), 1.5);
+        assert_eq!(truncate_bits(-y, 1), -1.0);
+    }
+
+    /// The accumulators the model-based check compares, as documented: the nominal one (14
+    /// bits, one product at a time), one bit fewer, one bit more, and blocks of one FP8 MMA
+    /// instruction (K = 32).
+    #[test]
+    fn variants_are_the_documented_ones() {
+        let v = |bits, block| AccumVariant { bits, block };
+        assert_eq!(AccumVariant::NOMINAL, v(14, 1));
+        assert_eq!(AccumVariant::SPREAD, [v(13, 1), v(15, 1), v(14, 32)]);
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for m in AccumModel::ALL {
+            assert_eq!(AccumModel::parse(m.name()), Some(m));
+            assert_eq!(AccumModel::parse(&format!(" {m} ")), Some(m));
+        }
+        assert_eq!(AccumModel::Exact.name(), "exact");
+        assert_eq!(AccumModel::Fast.to_string(), "fast");
+        assert_eq!(AccumModel::parse("fast_promote"), None);
     }
 
     #[test]

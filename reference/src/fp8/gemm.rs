@@ -236,6 +236,79 @@ mod tests {
         }
     }
 
+    /// Known answers for [`Fp8Bound::at_len`], every term written from the module
+    /// documentation with literal constants (`γ(n, u) = n·u / (1 - n·u)`, `γ2 = γ(2, 2^-24)`,
+    /// `u_out`, `η_out` and `η_f32 = 2^-149`), for each accumulation model and output format:
+    /// a change to any coefficient fails here.
+    #[test]
+    fn bound_known_answers() {
+        let close = |got: f64, want: f64| {
+            assert!(
+                (got - want).abs() <= 1e-13 * want.abs(),
+                "got {got:e}, want {want:e}"
+            )
+        };
+        let g = |n: f64, u: f64| n * u / (1.0 - n * u);
+        let u32_ = 2f64.powi(-24);
+        let u_fast = 2f64.powi(-13) + 2f64.powi(-24) + 2f64.powi(-37);
+        let g2 = 2.0 * u32_ / (1.0 - 2.0 * u32_);
+        // (output, u_out, η_out)
+        let outputs = [
+            (Format::F32, 2f64.powi(-24), 2f64.powi(-149)),
+            (Format::Bf16, 2f64.powi(-8), 2f64.powi(-133)),
+            (Format::F16, 2f64.powi(-11), 2f64.powi(-24)),
+        ];
+        for (output, u_out, eta_out) in outputs {
+            for n in [1usize, 16, 200] {
+                let nf = n as f64;
+                let c = [
+                    (AccumModel::Exact, g(nf, u32_)),
+                    (AccumModel::Fast, g(nf, u_fast)),
+                    (
+                        AccumModel::FastPromote,
+                        (1.0 + g(nf.min(128.0), u_fast)) * (1.0 + g(n.div_ceil(128) as f64, u32_))
+                            - 1.0,
+                    ),
+                ];
+                for (accumulation, c_acc) in c {
+                    let b = Fp8Bound {
+                        accumulation,
+                        output,
+                    }
+                    .at_len(n);
+                    let what = format!("{accumulation} -> {output}, n = {n}");
+                    let want = c_acc * (1.0 + g2) * (1.0 + u_out) + 3.0 * g(nf, 2f64.powi(-53));
+                    assert!(
+                        (b.coeff_magnitude - want).abs() <= 1e-13 * want,
+                        "{what}: {} vs {want}",
+                        b.coeff_magnitude
+                    );
+                    close(b.coeff_value, u_out + g2 * (1.0 + u_out));
+                    assert_eq!(b.floor, eta_out / 2.0, "{what}");
+                    assert_eq!(b.underflow, 2.0 * 2f64.powi(-149) * (1.0 + u_out), "{what}");
+                    assert_eq!(b.depth, n, "{what}");
+                }
+            }
+        }
+        // One worked number: exact f32 accumulation, f32 output, K = 16, S = 1, y = 0.5:
+        // γ(16, 2^-24)(1 + γ2)(1 + 2^-24) + 3γ(16, 2^-53) + (2^-24 + γ2(1 + 2^-24))·0.5
+        //   + 2^-150 + 2·2^-149(1 + 2^-24) = 1.0430823795825574e-6.
+        let b = Fp8Bound {
+            accumulation: AccumModel::Exact,
+            output: Format::F32,
+        }
+        .at_len(16);
+        close(b.at(1.0, 0.5), 1.0430823795825574e-6);
+        // No products (n = 0): no accumulation error, and an exact 0 is demanded.
+        let b0 = Fp8Bound {
+            accumulation: AccumModel::Exact,
+            output: Format::F32,
+        }
+        .at_len(0);
+        assert_eq!(b0.coeff_magnitude, 0.0);
+        assert_eq!(b0.at(0.0, 0.0), 0.0);
+    }
+
     #[test]
     fn reference_is_gemm_of_dequantised_values() {
         let c = case();
@@ -253,6 +326,11 @@ mod tests {
         let drhs = r.value.drhs.unwrap();
         let d = ops.dout.unwrap().dequantize();
         assert_eq!(drhs[(1, 0, 0)], x[(2, 0)] * d[(2, 0)]);
+        // dgrad: row 2 (group 1) against expert 1's rows of rhs, N = 1.
+        let dlhs = r.value.dlhs.unwrap();
+        assert_eq!(dlhs[(2, 0)], d[(2, 0)] * w[(2, 0)]);
+        assert_eq!(dlhs[(2, 1)], d[(2, 0)] * w[(3, 0)]);
+        assert_eq!(dlhs.row(3).to_vec(), vec![0.0, 0.0]);
         assert!(r.magnitude.out.unwrap().iter().all(|v| *v >= 0.0));
         let _ = Array2::<f64>::zeros((1, 1));
     }

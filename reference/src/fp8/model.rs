@@ -73,6 +73,8 @@ pub struct ModelGroupCheck {
 }
 
 impl ModelGroupCheck {
+    /// A NaN distance (or threshold) fails: `!(d <= t)`, not `d > t`.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
     pub fn failed(&self) -> bool {
         !(self.distance <= self.threshold)
     }

@@ -132,6 +132,98 @@ mod tests {
         assert_eq!(compute_scale(3.0, Format::E4m3, 0), 448.0f32 / 3.0);
     }
 
+    /// Known answers for every function of the recipe, worked by hand from TE's formulas.
+    #[test]
+    fn known_answers() {
+        assert_eq!(fp8_max(Format::E4m3), 448.0);
+        assert_eq!(fp8_max(Format::E5m2), 57344.0);
+        // amax: exact, NaN wherever a NaN appears (first, middle, last), None when empty.
+        assert_eq!(amax([1.0f32, -3.0, 2.0]), Some(3.0));
+        assert_eq!(amax([-0.5f32]), Some(0.5));
+        assert_eq!(amax(std::iter::empty::<f32>()), None);
+        for v in [
+            [f32::NAN, 1.0, 2.0],
+            [1.0, f32::NAN, 2.0],
+            [1.0, 2.0, f32::NAN],
+        ] {
+            assert!(amax(v).unwrap().is_nan(), "{v:?}");
+        }
+        // compute_scale: 448/2 = 224, 57344/2 = 28672; margin m divides by 2^m; the guards.
+        assert_eq!(compute_scale(2.0, Format::E4m3, 0), 224.0);
+        assert_eq!(compute_scale(2.0, Format::E5m2, 0), 28672.0);
+        assert_eq!(compute_scale(2.0, Format::E4m3, 1), 112.0);
+        assert_eq!(compute_scale(2.0, Format::E4m3, 3), 28.0);
+        assert_eq!(compute_scale(2.0, Format::E4m3, -1), 448.0);
+        assert_eq!(compute_scale(0.0, Format::E4m3, 0), 1.0);
+        assert_eq!(compute_scale(-0.0, Format::E4m3, 0), 1.0);
+        assert_eq!(compute_scale(f32::NAN, Format::E4m3, 0), 1.0);
+        assert_eq!(compute_scale(f32::NEG_INFINITY, Format::E4m3, 0), 1.0);
+        assert_eq!(compute_scale(1e-38, Format::E4m3, 0), f32::MAX);
+        // A large finite quotient is not clamped: 448 / 2^-100 = 448·2^100; 448 / 2^-120 overflows.
+        assert_eq!(
+            compute_scale(2f32.powi(-100), Format::E4m3, 0),
+            448.0 * 2f32.powi(100)
+        );
+        assert_eq!(compute_scale(2f32.powi(-120), Format::E4m3, 0), f32::MAX);
+        // jax_scale_overflows: only a positive finite amax whose quotient is inf.
+        let tiny = f32::MIN_POSITIVE / 1024.0;
+        assert!(jax_scale_overflows(tiny, Format::E4m3));
+        assert!(jax_scale_overflows(1e-38, Format::E5m2));
+        assert!(!jax_scale_overflows(2f32.powi(-100), Format::E4m3));
+        assert!(jax_scale_overflows(2f32.powi(-120), Format::E4m3));
+        assert!(!jax_scale_overflows(0.0, Format::E4m3)); // 448/0 = inf, but amax = 0
+        assert!(!jax_scale_overflows(-tiny, Format::E4m3)); // 448/-tiny = -inf
+        assert!(!jax_scale_overflows(f32::INFINITY, Format::E4m3));
+        assert!(!jax_scale_overflows(f32::NAN, Format::E4m3));
+        assert!(!jax_scale_overflows(1.0, Format::E5m2));
+        // scale_inv: the f32 reciprocal, correctly rounded.
+        assert_eq!(scale_inv(4.0), 0.25);
+        assert_eq!(scale_inv(0.5), 2.0);
+        assert_eq!(scale_inv(3.0), 0.333_333_34);
+        // quantize_value: 0.5·4 = 2 is 0x40 in E4M3 (exponent 8 = bias 7 + 1) and E5M2 (0x40).
+        assert_eq!(
+            quantize_value(0.5, 4.0, Format::E4m3, Overflow::Saturate),
+            0x40
+        );
+        assert_eq!(
+            quantize_value(0.5, 4.0, Format::E5m2, Overflow::Saturate),
+            0x40
+        );
+        assert_eq!(
+            quantize_value(-0.5, 4.0, Format::E4m3, Overflow::Saturate),
+            0xc0
+        );
+        assert_eq!(
+            quantize_value(3.0, 0.5, Format::E4m3, Overflow::Saturate),
+            0x3c
+        ); // 1.5
+           // dequantize: decode(0x40) = 2, times scale_inv.
+        assert_eq!(dequantize_value(0x40, 0.25, Format::E4m3), 0.5);
+        assert_eq!(dequantize_value(0x40, 3.0, Format::E5m2), 6.0);
+        assert_eq!(dequantize_f32(0x40, 0.25, Format::E4m3), 0.5);
+        assert_eq!(dequantize_f32(0x40, 3.0, Format::E5m2), 6.0);
+        // The f32 product is rounded, the f64 one exact: 1.75 · (1 + 2^-23) needs 26 bits.
+        let s = 1.0 + 2f32.powi(-23);
+        assert_eq!(
+            dequantize_value(0x3e, s, Format::E4m3),
+            1.75 * (1.0 + 2f64.powi(-23))
+        );
+        assert_eq!(
+            dequantize_f32(0x3e, s, Format::E4m3),
+            (1.75f64 * s as f64) as f32
+        );
+        assert_ne!(
+            dequantize_f32(0x3e, s, Format::E4m3) as f64,
+            dequantize_value(0x3e, s, Format::E4m3)
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "not an FP8 format")]
+    fn fp8_max_rejects_f32() {
+        fp8_max(Format::F32);
+    }
+
     #[test]
     fn amax_element_quantises_to_max() {
         // The element that sets amax lands on ±max or within half an ulp of it.

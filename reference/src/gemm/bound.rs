@@ -234,4 +234,69 @@ mod tests {
         }
         assert!(!ErrorBound::new(&p(Format::F32), 16).is_vacuous());
     }
+
+    /// Each field of [`ErrorBound`] on its own, where the known answers above cannot see a term
+    /// next to a much larger one: with an f64 accumulator `γ_d = γ_ref`, so the coefficient is
+    /// `γ_ref·((1 + u_out) + (2 + u_out))`; the floor and the underflow term are exact powers
+    /// of two times `(1 + u_out)`; and [`ErrorBound::at`] adds its four terms.
+    #[test]
+    fn known_answers_per_term() {
+        let prec = |acc, out| Precision {
+            input: Format::Bf16,
+            accumulator: Accumulator::any_order(acc),
+            output: out,
+        };
+        let u_out = 2f64.powi(-8); // bf16
+        let g_ref = 16.0 * 2f64.powi(-53) / (1.0 - 16.0 * 2f64.powi(-53));
+        let b = ErrorBound::new(&prec(Format::F64, Format::Bf16), 16);
+        let want = g_ref * (1.0 + u_out) + g_ref * (2.0 + u_out);
+        assert!(
+            (b.coeff_magnitude - want).abs() <= 1e-15 * want,
+            "{} vs {want}",
+            b.coeff_magnitude
+        );
+        assert_eq!(b.coeff_value, u_out);
+        assert_eq!(b.floor, 2f64.powi(-134)); // η_bf16 / 2 = 2^-133 / 2
+        assert_eq!(b.depth, 16);
+        // f32 accumulator, bf16 output: 16·2^-149·(1 + 2^-8), exact.
+        let b = ErrorBound::new(&prec(Format::F32, Format::Bf16), 16);
+        assert_eq!(b.underflow, 16.0 * 2f64.powi(-149) * (1.0 + u_out));
+        // A blocked accumulator's depth enters γ and the underflow term.
+        let blocked = Precision {
+            accumulator: Accumulator {
+                format: Format::F32,
+                block: Some(4),
+            },
+            ..prec(Format::F32, Format::Bf16)
+        };
+        let b = ErrorBound::new(&blocked, 16); // d = 4 + 4 - 1 = 7
+        assert_eq!(b.depth, 7);
+        assert_eq!(b.underflow, 7.0 * 2f64.powi(-149) * (1.0 + u_out));
+        let g7 = 7.0 * 2f64.powi(-24) / (1.0 - 7.0 * 2f64.powi(-24));
+        let want = g7 * (1.0 + u_out) + g_ref * (2.0 + u_out);
+        assert!((b.coeff_magnitude - want).abs() <= 1e-15 * want);
+        // at(S, y) = coeff_value·|y| + floor + coeff_magnitude·S + underflow for S > 0.
+        let b = ErrorBound {
+            coeff_magnitude: 1.0,
+            coeff_value: 2.0,
+            floor: 4.0,
+            underflow: 8.0,
+            depth: 0,
+        };
+        assert_eq!(b.at(16.0, -32.0), 2.0 * 32.0 + 4.0 + 16.0 + 8.0);
+        assert_eq!(b.at(0.0, -32.0), 0.0);
+        assert!(!b.is_vacuous());
+        let vacuous = ErrorBound {
+            coeff_magnitude: f64::INFINITY,
+            ..b
+        };
+        assert!(vacuous.is_vacuous());
+        // γ at the edge: d·u = 1 exactly is infinite (so would 1/(1 - 1) be: a `>` guard would
+        // agree with `>=` there; cargo-mutants does not generate that equivalent change).
+        assert_eq!(gamma(0, 0.5), 0.0);
+        assert_eq!(gamma(1, 0.5), 1.0);
+        assert_eq!(gamma(3, 0.25), 3.0);
+        assert_eq!(gamma(4, 0.25), f64::INFINITY);
+        assert_eq!(gamma(5, 0.25), f64::INFINITY);
+    }
 }

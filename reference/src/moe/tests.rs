@@ -12,7 +12,7 @@ fn hash(seed: u64, i: u64) -> f64 {
     (z >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
 }
 
-fn case(
+pub(crate) fn case(
     seed: u64,
     t: usize,
     h: usize,
@@ -44,7 +44,7 @@ fn case(
     }
 }
 
-fn configs() -> Vec<RoutingConfig> {
+pub(crate) fn configs() -> Vec<RoutingConfig> {
     let mut v = Vec::new();
     for score in ScoreFunction::ALL {
         let mut c = RoutingConfig::new(2, score);

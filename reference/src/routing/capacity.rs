@@ -100,6 +100,64 @@ mod tests {
     use super::*;
     use ndarray::array;
 
+    /// Known answers of both capacity formulas, worked by hand.
+    #[test]
+    fn capacity_known_answers() {
+        // int(max(ceil(S·K/E)·cf, cf)).
+        assert_eq!(position_capacity(8, 2, 4, 1.0), 4); // ceil(16/4) = 4
+        assert_eq!(position_capacity(8, 2, 4, 1.25), 5); // int(4·1.25)
+        assert_eq!(position_capacity(5, 2, 4, 1.0), 3); // ceil(10/4 = 2.5)
+        assert_eq!(position_capacity(3, 1, 4, 2.0), 2); // ceil(0.75)·2
+        assert_eq!(position_capacity(6, 1, 4, 0.7), 1); // int(2·0.7 = 1.4)
+        assert_eq!(position_capacity(1, 1, 64, 0.5), 0); // int(max(0.5, 0.5))
+        assert_eq!(position_capacity(0, 1, 4, 2.5), 2); // int(max(0, 2.5))
+                                                        // ceil((T·K)/E·cf).
+        assert_eq!(probs_capacity(8, 2, 4, 1.0), 4);
+        assert_eq!(probs_capacity(8, 2, 4, 1.1), 5); // ceil(4.4)
+        assert_eq!(probs_capacity(3, 2, 4, 1.0), 2); // ceil(1.5)
+        assert_eq!(probs_capacity(7, 1, 2, 0.5), 2); // ceil(1.75)
+        assert_eq!(probs_capacity(6, 1, 4, 2.0), 3); // ceil(1.5·2)
+    }
+
+    /// Capacity 2 with experts below, at and above it: an expert with fewer assignments than
+    /// `C` keeps them all, the `C+1`-th is dropped, per sequence.
+    #[test]
+    fn position_policy_keeps_up_to_capacity() {
+        // E = 4, K = 2, S = 4: C = ceil(8/4) = 2. Sequence 0: expert 0 gets 3 assignments
+        // (the third dropped), expert 1 two, expert 2 one, expert 3 none.
+        let idx = array![
+            [0usize, 1],
+            [0, 1],
+            [0, 2],
+            [3, 2],
+            [0, 1],
+            [0, 1],
+            [0, 1],
+            [2, 3]
+        ];
+        let w = Array2::from_elem((8, 2), 0.5);
+        let cap = Capacity {
+            factor: 1.0,
+            policy: DropPolicy::Position,
+            seq_len: Some(4),
+        };
+        let r = apply_capacity(&idx, &w, 4, &cap);
+        assert_eq!(r.capacity, 2);
+        assert_eq!(
+            r.kept,
+            array![
+                [true, true],
+                [true, true],
+                [false, true],
+                [true, true],
+                [true, true],
+                [true, true],
+                [false, false],
+                [true, true]
+            ]
+        );
+    }
+
     /// The worked example in MaxText's `generate_masks`: E = 4, K = 2, tokens routed to
     /// [0, 1] and [1, 3], capacity 1: the second token's assignment to expert 1 is dropped.
     #[test]

@@ -37,6 +37,8 @@
 
 mod layer;
 mod replay;
+#[cfg(test)]
+mod tests;
 
 pub use layer::{layer_bound, LayerBound, LayerPrecision};
 pub use replay::FN_ULPS;

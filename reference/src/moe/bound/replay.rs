@@ -226,3 +226,144 @@ pub(super) fn mm_exact_rhs(a: &T2, b: ArrayView2<f64>, u: f64) -> T2 {
         e: a.e.dot(&ab) * (1.0 + g) + a.v.mapv(f64::abs).dot(&ab) * g,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Known answers for every rule, worked by hand from the module documentation of
+    //! [`super::super`] with `u = 2^-10` and `γ_n = n·u / (1 - n·u)` written out, so a
+    //! change to any term of any rule fails.
+    use super::*;
+    use ndarray::array;
+
+    const U: f64 = 1.0 / 1024.0;
+
+    fn g(n: f64) -> f64 {
+        n * U / (1.0 - n * U)
+    }
+
+    fn ev(v: f64, e: f64) -> Ev {
+        Ev { v, e }
+    }
+
+    fn close(got: f64, want: f64) {
+        assert!(
+            (got - want).abs() <= 1e-14 * want.abs(),
+            "got {got:e}, want {want:e}"
+        );
+    }
+
+    fn close_all<D: ndarray::Dimension>(got: &ndarray::Array<f64, D>, want: &[f64]) {
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(want) {
+            close(*g, *w);
+        }
+    }
+
+    #[test]
+    fn scalar_rules() {
+        let (a, b) = (ev(2.0, 0.5), ev(-3.0, 0.25));
+        assert_eq!(Ev::exact(1.5), ev(1.5, 0.0));
+        assert_eq!(b.mag(), 3.25);
+        // a·b: |a|e(b) + e(a)|b| + e(a)e(b) + u(|a|+e(a))(|b|+e(b)).
+        let p = a.mul(b, U);
+        assert_eq!(p.v, -6.0);
+        close(p.e, 2.0 * 0.25 + 0.5 * 3.0 + 0.5 * 0.25 + U * 2.5 * 3.25);
+        // a ± b: e(a) + e(b) + u(|a|+e(a)+|b|+e(b)).
+        let s = a.add(b, U);
+        assert_eq!(s.v, -1.0);
+        close(s.e, 0.75 + U * (2.5 + 3.25));
+        let d = a.sub(b, U);
+        assert_eq!(d.v, 5.0);
+        close(d.e, 0.75 + U * (2.5 + 3.25));
+        // (3 ± 0.5) / (-2 ± 0.25): (e(g) + |q|e(D)) / (|D| - e(D)) + u(|q| + that).
+        let q = ev(3.0, 0.5).div(ev(-2.0, 0.25), U);
+        assert_eq!(q.v, -1.5);
+        let e0 = (0.5 + 1.5 * 0.25) / (2.0 - 0.25);
+        close(q.e, e0 + U * (1.5 + e0));
+        // A denominator whose error reaches its value: the bound is huge, not negative.
+        let q = ev(1.0, 0.0).div(ev(1.0, 2.0), 0.0);
+        assert_eq!(q.e, 2.0 / f64::MIN_POSITIVE);
+        // Σ a_i·b_i of depth 2: Σ(|a|e(b) + e(a)|b| + e(a)e(b)) + γ_2·Σ(|a|+e(a))(|b|+e(b)).
+        let dt = Ev::dot(&[(a, b), (ev(1.0, 0.0), ev(4.0, 0.125))], U);
+        assert_eq!(dt.v, -2.0);
+        close(dt.e, 2.125 + 0.125 + g(2.0) * (2.5 * 3.25 + 1.0 * 4.125));
+        assert_eq!(Ev::dot(&[], U), ev(0.0, 0.0));
+        // A Lipschitz function: L·e(x) + FN_ULPS·u·(|f(x)| + L·e(x)), FN_ULPS = 4.
+        for value in [0.75, -0.75] {
+            let l = lip(ev(0.5, 0.125), value, 0.25, U);
+            assert_eq!(l.v, value);
+            close(l.e, 0.25 * 0.125 + 4.0 * U * (0.75 + 0.25 * 0.125));
+        }
+    }
+
+    #[test]
+    fn array_rules() {
+        let t = T2 {
+            v: array![[1.0, -2.0]],
+            e: array![[0.5, 0.25]],
+        };
+        assert_eq!(t.mag(), array![[1.5, 2.25]]);
+        assert_eq!(T2::exact(array![[3.0]]).e, array![[0.0]]);
+        assert_eq!(t.at(0, 1), ev(-2.0, 0.25));
+        let o = T2 {
+            v: array![[4.0, 8.0]],
+            e: array![[0.0, 1.0]],
+        };
+        let z = t.zip(&o, |a, b| ev(a.v - b.v, a.e + 2.0 * b.e));
+        assert_eq!(z.v, array![[-3.0, -10.0]]);
+        assert_eq!(z.e, array![[0.5, 2.25]]);
+        let m = t.map(|a| ev(2.0 * a.v, a.e + 1.0));
+        assert_eq!(m.v, array![[2.0, -4.0]]);
+        assert_eq!(m.e, array![[1.5, 1.25]]);
+        // Rounding to the output: e + u_out(|v| + e).
+        close_all(&t.output(U), &[0.5 + U * 1.5, 0.25 + U * 2.25]);
+    }
+
+    #[test]
+    fn grouped_rules() {
+        // Row 0 through expert 0, row 1 through expert 1, row 2 a tail row.
+        let lhs = T2 {
+            v: array![[1.0, -2.0], [3.0, 0.5], [7.0, 7.0]],
+            e: array![[0.1, 0.0], [0.0, 0.2], [1.0, 1.0]],
+        };
+        let off = [0, 1, 2];
+        // fwd, depth K = 2: Σ e(a)|b|·(1 + γ_2) + γ_2·Σ|a||b|.
+        let rhs = Array3::from_shape_vec((2, 2, 1), vec![2.0, -1.0, 0.5, 4.0]).unwrap();
+        let f = g_fwd(&lhs, rhs.view(), &off, U);
+        assert_eq!(f.v, array![[4.0], [3.5], [0.0]]);
+        let g2 = g(2.0);
+        let want = [
+            0.2 * (1.0 + g2) + 4.0 * g2,
+            0.8 * (1.0 + g2) + 3.5 * g2,
+            0.0,
+        ];
+        close_all(&f.e, &want);
+        // dgrad, depth N = 2, the same numbers with rhs (2, 1, 2).
+        let rhs_t = Array3::from_shape_vec((2, 1, 2), vec![2.0, -1.0, 0.5, 4.0]).unwrap();
+        let d = g_dgrad(&lhs, rhs_t.view(), &off, U);
+        assert_eq!(d.v, array![[4.0], [3.5], [0.0]]);
+        close_all(&d.e, &want);
+        // wgrad, depth = the group's size: group 0 = rows 0-1 (depth 2), group 1 = row 2.
+        let l = T2 {
+            v: array![[1.0], [-2.0], [3.0]],
+            e: array![[0.5], [0.0], [0.25]],
+        };
+        let dy = T2 {
+            v: array![[2.0], [1.0], [-1.0]],
+            e: array![[0.0], [0.125], [0.5]],
+        };
+        let (v, e) = g_wgrad(&l, &dy, &[0, 2, 3], U);
+        assert_eq!(v.into_raw_vec_and_offset().0, vec![0.0, -3.0]);
+        // Group 0: Σ(|a|e(b) + e(a)|b| + e(a)e(b)) = (0 + 1 + 0) + (0.25 + 0 + 0) and
+        // Σ mag·mag = 1.5·2 + 2·1.125; group 1: 1.5 + 0.25 + 0.125 and 3.25·1.5.
+        close_all(&e, &[1.25 + g2 * 5.25, 1.875 + g(1.0) * 4.875]);
+        // The dense product with an exact right-hand side, depth 2.
+        let a = T2 {
+            v: array![[1.0, -2.0]],
+            e: array![[0.5, 0.25]],
+        };
+        let m = mm_exact_rhs(&a, array![[3.0], [-4.0]].view(), U);
+        assert_eq!(m.v, array![[11.0]]);
+        close_all(&m.e, &[2.5 * (1.0 + g2) + 11.0 * g2]);
+    }
+}

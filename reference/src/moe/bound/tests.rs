@@ -1,0 +1,423 @@
+//! The layer bound against a second, plain derivation: every rule of the module documentation
+//! of [`super`] written out again element by element (scalar loops over `(value, error)`
+//! pairs, no [`super::replay`] helper, `γ_n = n·u / (1 - n·u)` and the constants `2^-53`,
+//! `FN_ULPS = 4`, the Lipschitz constants `1/4`, `1.1`, `1/2` as literals), on small cases
+//! of every score function, with and without normalisation, bias, capacity dropping and a
+//! shared expert, for an f64 and a bf16 declaration. Every tensor, the selection error and
+//! the weight error must agree to 1e-10 relative, so a change to any term of
+//! [`super::layer_bound`] (or an index that reads the wrong element) fails here.
+//!
+//! One mutant survives, and no test can catch it on realistic cases: the normalisation's
+//! `m = Σ(|g| + e(g)) + ε` with `ε = 1e-20` made `- ε` (layer.rs, the weights). `m` is a sum of
+//! gate magnitudes, far above `ε·2^52`, so `m + ε`, `m - ε` and `m` are the same f64; only gates
+//! of about 1e-20 in total could tell them apart.
+
+use ndarray::{Array2, Array3, ArrayView3};
+
+use super::*;
+use crate::format::Format;
+use crate::moe::layer::{forward, silu, silu_grad, TensorId};
+use crate::moe::tests::{case, configs};
+use crate::routing::ScoreFunction;
+
+/// `(value, bound on its error)`.
+type P = (f64, f64);
+
+const EXACT0: P = (0.0, 0.0);
+
+fn gm(n: usize, u: f64) -> f64 {
+    let nu = n as f64 * u;
+    if nu >= 1.0 {
+        f64::INFINITY
+    } else {
+        nu / (1.0 - nu)
+    }
+}
+fn mag(a: P) -> f64 {
+    a.0.abs() + a.1
+}
+fn mul(a: P, b: P, u: f64) -> P {
+    let e = a.0.abs() * b.1 + a.1 * b.0.abs() + a.1 * b.1 + u * mag(a) * mag(b);
+    (a.0 * b.0, e)
+}
+fn add(a: P, b: P, u: f64) -> P {
+    (a.0 + b.0, a.1 + b.1 + u * (mag(a) + mag(b)))
+}
+fn sub(a: P, b: P, u: f64) -> P {
+    add(a, (-b.0, b.1), u)
+}
+fn div(a: P, d: P, u: f64) -> P {
+    let q = a.0 / d.0;
+    let e = (a.1 + q.abs() * d.1) / (d.0.abs() - d.1);
+    (q, e + u * (q.abs() + e))
+}
+fn dot(pairs: &[(P, P)], u: f64) -> P {
+    let (mut v, mut e, mut m) = (0.0, 0.0, 0.0);
+    for &(a, b) in pairs {
+        v += a.0 * b.0;
+        e += a.0.abs() * b.1 + a.1 * b.0.abs() + a.1 * b.1;
+        m += mag(a) * mag(b);
+    }
+    (v, e + gm(pairs.len(), u) * m)
+}
+fn lipf(a: P, value: f64, l: f64, u: f64) -> P {
+    let e = l * a.1;
+    (value, e + 4.0 * u * (value.abs() + e))
+}
+fn ex(v: f64) -> P {
+    (v, 0.0)
+}
+fn group_of(off: &[usize], r: usize) -> Option<usize> {
+    (0..off.len() - 1).find(|&g| off[g] <= r && r < off[g + 1])
+}
+
+/// The SwiGLU FFN over grouped rows, forward and backward, with errors.
+struct Ffn {
+    a: Array2<P>,
+    b: Array2<P>,
+    act: Array2<P>,
+    h: Array2<P>,
+    y: Array2<P>,
+}
+
+fn ffn_fwd(
+    xp: &Array2<P>,
+    w0: ArrayView3<f64>,
+    w1: ArrayView3<f64>,
+    wo: ArrayView3<f64>,
+    off: &[usize],
+    u: f64,
+) -> Ffn {
+    let (m, hd) = xp.dim();
+    let f = w0.shape()[2];
+    let mut a = Array2::from_elem((m, f), EXACT0);
+    let mut b = a.clone();
+    let mut act = a.clone();
+    let mut h = a.clone();
+    let mut y = Array2::from_elem((m, hd), EXACT0);
+    for r in 0..m {
+        let Some(g) = group_of(off, r) else { continue };
+        for j in 0..f {
+            let pa: Vec<(P, P)> = (0..hd).map(|i| (xp[(r, i)], ex(w0[(g, i, j)]))).collect();
+            let pb: Vec<(P, P)> = (0..hd).map(|i| (xp[(r, i)], ex(w1[(g, i, j)]))).collect();
+            a[(r, j)] = dot(&pa, u);
+            b[(r, j)] = dot(&pb, u);
+            act[(r, j)] = lipf(a[(r, j)], silu(a[(r, j)].0), 1.1, u);
+            h[(r, j)] = mul(act[(r, j)], b[(r, j)], u);
+        }
+        for c in 0..hd {
+            let p: Vec<(P, P)> = (0..f).map(|j| (h[(r, j)], ex(wo[(g, j, c)]))).collect();
+            y[(r, c)] = dot(&p, u);
+        }
+    }
+    Ffn { a, b, act, h, y }
+}
+
+/// `(dx, dw0, dw1, dwo)`.
+#[allow(clippy::too_many_arguments)]
+fn ffn_bwd(
+    fw: &Ffn,
+    xp: &Array2<P>,
+    dy: &Array2<P>,
+    w0: ArrayView3<f64>,
+    w1: ArrayView3<f64>,
+    wo: ArrayView3<f64>,
+    off: &[usize],
+    u: f64,
+) -> (Array2<P>, Array3<P>, Array3<P>, Array3<P>) {
+    let (m, hd) = dy.dim();
+    let (ng, f) = (w0.shape()[0], w0.shape()[2]);
+    let mut dx = Array2::from_elem((m, hd), EXACT0);
+    let mut da = Array2::from_elem((m, f), EXACT0);
+    let mut db = da.clone();
+    for r in 0..m {
+        let Some(g) = group_of(off, r) else { continue };
+        for j in 0..f {
+            let p: Vec<(P, P)> = (0..hd).map(|c| (dy[(r, c)], ex(wo[(g, j, c)]))).collect();
+            let dh = dot(&p, u);
+            let sg = lipf(fw.a[(r, j)], silu_grad(fw.a[(r, j)].0), 0.5, u);
+            da[(r, j)] = mul(mul(dh, fw.b[(r, j)], u), sg, u);
+            db[(r, j)] = mul(dh, fw.act[(r, j)], u);
+        }
+        for i in 0..hd {
+            let pa: Vec<(P, P)> = (0..f).map(|j| (da[(r, j)], ex(w0[(g, i, j)]))).collect();
+            let pb: Vec<(P, P)> = (0..f).map(|j| (db[(r, j)], ex(w1[(g, i, j)]))).collect();
+            dx[(r, i)] = add(dot(&pa, u), dot(&pb, u), u);
+        }
+    }
+    let wgrad = |l: &Array2<P>, d: &Array2<P>| {
+        Array3::from_shape_fn((ng, l.ncols(), d.ncols()), |(g, i, j)| {
+            let p: Vec<(P, P)> = (off[g]..off[g + 1])
+                .map(|r| (l[(r, i)], d[(r, j)]))
+                .collect();
+            dot(&p, u)
+        })
+    };
+    (dx, wgrad(xp, &da), wgrad(xp, &db), wgrad(&fw.h, dy))
+}
+
+/// `(tensors, selection error, weight error)`.
+type Derived = (Vec<(TensorId, Vec<f64>)>, Array2<f64>, Array2<f64>);
+
+/// The documented bound, derived again.
+fn derive(case: &crate::moe::MoeCase, precision: &LayerPrecision) -> Derived {
+    let fwd = forward(case).unwrap();
+    let u = precision.compute.info().unit_roundoff() + 2f64.powi(-53);
+    let u_out = precision.output.info().unit_roundoff();
+    let r = &fwd.routing;
+    let cfg = &r.config;
+    let (t, e) = r.scores.dim();
+    let (k, hd) = (cfg.topk, case.hidden());
+    let alpha = ex(cfg.scaling_factor);
+    let eps = cfg.norm_eps;
+    // z = x·W_r, x and W_r exact: depth H.
+    let z = Array2::from_shape_fn((t, e), |(ti, j)| {
+        let p: Vec<(P, P)> = (0..hd)
+            .map(|i| (ex(case.x[(ti, i)]), ex(case.wr[(i, j)])))
+            .collect();
+        dot(&p, u)
+    });
+    // Scores.
+    let s = Array2::from_shape_fn((t, e), |(ti, j)| match cfg.score {
+        ScoreFunction::TopkSoftmax => (r.scores[(ti, j)], z[(ti, j)].1),
+        ScoreFunction::Sigmoid => {
+            let zz = z[(ti, j)];
+            lipf(zz, 1.0 / (1.0 + (-zz.0).exp()), 0.25, u)
+        }
+        ScoreFunction::Softmax => {
+            let d = (0..e).map(|f| z[(ti, f)].1).fold(0.0, f64::max);
+            let f = (2.0 * d).exp_m1() + gm(e + 4 + 1, u) * (2.0 * d).exp();
+            (r.scores[(ti, j)], r.scores[(ti, j)] * f)
+        }
+    });
+    let selection = Array2::from_shape_fn((t, e), |(ti, j)| match &case.bias {
+        Some(b) => s[(ti, j)].1 + u * (s[(ti, j)].0.abs() + s[(ti, j)].1 + b[j].abs()),
+        None => s[(ti, j)].1,
+    });
+    // Gates, the normalisation's denominator, weights, combine weights.
+    let mut gates = Vec::new();
+    let mut denom = Vec::new();
+    let mut w = Array2::from_elem((t, k), EXACT0);
+    let mut c = w.clone();
+    for ti in 0..t {
+        let idx = r.indices.row(ti);
+        let g: Vec<P> = match cfg.score {
+            ScoreFunction::TopkSoftmax => {
+                let d = (0..k).map(|j| z[(ti, idx[j])].1).fold(0.0, f64::max);
+                let f = (2.0 * d).exp_m1() + gm(k + 4 + 1, u) * (2.0 * d).exp();
+                (0..k)
+                    .map(|j| (r.gates[(ti, j)], r.gates[(ti, j)] * f))
+                    .collect()
+            }
+            _ => (0..k).map(|j| s[(ti, idx[j])]).collect(),
+        };
+        let dd: P = (
+            g.iter().map(|x| x.0).sum::<f64>() + eps,
+            g.iter().map(|x| x.1).sum::<f64>()
+                + gm(k, u) * (g.iter().map(|x| mag(*x)).sum::<f64>() + eps),
+        );
+        for j in 0..k {
+            w[(ti, j)] = if cfg.normalises() {
+                mul(div(g[j], dd, u), alpha, u)
+            } else {
+                mul(g[j], alpha, u)
+            };
+            if r.kept[(ti, j)] {
+                c[(ti, j)] = w[(ti, j)];
+            }
+        }
+        gates.push(g);
+        denom.push(dd);
+    }
+    // Experts and the combine.
+    let p = &fwd.perm;
+    let off = p.offsets();
+    let xp = fwd.xp.mapv(ex);
+    let fw = ffn_fwd(&xp, case.w0.view(), case.w1.view(), case.wo.view(), &off, u);
+    let mut out = Array2::from_shape_fn((t, hd), |(ti, col)| {
+        let pairs: Vec<(P, P)> = (0..k)
+            .filter(|&j| r.kept[(ti, j)])
+            .map(|j| (c[(ti, j)], fw.y[(p.inverse[ti * k + j], col)]))
+            .collect();
+        dot(&pairs, u)
+    });
+    let sh = case.shared.as_ref().map(|sw| {
+        let w3 = |a: &Array2<f64>| a.clone().insert_axis(ndarray::Axis(0));
+        let (w0, w1, wo) = (w3(&sw.w0), w3(&sw.w1), w3(&sw.wo));
+        let x = case.x.mapv(ex);
+        let f = ffn_fwd(&x, w0.view(), w1.view(), wo.view(), &[0, t], u);
+        (x, w0, w1, wo, f)
+    });
+    if let Some((.., f)) = &sh {
+        out = Array2::from_shape_fn((t, hd), |i| add(out[i], f.y[i], u));
+    }
+    // Backward: the permuted output gradient, the combine weights' gradient.
+    let dout = case.dout.mapv(ex);
+    let mut dyp = Array2::from_elem((p.rows(), hd), EXACT0);
+    for rr in 0..p.rows_used() {
+        let a = p.order[rr];
+        for col in 0..hd {
+            dyp[(rr, col)] = mul(c[(a / k, a % k)], dout[(a / k, col)], u);
+        }
+    }
+    let dc = Array2::from_shape_fn((t, k), |(ti, j)| {
+        if !r.kept[(ti, j)] {
+            return EXACT0;
+        }
+        let rr = p.inverse[ti * k + j];
+        let pairs: Vec<(P, P)> = (0..hd)
+            .map(|col| (dout[(ti, col)], fw.y[(rr, col)]))
+            .collect();
+        dot(&pairs, u)
+    });
+    let (dxp, dw0, dw1, dwo) = ffn_bwd(
+        &fw,
+        &xp,
+        &dyp,
+        case.w0.view(),
+        case.w1.view(),
+        case.wo.view(),
+        &off,
+        u,
+    );
+    let mut dx = Array2::from_shape_fn((t, hd), |(ti, col)| {
+        let parts: Vec<P> = (0..k).map(|j| dxp[(p.inverse[ti * k + j], col)]).collect();
+        let v = parts.iter().map(|x| x.0).sum::<f64>();
+        let e0 = parts.iter().map(|x| x.1).sum::<f64>();
+        let m = parts.iter().map(|x| mag(*x)).sum::<f64>();
+        (v, e0 + gm(k, u) * m)
+    });
+    // The routing VJP.
+    let mut dz = Array2::from_elem((t, e), EXACT0);
+    for ti in 0..t {
+        let (g, dd, idx) = (&gates[ti], denom[ti], r.indices.row(ti));
+        let dg: Vec<P> = if cfg.normalises() {
+            let pairs: Vec<(P, P)> = (0..k).map(|i| (dc[(ti, i)], g[i])).collect();
+            let d = div(dot(&pairs, u), dd, u);
+            (0..k)
+                .map(|j| div(mul(alpha, sub(dc[(ti, j)], d, u), u), dd, u))
+                .collect()
+        } else {
+            (0..k).map(|j| mul(alpha, dc[(ti, j)], u)).collect()
+        };
+        match cfg.score {
+            ScoreFunction::Softmax => {
+                let mut ds = vec![EXACT0; e];
+                for j in 0..k {
+                    ds[idx[j]] = add(ds[idx[j]], dg[j], u);
+                }
+                let pairs: Vec<(P, P)> = (0..e).map(|f| (s[(ti, f)], ds[f])).collect();
+                let d = dot(&pairs, u);
+                for f in 0..e {
+                    dz[(ti, f)] = mul(s[(ti, f)], sub(ds[f], d, u), u);
+                }
+            }
+            ScoreFunction::Sigmoid => {
+                for j in 0..k {
+                    let sv = s[(ti, idx[j])];
+                    dz[(ti, idx[j])] = mul(mul(dg[j], sv, u), sub(ex(1.0), sv, u), u);
+                }
+            }
+            ScoreFunction::TopkSoftmax => {
+                let pairs: Vec<(P, P)> = (0..k).map(|i| (g[i], dg[i])).collect();
+                let d = dot(&pairs, u);
+                for j in 0..k {
+                    dz[(ti, idx[j])] = mul(g[j], sub(dg[j], d, u), u);
+                }
+            }
+        }
+    }
+    // dx += dz·W_rᵀ (depth E); dW_r = xᵀ·dz (depth T).
+    for ti in 0..t {
+        for col in 0..hd {
+            let pairs: Vec<(P, P)> = (0..e)
+                .map(|j| (dz[(ti, j)], ex(case.wr[(col, j)])))
+                .collect();
+            dx[(ti, col)] = add(dx[(ti, col)], dot(&pairs, u), u);
+        }
+    }
+    let dwr = Array2::from_shape_fn((hd, e), |(i, j)| {
+        let pairs: Vec<(P, P)> = (0..t)
+            .map(|ti| (ex(case.x[(ti, i)]), dz[(ti, j)]))
+            .collect();
+        dot(&pairs, u)
+    });
+    let round = |a: &P| a.1 + u_out * (a.0.abs() + a.1);
+    let flat2 = |a: &Array2<P>| a.iter().map(round).collect::<Vec<f64>>();
+    let flat3 = |a: &Array3<P>| a.iter().map(round).collect::<Vec<f64>>();
+    let mut shared_grads = None;
+    if let Some((x, w0, w1, wo, f)) = &sh {
+        let (dxs, d0, d1, d_o) = ffn_bwd(f, x, &dout, w0.view(), w1.view(), wo.view(), &[0, t], u);
+        dx = Array2::from_shape_fn((t, hd), |i| add(dx[i], dxs[i], u));
+        shared_grads = Some([flat3(&d0), flat3(&d1), flat3(&d_o)]);
+    }
+    let mut tensors = vec![
+        (TensorId::Out, flat2(&out)),
+        (TensorId::Dx, flat2(&dx)),
+        (TensorId::DwRouter, flat2(&dwr)),
+        (TensorId::Dw0, flat3(&dw0)),
+        (TensorId::Dw1, flat3(&dw1)),
+        (TensorId::Dwo, flat3(&dwo)),
+    ];
+    if let Some([d0, d1, d_o]) = shared_grads {
+        tensors.push((TensorId::DsharedW0, d0));
+        tensors.push((TensorId::DsharedW1, d1));
+        tensors.push((TensorId::DsharedWo, d_o));
+    }
+    (tensors, selection, w.mapv(|x| x.1))
+}
+
+fn agree(what: &str, got: impl IntoIterator<Item = f64>, want: &[f64]) {
+    let got: Vec<f64> = got.into_iter().collect();
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-10 * w.abs() || (g == w),
+            "{what} [{i}]: layer_bound {g:e}, derived {w:e}"
+        );
+    }
+}
+
+#[test]
+fn layer_bound_matches_the_documented_derivation() {
+    let precisions = [
+        LayerPrecision {
+            input: Format::F64,
+            compute: Format::F64,
+            output: Format::F64,
+        },
+        LayerPrecision {
+            input: Format::Bf16,
+            compute: Format::Bf16,
+            output: Format::F32,
+        },
+    ];
+    for (i, cfg) in configs().into_iter().enumerate() {
+        let c = case(900 + i as u64, 8, 3, 6, 2, cfg, i % 2 == 0);
+        let fwd = forward(&c).unwrap();
+        for p in &precisions {
+            let what = format!("{cfg:?} {p:?}");
+            let b = layer_bound(&c, &fwd, p);
+            let (tensors, selection, weight) = derive(&c, p);
+            assert_eq!(
+                b.tensors.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+                tensors.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+                "{what}"
+            );
+            for ((id, got), (_, want)) in b.tensors.iter().zip(&tensors) {
+                agree(&format!("{what} {id}"), got.iter().copied(), want);
+                assert_eq!(b.get(*id), Some(got));
+            }
+            agree(
+                &format!("{what} selection"),
+                b.selection_err.iter().copied(),
+                &selection.into_raw_vec_and_offset().0,
+            );
+            agree(
+                &format!("{what} weight"),
+                b.weight_err.iter().copied(),
+                &weight.into_raw_vec_and_offset().0,
+            );
+        }
+    }
+}
