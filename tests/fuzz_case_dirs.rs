@@ -230,7 +230,7 @@ fn mutate_npy(rng: &mut ChaCha8Rng, bytes: &[u8]) -> Vec<u8> {
                 // Keep the padded length: trim or pad spaces before the newline.
                 let want = h.len();
                 h2 = h2.trim_end().to_string();
-                if h2.len() + 1 <= want {
+                if h2.len() < want {
                     h2 = format!("{h2:<w$}\n", w = want - 1);
                     b.splice(10..header_end, h2.into_bytes());
                 }

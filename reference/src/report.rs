@@ -192,21 +192,6 @@ pub fn bound_text(b: f64) -> String {
     }
 }
 
-#[cfg(test)]
-mod number_tests {
-    #[test]
-    fn numbers_are_short() {
-        assert_eq!(super::sci(0.0), "0e0");
-        assert_eq!(super::sci(0.0125), "1.25e-2");
-        assert_eq!(super::sci(f32::MAX as f64), "3.402823e38");
-        assert_eq!(super::sci(f64::NAN), "NaN");
-        assert_eq!(super::sci(-1.0 / 3.0), "-3.333333e-1");
-        assert_eq!(super::bound_text(0.0), "0 (contract)");
-        assert_eq!(super::ratio(0.5), "0.500");
-        assert_eq!(super::ratio(5.369e42), "5.37e42");
-    }
-}
-
 /// One row of a [`StatsTable`]: the slices of one output.
 pub struct StatsRow<'a, L> {
     pub name: &'a str,
@@ -279,5 +264,20 @@ impl StatsTable<'_> {
                 self.slice_noun
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod number_tests {
+    #[test]
+    fn numbers_are_short() {
+        assert_eq!(super::sci(0.0), "0e0");
+        assert_eq!(super::sci(0.0125), "1.25e-2");
+        assert_eq!(super::sci(f32::MAX as f64), "3.402823e38");
+        assert_eq!(super::sci(f64::NAN), "NaN");
+        assert_eq!(super::sci(-1.0 / 3.0), "-3.333333e-1");
+        assert_eq!(super::bound_text(0.0), "0 (contract)");
+        assert_eq!(super::ratio(0.5), "0.500");
+        assert_eq!(super::ratio(5.369e42), "5.37e42");
     }
 }
