@@ -384,11 +384,7 @@ fn malformed_case_dirs_exit_2_naming_the_file() {
     ];
     for (what, damage, needle) in damages {
         let d = dir.path().join(what.replace(' ', "_"));
-        std::fs::create_dir_all(&d).unwrap();
-        for e in std::fs::read_dir(&base).unwrap() {
-            let e = e.unwrap();
-            std::fs::copy(e.path(), d.join(e.file_name())).unwrap();
-        }
+        common::copy_case(&base, &d);
         damage(&d);
         let out = moecheck().arg("check").arg(&d).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
@@ -716,11 +712,7 @@ fn npy_headers_are_checked_before_allocating_and_named_precisely() {
     gemm(&["--dump", base.to_str().unwrap()]).assert().code(0);
     let copy = |name: &str| {
         let d = dir.path().join(name);
-        std::fs::create_dir_all(&d).unwrap();
-        for e in std::fs::read_dir(&base).unwrap() {
-            let e = e.unwrap();
-            std::fs::copy(e.path(), d.join(e.file_name())).unwrap();
-        }
+        common::copy_case(&base, &d);
         d
     };
     let check = |d: &std::path::Path, needle: &str| {

@@ -254,10 +254,7 @@ fn mutated_case_directories_never_panic() {
         files.sort();
         for case in 0..CASES_PER_OP {
             let dir = root.path().join(format!("{op}-{case}"));
-            std::fs::create_dir(&dir).unwrap();
-            for f in &files {
-                std::fs::copy(f, dir.join(f.file_name().unwrap())).unwrap();
-            }
+            common::copy_case(&base, &dir);
             // case.json a third of the time, else one of the arrays.
             let target = if rng.random_bool(1.0 / 3.0) {
                 dir.join("case.json")

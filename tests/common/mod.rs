@@ -36,3 +36,12 @@ pub fn with_defaults(command: &[&str], defaults: &[&str], extra: &[&str]) -> Com
     c.args(extra);
     c
 }
+
+/// A copy of the case directory `base` at `to` (created), for a test to damage.
+pub fn copy_case(base: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(base).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
