@@ -28,6 +28,7 @@ pub mod bound;
 pub mod case;
 pub mod compare;
 mod files;
+mod fit;
 mod grouped;
 pub mod kernel;
 mod op;
