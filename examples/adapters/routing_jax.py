@@ -6,10 +6,13 @@
   MaxText's default and Mixtral: softmax over the k selected after top-k), or the sigmoid
   (`sigmoid`, DeepSeek-V3);
 * selection on `u = s + bias`; with groups, MaxText's `expert_group_mask`: each group scored by
-  the sum of its top-2 `u` (top-1 for groups of one expert), the best `topk_groups` groups kept,
-  the rest masked to -inf before the top-k;
+  the sum of its top-2 `u` (top-1 for groups of one expert; case.json `group_score`
+  `top-k-per-group` sums the top `topk // topk_groups` as Megatron-Core does, `max` takes the
+  top-1 as DeepSeek-V3 without a bias does), the best `topk_groups` groups kept, the rest
+  masked to -inf before the top-k;
 * gates from the pre-bias scores of the selected experts, normalised by `sum + norm_eps` for
-  sigmoid or with `norm_topk`, times `scaling_factor` (MaxText `deepseek_scale_weights`);
+  sigmoid (not at K = 1 when case.json says `sigmoid_norm: skip-k1`, as Megatron-Core) or with
+  `norm_topk`, times `scaling_factor` (MaxText `deepseek_scale_weights`);
 * capacity dropping: `position` (MaxText `generate_masks`: one-hot of the (token, slot)
   assignments, cumulative count per sequence, keep while `count <= C`,
   `C = int(max(ceil(S*K/E) * cf, cf))`) or `probs` (Megatron `apply_router_token_dropping`:
@@ -47,12 +50,24 @@ def scores(logits, score):
     raise ValueError(f"unknown score function {score!r}")
 
 
-def group_mask(u, groups, topk_groups):
-    """(T, E) mask of the experts in the `topk_groups` best groups (MaxText expert_group_mask)."""
+def group_terms(rule, per, topk, topk_groups):
+    """How many of a group's largest scores its score sums (case.json `group_score`)."""
+    if rule == "top2":
+        return min(2, per)
+    if rule == "top-k-per-group":
+        return min(topk // topk_groups, per)
+    if rule == "max":
+        return 1
+    raise ValueError(f"unknown group_score {rule!r}")
+
+
+def group_mask(u, groups, topk_groups, terms=2):
+    """(T, E) mask of the experts in the `topk_groups` best groups (MaxText expert_group_mask),
+    each group scored by the sum of its `terms` largest scores."""
     t, e = u.shape
     per = e // groups
     grouped = u.reshape(t, groups, per)
-    top, _ = top_k_lower_index(grouped, min(2, per))
+    top, _ = top_k_lower_index(grouped, min(terms, per))
     group_scores = top.sum(axis=-1)
     _, keep = top_k_lower_index(group_scores, topk_groups)
     mask = jax.nn.one_hot(keep, groups, dtype=u.dtype).sum(axis=-2)
@@ -81,13 +96,16 @@ def route(logits, bias, cfg):
     s = scores(logits, score)
     u = s if bias is None else s + bias[None, :]
     if cfg.get("groups"):
-        mask = group_mask(u, cfg["groups"], cfg["topk_groups"])
+        per = e // cfg["groups"]
+        terms = group_terms(cfg.get("group_score", "top2"), per, k, cfg["topk_groups"])
+        mask = group_mask(u, cfg["groups"], cfg["topk_groups"], terms)
         u = jnp.where(mask > 0, u, -jnp.inf)
     _, indices = top_k_lower_index(u, k)
     picked = jnp.take_along_axis(s, indices, axis=-1)
     gates = jax.nn.softmax(picked, axis=-1) if score == "topk-softmax" else picked
     weights = gates
-    if score == "sigmoid" or cfg.get("norm_topk"):
+    skip_k1 = cfg.get("sigmoid_norm", "always") == "skip-k1" and k == 1
+    if (score == "sigmoid" and not skip_k1) or (score != "sigmoid" and cfg.get("norm_topk")):
         weights = weights / (weights.sum(axis=-1, keepdims=True) + cfg["norm_eps"])
     weights = weights * cfg["scaling_factor"]
 
@@ -101,6 +119,12 @@ def route(logits, bias, cfg):
             flat = onehot.reshape(t // s_len, s_len * k, e)
             count = jnp.cumsum(flat, axis=1).reshape(t, k, e)
             kept = (count * onehot).sum(axis=-1) <= cap
+        elif cfg["drop_policy"] == "token-order":
+            cap = probs_capacity(t, k, e, cf)
+            count = jnp.cumsum(onehot.reshape(t * k, e), axis=0).reshape(t, k, e)
+            kept = (count * onehot).sum(axis=-1) <= cap
+        elif cfg["drop_policy"] != "probs":
+            raise ValueError(f"unknown drop_policy {cfg['drop_policy']!r}")
         else:
             cap = probs_capacity(t, k, e, cf)
             # Megatron: routing_probs (T, E) holds each token's weight at its selected experts.

@@ -6,7 +6,8 @@
 use clap::Args;
 
 use moecheck_reference::routing::{
-    Capacity, DropPolicy, GroupLimit, RoutingConfig, ScoreFunction, NORM_EPS,
+    Capacity, Convention, DropPolicy, GroupLimit, GroupScore, RoutingConfig, ScoreFunction,
+    SigmoidNorm, Ties, NORM_EPS,
 };
 
 #[derive(Debug, Args)]
@@ -20,11 +21,30 @@ pub struct RoutingFlags {
     /// Group-limited selection: number of expert groups G (divides E; DeepSeek-V3 n_group).
     #[arg(long, requires = "topk_groups")]
     pub groups: Option<usize>,
-    /// Groups kept per token TG (DeepSeek-V3 topk_group; ranked by the sum of their top-2
-    /// scores).
+    /// Groups kept per token TG (DeepSeek-V3 topk_group; ranked by --group-score).
     #[arg(long, requires = "groups")]
     pub topk_groups: Option<usize>,
-    /// Normalise the gates by their sum (norm_topk_prob; sigmoid always normalises).
+    /// Conventions of a public router: maxtext (default; jax.lax.top_k ties), megatron
+    /// (Megatron-Core: top-k-per-group, skip-k1, ties any, position = token-order) or
+    /// deepseek-v3 (top2, always, ties any). The flags below override it.
+    #[arg(long, value_enum)]
+    pub convention: Option<ConventionArg>,
+    /// How a group is scored: top2 (sum of its two largest scores; MaxText, DeepSeek-V3 with a
+    /// bias), top-k-per-group (sum of its topk/topk_groups largest; Megatron-Core) or max
+    /// (DeepSeek-V3 without a bias). Default: the convention's.
+    #[arg(long, value_enum)]
+    pub group_score: Option<GroupScoreArg>,
+    /// Sigmoid weights at K = 1: always normalised (DeepSeek-V3, MaxText) or skip-k1 (not
+    /// normalised; Megatron-Core). Default: the convention's.
+    #[arg(long, value_enum)]
+    pub sigmoid_norm: Option<SigmoidNormArg>,
+    /// Exact ties: lower-index (the lower expert, group or token index wins; jax.lax.top_k)
+    /// or any (any choice among exactly equal values is valid, as torch.topk; the check
+    /// follows the implementation's choice). Default: the convention's.
+    #[arg(long, value_enum)]
+    pub ties: Option<TiesArg>,
+    /// Normalise the gates by their sum (norm_topk_prob; sigmoid weights are normalised
+    /// whatever it says, but at K = 1 under --sigmoid-norm skip-k1).
     #[arg(long)]
     pub norm_topk: bool,
     /// routed_scaling_factor: the weights are multiplied by it.
@@ -33,8 +53,9 @@ pub struct RoutingFlags {
     /// Capacity factor: drop assignments over each expert's capacity (needs --drop-policy).
     #[arg(long, requires = "drop_policy")]
     pub capacity_factor: Option<f64>,
-    /// Which assignments survive: position (MaxText: per sequence, earlier wins) or probs
-    /// (Megatron: per expert, larger weight wins).
+    /// Which assignments survive: position (MaxText: per sequence, earlier wins; under
+    /// --convention megatron it means token-order), probs (Megatron: per expert, larger
+    /// weight wins) or token-order (Megatron's position: per expert, lower token index wins).
     #[arg(long, value_enum, requires = "capacity_factor")]
     pub drop_policy: Option<DropArg>,
     /// Tokens per sequence for --drop-policy position (default: all tokens are one sequence).
@@ -53,6 +74,72 @@ pub enum ScoreArg {
 pub enum DropArg {
     Position,
     Probs,
+    TokenOrder,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ConventionArg {
+    Maxtext,
+    Megatron,
+    #[value(name = "deepseek-v3")]
+    DeepseekV3,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum GroupScoreArg {
+    Top2,
+    TopKPerGroup,
+    Max,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum SigmoidNormArg {
+    Always,
+    SkipK1,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum TiesArg {
+    LowerIndex,
+    Any,
+}
+
+impl From<ConventionArg> for Convention {
+    fn from(c: ConventionArg) -> Self {
+        match c {
+            ConventionArg::Maxtext => Convention::MaxText,
+            ConventionArg::Megatron => Convention::Megatron,
+            ConventionArg::DeepseekV3 => Convention::DeepSeekV3,
+        }
+    }
+}
+
+impl From<GroupScoreArg> for GroupScore {
+    fn from(g: GroupScoreArg) -> Self {
+        match g {
+            GroupScoreArg::Top2 => GroupScore::Top2,
+            GroupScoreArg::TopKPerGroup => GroupScore::TopKPerGroup,
+            GroupScoreArg::Max => GroupScore::Max,
+        }
+    }
+}
+
+impl From<SigmoidNormArg> for SigmoidNorm {
+    fn from(s: SigmoidNormArg) -> Self {
+        match s {
+            SigmoidNormArg::Always => SigmoidNorm::Always,
+            SigmoidNormArg::SkipK1 => SigmoidNorm::SkipK1,
+        }
+    }
+}
+
+impl From<TiesArg> for Ties {
+    fn from(t: TiesArg) -> Self {
+        match t {
+            TiesArg::LowerIndex => Ties::LowerIndex,
+            TiesArg::Any => Ties::Any,
+        }
+    }
 }
 
 impl From<ScoreArg> for ScoreFunction {
@@ -65,11 +152,13 @@ impl From<ScoreArg> for ScoreFunction {
     }
 }
 
-impl From<DropArg> for DropPolicy {
-    fn from(d: DropArg) -> Self {
-        match d {
-            DropArg::Position => DropPolicy::Position,
+impl DropArg {
+    /// The policy under `convention` (`position` is the convention's own position policy).
+    fn policy(self, convention: Convention) -> DropPolicy {
+        match self {
+            DropArg::Position => convention.position_policy(),
             DropArg::Probs => DropPolicy::Probs,
+            DropArg::TokenOrder => DropPolicy::TokenOrder,
         }
     }
 }
@@ -93,14 +182,23 @@ impl RoutingFlags {
             }),
             _ => None,
         };
+        let convention: Convention = self.convention.map_or(Convention::MaxText, Into::into);
         let capacity = match (self.capacity_factor, self.drop_policy) {
             (Some(factor), Some(policy)) => Some(Capacity {
                 factor,
-                policy: policy.into(),
+                policy: policy.policy(convention),
                 seq_len: self.seq_len,
             }),
             _ => None,
         };
+        if let (Some(_), Some(c)) = (self.seq_len, capacity) {
+            if c.policy != DropPolicy::Position {
+                anyhow::bail!(
+                    "--seq-len applies only to MaxText's per-sequence position policy, not to {}",
+                    c.policy.name()
+                );
+            }
+        }
         Ok(RoutingConfig {
             topk,
             score: score.into(),
@@ -109,6 +207,13 @@ impl RoutingFlags {
             scaling_factor: self.scaling_factor,
             norm_eps: NORM_EPS,
             capacity,
+            group_score: self
+                .group_score
+                .map_or(convention.group_score(), Into::into),
+            sigmoid_norm: self
+                .sigmoid_norm
+                .map_or(convention.sigmoid_norm(), Into::into),
+            ties: self.ties.map_or(convention.ties(), Into::into),
         })
     }
 }

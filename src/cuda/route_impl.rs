@@ -9,14 +9,14 @@
 //! f32 declaration covers it. Index near-ties (selection scores equal within the f32 bound) may
 //! legitimately be ordered the other way than the f64 reference; the comparison reports them
 //! and does not fail on them. Supported: the three score functions, group-limited top-k, the
-//! position capacity policy; the probs policy is refused before it runs
-//! ([`Implementation::supports`]), a non-default `ε` when it runs.
+//! position capacity policy, top-2 group scores, sigmoid normalisation at every K; anything
+//! else is refused before it runs ([`Implementation::supports`]).
 
 use moecheck_reference::format::Format;
 use moecheck_reference::op::{Implementation, RunError};
 use moecheck_reference::routing::{
-    position_capacity, DropPolicy, Route, RouteOutputs, RoutePrecision, RoutingCase, ScoreFunction,
-    NORM_EPS,
+    position_capacity, DropPolicy, GroupScore, Route, RouteOutputs, RoutePrecision, RoutingCase,
+    ScoreFunction, NORM_EPS,
 };
 use ndarray::Array2;
 
@@ -42,6 +42,18 @@ pub fn params_of(case: &RoutingCase) -> Result<RouteParams, String> {
             "normalisation epsilon {:e}: the CUDA kernels use {NORM_EPS:e}",
             c.norm_eps
         ));
+    }
+    if c.groups.is_some() && c.group_score != GroupScore::Top2 {
+        return Err(format!(
+            "--group-score {}: the CUDA kernels score groups by their top-2 sum",
+            c.group_score.name()
+        ));
+    }
+    if c.score == ScoreFunction::Sigmoid && c.topk == 1 && !c.normalises() {
+        return Err(
+            "--sigmoid-norm skip-k1 with K = 1: the CUDA kernels always normalise sigmoid weights"
+                .into(),
+        );
     }
     let (t, e, k) = (case.tokens(), case.experts(), c.topk);
     let capacity = match c.capacity {
@@ -120,13 +132,15 @@ impl Implementation<Route> for CudaRouter {
     fn precision(&self, _case: &RoutingCase) -> RoutePrecision {
         PRECISION
     }
-    /// The kernels implement the position capacity policy only.
+    /// The kernels implement the position capacity policy, top-2 group scores and sigmoid
+    /// normalisation at every K only.
     fn supports(&self, case: &RoutingCase, _: ()) -> Result<(), String> {
         match case.config.capacity {
-            Some(cap) if cap.policy == DropPolicy::Probs => {
-                Err("--drop-policy probs: --impl cuda implements the position policy only".into())
-            }
-            _ => Ok(()),
+            Some(cap) if cap.policy != DropPolicy::Position => Err(format!(
+                "--drop-policy {}: --impl cuda implements the position policy only",
+                cap.policy.name()
+            )),
+            _ => params_of(case).map(|_| ()),
         }
     }
     fn run(&self, case: &RoutingCase, _: ()) -> Result<RouteOutputs, RunError> {

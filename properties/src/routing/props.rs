@@ -7,9 +7,10 @@
 
 use moecheck_reference::op::{Implementation, Op};
 use moecheck_reference::routing::scores::{gates, normalise_and_scale, scores};
-use moecheck_reference::routing::topk::kept_groups;
+use moecheck_reference::routing::topk::{group_scores, group_terms, kept_groups};
 use moecheck_reference::routing::{
-    apply_capacity, weight_bound, DropPolicy, Route, RouteOutputs, RoutingCase,
+    apply_capacity, weight_bound, DropPolicy, Route, RouteOutputs, RoutingCase, ScoreFunction,
+    SigmoidNorm,
 };
 use ndarray::Array2;
 
@@ -92,16 +93,28 @@ impl PropertyOp for Route {
                 case: None,
             },
             Property {
-                name: "group-top2-selection",
-                description:
-                    "selected experts lie in the top groups by the sum of their top-2 scores",
+                name: "group-limited-selection",
+                description: "selected experts lie in the top groups by the declared group score",
                 strategy: || {
                     route_args(RouteRequire {
                         groups: true,
                         ..RouteRequire::default()
                     })
                 },
-                test: |imp, a| group_top2_selection(imp, a).into(),
+                test: |imp, a| group_limited_selection(imp, a).into(),
+                case: None,
+            },
+            Property {
+                name: "sigmoid-k1-weight",
+                description: "at K = 1 a sigmoid weight is α·s/(s + ε) (always) or α·s (skip-k1)",
+                strategy: || {
+                    route_args(RouteRequire {
+                        k1_sigmoid: true,
+                        capacity: Some(false),
+                        ..RouteRequire::default()
+                    })
+                },
+                test: |imp, a| sigmoid_k1_weight(imp, a).into(),
                 case: None,
             },
         ]
@@ -174,12 +187,12 @@ fn capacity_survivors(imp: &dyn Implementation<Route>, args: &RouteArgs) -> Resu
     if got.indices != free.indices {
         return Err("capacity changed which experts were selected".into());
     }
-    let want = apply_capacity(&free.indices, &free.weights, case.experts(), &cap);
+    let want = apply_capacity(&free.indices, &free.weights, case.experts(), &cap, None);
     let (t, k) = got.indices.dim();
     // Kept per expert (per sequence for position) must not exceed the capacity.
     let seq = match cap.policy {
         DropPolicy::Position => cap.seq_len.unwrap_or(t).max(1),
-        DropPolicy::Probs => t.max(1),
+        DropPolicy::Probs | DropPolicy::TokenOrder => t.max(1),
     };
     for start in (0..t).step_by(seq) {
         let mut count = vec![0usize; case.experts()];
@@ -314,7 +327,7 @@ fn ties_to_lower_index(imp: &dyn Implementation<Route>, args: &RouteArgs) -> Res
         let allowed: Vec<bool> = match case.config.groups {
             None => vec![true; e],
             Some(limit) => {
-                let keep = kept_groups(row, limit);
+                let keep = kept_groups(row, &case.config);
                 let per = e / limit.groups;
                 (0..e).map(|x| keep[x / per]).collect()
             }
@@ -376,7 +389,10 @@ fn weights_from_prebias(imp: &dyn Implementation<Route>, args: &RouteArgs) -> Re
     Ok(())
 }
 
-fn group_top2_selection(imp: &dyn Implementation<Route>, args: &RouteArgs) -> Result<(), String> {
+fn group_limited_selection(
+    imp: &dyn Implementation<Route>,
+    args: &RouteArgs,
+) -> Result<(), String> {
     let case = valid_case(args)?;
     let limit = case.config.groups.ok_or("the case has no groups")?;
     let got = run(imp, &case)?;
@@ -385,17 +401,46 @@ fn group_top2_selection(imp: &dyn Implementation<Route>, args: &RouteArgs) -> Re
     for ti in 0..case.tokens() {
         let row = u.row(ti);
         let row = row.as_slice().expect("standard layout");
-        let keep = kept_groups(row, limit);
+        let keep = kept_groups(row, &case.config);
         for &x in got.indices.row(ti) {
             if !keep[x / per] {
-                let sums = moecheck_reference::routing::topk::group_scores(row, limit.groups);
+                let terms = group_terms(&case.config, case.experts());
+                let sums = group_scores(row, limit.groups, terms);
                 return Err(format!(
-                    "token {ti}: expert {x} is in group {}, not among the top {} groups by top-2 \
-                     sum {sums:?}",
+                    "token {ti}: expert {x} is in group {}, not among the top {} groups by \
+                     group score {} {sums:?}",
                     x / per,
-                    limit.topk_groups
+                    limit.topk_groups,
+                    case.config.group_score.name()
                 ));
             }
+        }
+    }
+    Ok(())
+}
+
+fn sigmoid_k1_weight(imp: &dyn Implementation<Route>, args: &RouteArgs) -> Result<(), String> {
+    let case = valid_case(args)?;
+    let cfg = &case.config;
+    if cfg.score != ScoreFunction::Sigmoid || cfg.topk != 1 || cfg.capacity.is_some() {
+        return Err("the case is not a sigmoid K = 1 case without dropping".into());
+    }
+    let got = run(imp, &case)?;
+    let precision = imp.precision(&case);
+    for ti in 0..case.tokens() {
+        let x = got.indices[[ti, 0]];
+        let s = 1.0 / (1.0 + (-case.logits[[ti, x]]).exp());
+        let want = match cfg.sigmoid_norm {
+            SigmoidNorm::Always => cfg.scaling_factor * s / (s + cfg.norm_eps),
+            SigmoidNorm::SkipK1 => cfg.scaling_factor * s,
+        };
+        let have = got.weights[[ti, 0]];
+        if (have - want).abs() > weight_bound(&case, precision, ti, &[x], want) || have.is_nan() {
+            return Err(format!(
+                "token {ti} (expert {x}, sigmoid {s:e}): weight {have:e}, but sigmoid-norm {} \
+                 gives {want:e}",
+                cfg.sigmoid_norm.name()
+            ));
         }
     }
     Ok(())

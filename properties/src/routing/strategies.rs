@@ -11,7 +11,8 @@
 //! factors below 1, sequences of one token.
 
 use moecheck_reference::routing::{
-    Capacity, DropPolicy, GroupLimit, RoutingCase, RoutingConfig, ScoreFunction, NORM_EPS,
+    Capacity, DropPolicy, GroupLimit, GroupScore, RoutingCase, RoutingConfig, ScoreFunction,
+    SigmoidNorm, Ties, NORM_EPS,
 };
 use moecheck_reference::seed::mix;
 use ndarray::{Array1, Array2};
@@ -52,6 +53,8 @@ pub struct RouteRequire {
     pub groups: bool,
     /// A tie-heavy logit pattern.
     pub ties: bool,
+    /// Sigmoid scores with `K = 1` and no groups (where `sigmoid_norm` decides the weight).
+    pub k1_sigmoid: bool,
 }
 
 /// The arguments a routing case is built from.
@@ -65,6 +68,9 @@ pub struct RouteArgs {
     pub groups: Option<(usize, usize)>,
     pub norm_topk: bool,
     pub scaling_factor: f64,
+    /// How groups are scored (`top-k-per-group` only where `K >= TG`).
+    pub group_score: GroupScore,
+    pub sigmoid_norm: SigmoidNorm,
     /// `(cf, policy, S)`.
     pub capacity: Option<(f64, DropPolicy, Option<usize>)>,
     pub logits: LogitPattern,
@@ -97,6 +103,11 @@ impl RouteArgs {
                 policy,
                 seq_len,
             }),
+            group_score: self.group_score,
+            sigmoid_norm: self.sigmoid_norm,
+            // Generated cases declare one valid answer per case: the properties check the
+            // lower-index order, and the checker's `any` is tested on its own.
+            ties: Ties::LowerIndex,
         }
     }
 
@@ -230,13 +241,17 @@ fn capacity(
     let divisors: Vec<usize> = (1..=t.max(1)).filter(|s| t % s == 0).collect();
     let some = (
         proptest::sample::select(CAPACITY_FACTORS.to_vec()),
-        prop_oneof![Just(DropPolicy::Position), Just(DropPolicy::Probs)],
+        prop_oneof![
+            Just(DropPolicy::Position),
+            Just(DropPolicy::Probs),
+            Just(DropPolicy::TokenOrder)
+        ],
         proptest::sample::select(divisors),
         any::<bool>(),
     )
         .prop_map(move |(cf, policy, s, whole)| {
             let seq = match policy {
-                DropPolicy::Probs => None,
+                DropPolicy::Probs | DropPolicy::TokenOrder => None,
                 DropPolicy::Position if whole || t == 0 => None,
                 DropPolicy::Position => Some(s),
             };
@@ -249,12 +264,28 @@ fn capacity(
     }
 }
 
+/// The declared conventions: MaxText's more often than the others.
+fn conventions() -> impl Strategy<Value = (GroupScore, SigmoidNorm)> {
+    (
+        prop_oneof![
+            2 => Just(GroupScore::Top2),
+            1 => Just(GroupScore::TopKPerGroup),
+            1 => Just(GroupScore::Max),
+        ],
+        prop_oneof![Just(SigmoidNorm::Always), Just(SigmoidNorm::SkipK1)],
+    )
+}
+
 /// Routing cases meeting `req`.
 pub fn route_args(req: RouteRequire) -> BoxedStrategy<RouteArgs> {
     (
         experts(req),
         tokens(req),
-        score(),
+        if req.k1_sigmoid {
+            Just(ScoreFunction::Sigmoid).boxed()
+        } else {
+            score().boxed()
+        },
         any::<bool>(),
         proptest::sample::select(SCALING_FACTORS.to_vec()),
         pattern(req),
@@ -269,8 +300,13 @@ pub fn route_args(req: RouteRequire) -> BoxedStrategy<RouteArgs> {
             move |(e, t, score, norm_topk, scale, logits, bias_max, seed)| {
                 (
                     Just((e, t, score, norm_topk, scale, logits, bias_max, seed)),
-                    shape(e, req),
+                    if req.k1_sigmoid {
+                        Just((None, 1)).boxed()
+                    } else {
+                        shape(e, req)
+                    },
                     capacity(t, req),
+                    conventions(),
                 )
             },
         )
@@ -279,8 +315,18 @@ pub fn route_args(req: RouteRequire) -> BoxedStrategy<RouteArgs> {
                 (experts, tokens, score, norm_topk, scaling_factor, logits, bias_max, value_seed),
                 (groups, topk),
                 capacity,
+                (group_score, sigmoid_norm),
             )| {
+                // Megatron's rule sums the top K/TG scores: at least one.
+                let group_score = match groups {
+                    Some((_, tg)) if topk < tg && group_score == GroupScore::TopKPerGroup => {
+                        GroupScore::Top2
+                    }
+                    _ => group_score,
+                };
                 RouteArgs {
+                    group_score,
+                    sigmoid_norm,
                     tokens,
                     experts,
                     topk,

@@ -36,7 +36,8 @@ use super::bound::{layer_bound, LayerPrecision};
 use super::layer::{forward, MoeCase, MoeOutputs, TensorId};
 use crate::format::Format;
 use crate::gemm::bound::gamma;
-use crate::routing::{topk::group_scores, DropPolicy, Routing};
+use crate::routing::topk::{group_scores, group_terms};
+use crate::routing::{DropPolicy, Routing};
 use crate::seed::mix;
 use crate::Error;
 
@@ -44,7 +45,7 @@ use crate::Error;
 ///
 /// Reads the routing at the point and bounds `score_err (T, E)` on the selection scores and
 /// `weight_err (T, k)` on the weights; a margin passes when it is larger than the sum of the
-/// bounds of the two values it separates (for group scores, of the two top-2 sums):
+/// bounds of the two values it separates (for group scores, of the two sums):
 ///
 /// * per token, between consecutive selection scores among the top `k + 1` allowed experts
 ///   (the chosen set and their slot order);
@@ -80,7 +81,7 @@ pub fn near_tie(
         if let Some(g) = cfg.groups {
             if g.topk_groups < g.groups {
                 let row: Vec<f64> = u.row(ti).to_vec();
-                let mut gs = group_scores(&row, g.groups);
+                let mut gs = group_scores(&row, g.groups, group_terms(cfg, e));
                 gs.sort_by(|a, b| b.total_cmp(a));
                 let gap = gs[g.topk_groups - 1] - gs[g.topk_groups];
                 if gap <= 4.0 * row_err {

@@ -1,9 +1,10 @@
-//! Step 4: capacity dropping, per assignment, with the two public policies.
+//! Step 4: capacity dropping, per assignment, with the three public policies.
 
-use ndarray::Array2;
+use std::cmp::Ordering;
+
+use ndarray::{Array2, ArrayView2};
 
 use super::config::{Capacity, DropPolicy};
-use super::topk::descending_lower_index_first;
 
 /// MaxText `generate_masks`: the capacity of each expert within one sequence of `seq_len`
 /// tokens, `int(max(ceil(S·K/E)·cf, cf))`, evaluated as Python does (`S·K/E` a float
@@ -50,14 +51,27 @@ pub struct CapacityResult {
 ///   token-major, slot-minor order are kept.
 /// * `probs`: per expert, the `C` assignments with the largest weight are kept; equal
 ///   weights: lower token index first (a token selects an expert at most once).
+/// * `token-order`: per expert, the `C` assignments of the lowest token indices are kept
+///   (`C` as for `probs`).
+///
+/// With `prefer` (an implementation's `kept (T, K)`, for [`Ties::Any`](super::Ties::Any)),
+/// the choices among equal values follow it: under `probs` between equal weights, under
+/// `token-order` between any of the expert's assignments (Megatron ranks them with
+/// `torch.topk` over a 0/1 map, all equal). `position` has no ties: its order is fixed.
 pub fn apply_capacity(
     indices: &Array2<usize>,
     weights: &Array2<f64>,
     experts: usize,
     cap: &Capacity,
+    prefer: Option<ArrayView2<bool>>,
 ) -> CapacityResult {
     let (t, k) = indices.dim();
     let mut kept = Array2::from_elem((t, k), false);
+    // Whether the implementation kept (t, j): preferred first among equals.
+    let first = |a: (usize, usize), b: (usize, usize)| match prefer {
+        Some(p) => p[b].cmp(&p[a]),
+        None => Ordering::Equal,
+    };
     match cap.policy {
         DropPolicy::Position => {
             let s = cap.seq_len.unwrap_or(t).max(1);
@@ -74,7 +88,7 @@ pub fn apply_capacity(
             }
             CapacityResult { kept, capacity: c }
         }
-        DropPolicy::Probs => {
+        DropPolicy::Probs | DropPolicy::TokenOrder => {
             let c = probs_capacity(t, k, experts, cap.factor);
             let mut per_expert: Vec<Vec<(usize, usize)>> = vec![Vec::new(); experts];
             for ti in 0..t {
@@ -83,8 +97,14 @@ pub fn apply_capacity(
                 }
             }
             for list in &mut per_expert {
-                list.sort_by(|&(ta, ja), &(tb, jb)| {
-                    descending_lower_index_first((weights[[ta, ja]], ta), (weights[[tb, jb]], tb))
+                list.sort_by(|&a, &b| {
+                    let by_weight = match cap.policy {
+                        DropPolicy::Probs => weights[b]
+                            .partial_cmp(&weights[a])
+                            .unwrap_or(Ordering::Equal),
+                        _ => Ordering::Equal,
+                    };
+                    by_weight.then(first(a, b)).then(a.0.cmp(&b.0))
                 });
                 for &(ti, j) in list.iter().take(c) {
                     kept[[ti, j]] = true;
@@ -141,7 +161,7 @@ mod tests {
             policy: DropPolicy::Position,
             seq_len: Some(4),
         };
-        let r = apply_capacity(&idx, &w, 4, &cap);
+        let r = apply_capacity(&idx, &w, 4, &cap, None);
         assert_eq!(r.capacity, 2);
         assert_eq!(
             r.kept,
@@ -170,7 +190,7 @@ mod tests {
             seq_len: None,
         };
         // S·K/E = 1, so C = 1.
-        let r = apply_capacity(&idx, &w, 4, &cap);
+        let r = apply_capacity(&idx, &w, 4, &cap, None);
         assert_eq!(r.capacity, 1);
         assert_eq!(r.kept, array![[true, true], [false, true]]);
     }
@@ -185,7 +205,7 @@ mod tests {
             seq_len: Some(2),
         };
         // Per sequence of 2 tokens, E = 2: C = ceil(2/2) = 1.
-        let r = apply_capacity(&idx, &w, 2, &cap);
+        let r = apply_capacity(&idx, &w, 2, &cap, None);
         assert_eq!(r.kept, array![[true], [false], [true], [false]]);
     }
 
@@ -199,7 +219,7 @@ mod tests {
             seq_len: None,
         };
         // C = ceil(4·1/2) = 2: token 1 (0.9) and token 0 (0.2, lower index than token 2).
-        let r = apply_capacity(&idx, &w, 2, &cap);
+        let r = apply_capacity(&idx, &w, 2, &cap, None);
         assert_eq!(r.capacity, 2);
         assert_eq!(r.kept, array![[true], [true], [false], [true]]);
     }

@@ -32,8 +32,10 @@
 use ndarray::Array2;
 use serde::{Deserialize, Serialize};
 
-use super::config::ScoreFunction;
-use super::route::{Routing, RoutingCase};
+use super::config::{DropPolicy, ScoreFunction};
+use super::convention::Ties;
+use super::near_tie::probs_near_ties;
+use super::route::{route_following, Routing, RoutingCase};
 use crate::format::Format;
 
 /// What an implementation returns for a routing case.
@@ -219,71 +221,6 @@ impl RouteReport {
     }
 }
 
-/// Under the `probs` policy, the assignments whose `kept` the implementation decided the other
-/// way **only between weights that are equal within rounding**: per expert (with equal indices
-/// on every token that selects it), the implementation keeps as many as the reference, and
-/// every assignment it keeps but the reference drops is within the sum of the two weight
-/// bounds of every assignment the reference keeps but it drops. Weights that are equal in
-/// exact arithmetic (the same scores summed in another order) differ in their last bits from
-/// one implementation to the next, so which of them wins a capacity boundary cannot decide.
-fn probs_near_ties(
-    case: &RoutingCase,
-    want: &Routing,
-    got: &RouteOutputs,
-    precision: RoutePrecision,
-) -> std::collections::HashSet<(usize, usize)> {
-    let mut near = std::collections::HashSet::new();
-    let is_probs = matches!(
-        case.config.capacity,
-        Some(c) if c.policy == super::config::DropPolicy::Probs
-    );
-    if !is_probs {
-        return near;
-    }
-    let (t, k) = want.indices.dim();
-    let same: Vec<bool> = (0..t)
-        .map(|ti| want.indices.row(ti) == got.indices.row(ti))
-        .collect();
-    for x in 0..case.experts() {
-        let mut clean = true;
-        let (mut only_ref, mut only_got) = (Vec::new(), Vec::new());
-        for (ti, &same_row) in same.iter().enumerate() {
-            let selects = want.indices.row(ti).iter().any(|&e| e == x)
-                || got.indices.row(ti).iter().any(|&e| e == x);
-            if !same_row {
-                clean &= !selects;
-                continue;
-            }
-            for j in 0..k {
-                if want.indices[[ti, j]] != x {
-                    continue;
-                }
-                match (want.kept[[ti, j]], got.kept[[ti, j]]) {
-                    (true, false) => only_ref.push((ti, j)),
-                    (false, true) => only_got.push((ti, j)),
-                    _ => {}
-                }
-            }
-        }
-        if !clean || only_ref.is_empty() || only_ref.len() != only_got.len() {
-            continue;
-        }
-        let w = |&(ti, j): &(usize, usize)| want.weights[[ti, j]];
-        let b = |a: &(usize, usize)| {
-            let sel: Vec<usize> = want.indices.row(a.0).to_vec();
-            weight_bound(case, precision, a.0, &sel, w(a))
-        };
-        let tied = only_ref
-            .iter()
-            .all(|a| only_got.iter().all(|c| (w(a) - w(c)).abs() <= b(a) + b(c)));
-        if tied {
-            near.extend(only_ref);
-            near.extend(only_got);
-        }
-    }
-    near
-}
-
 /// Compares `got` against the reference routing `want` of `case`.
 pub fn compare_routing(
     case: &RoutingCase,
@@ -344,6 +281,18 @@ pub fn compare_routing(
     if !rep.mismatches.is_empty() {
         return rep;
     }
+    // Under `ties = any`, the routing that breaks every exact tie as the implementation did.
+    let followed;
+    let want = match case.config.ties {
+        Ties::Any => match route_following(case, got.indices.view(), got.kept.view()) {
+            Ok(r) => {
+                followed = r;
+                &followed
+            }
+            Err(_) => want,
+        },
+        Ties::LowerIndex => want,
+    };
     let near = probs_near_ties(case, want, got, precision);
     for ti in 0..t {
         let wi: Vec<usize> = want.indices.row(ti).to_vec();
@@ -357,7 +306,13 @@ pub fn compare_routing(
                 let gap = (u[[ti, a]] - u[[ti, b]]).abs();
                 let tol = selection_score_bound(case, want, precision, ti, a)
                     + selection_score_bound(case, want, precision, ti, b);
-                if gap <= tol && gap > 0.0 {
+                if gap == 0.0 {
+                    detail.push_str(&format!(
+                        "; exact tie: experts {a} and {b} have the same selection score {:.6e}, and \
+                         the declared tie order is lower-index (--ties any accepts either)",
+                        u[[ti, a]]
+                    ));
+                } else if gap <= tol {
                     detail.push_str(&format!(
                         "; near-tie: experts {a} and {b} differ by {gap:.3e} in selection score, \
                          within the {tol:.3e} a {} implementation may err by, so this case \
@@ -412,11 +367,18 @@ pub fn compare_routing(
             }
             if wk != gk {
                 rep.kept_mismatches += 1;
+                let why = match case.config.capacity.map(|c| c.policy) {
+                    Some(DropPolicy::TokenOrder) if case.config.ties == Ties::LowerIndex => {
+                        "; token-order keeps an expert's lowest token indices (--ties any \
+                         accepts any of its tokens)"
+                    }
+                    _ => "",
+                };
                 push(
                     &mut rep,
                     "kept",
                     vec![ti, j],
-                    format!("expert {} kept = {gk}, expected {wk}", expert),
+                    format!("expert {expert} kept = {gk}, expected {wk}{why}"),
                 );
             }
             let (ww, gw) = (want.combine[[ti, j]], got.weights[[ti, j]]);

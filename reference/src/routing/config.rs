@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::convention::{GroupScore, SigmoidNorm, Ties};
 use crate::Error;
 
 /// The `ε` in the normalisation `g / (Σ g + ε)` (Megatron, HF DeepSeek-V3).
@@ -52,8 +53,12 @@ impl std::fmt::Display for ScoreFunction {
 pub enum DropPolicy {
     /// MaxText dense path: per sequence, earlier (token-major, slot-minor) assignments win.
     Position,
-    /// Megatron: per expert, the assignments with the largest weight win.
+    /// Megatron `drop_policy="probs"`: per expert, the assignments with the largest weight
+    /// win.
     Probs,
+    /// Megatron `drop_policy="position"`: per expert, over all tokens, the lowest token
+    /// indices win (capacity as `probs`).
+    TokenOrder,
 }
 
 impl DropPolicy {
@@ -61,6 +66,7 @@ impl DropPolicy {
         match self {
             DropPolicy::Position => "position",
             DropPolicy::Probs => "probs",
+            DropPolicy::TokenOrder => "token-order",
         }
     }
 }
@@ -72,7 +78,7 @@ pub struct Capacity {
     pub factor: f64,
     pub policy: DropPolicy,
     /// Tokens per sequence `S` for [`DropPolicy::Position`] (`None`: all `T` tokens are one
-    /// sequence). Must be `None` for [`DropPolicy::Probs`].
+    /// sequence). Must be `None` for the other policies.
     pub seq_len: Option<usize>,
 }
 
@@ -102,6 +108,12 @@ pub struct RoutingConfig {
     pub norm_eps: f64,
     /// Capacity dropping, if any.
     pub capacity: Option<Capacity>,
+    /// How groups are scored (with a group limit; [`GroupScore`]).
+    pub group_score: GroupScore,
+    /// Whether sigmoid gates are normalised at `K = 1` ([`SigmoidNorm`]).
+    pub sigmoid_norm: SigmoidNorm,
+    /// Which choices among exactly equal values are valid ([`Ties`]).
+    pub ties: Ties,
 }
 
 impl RoutingConfig {
@@ -116,12 +128,19 @@ impl RoutingConfig {
             scaling_factor: 1.0,
             norm_eps: NORM_EPS,
             capacity: None,
+            group_score: GroupScore::default(),
+            sigmoid_norm: SigmoidNorm::default(),
+            ties: Ties::default(),
         }
     }
 
-    /// Whether the gates are divided by `Σ g + ε`: sigmoid always, others with `norm_topk`.
+    /// Whether the gates are divided by `Σ g + ε`: sigmoid always (but at `K = 1` under
+    /// [`SigmoidNorm::SkipK1`]), the others with `norm_topk`.
     pub fn normalises(&self) -> bool {
-        self.score == ScoreFunction::Sigmoid || self.norm_topk
+        match self.score {
+            ScoreFunction::Sigmoid => !(self.sigmoid_norm == SigmoidNorm::SkipK1 && self.topk == 1),
+            ScoreFunction::Softmax | ScoreFunction::TopkSoftmax => self.norm_topk,
+        }
     }
 
     /// Checks the configuration against `tokens` and `experts`. The error names the parameter
@@ -158,6 +177,16 @@ impl RoutingConfig {
                 return bad(
                     "topk_groups",
                     format!("{} is more than the {} groups", g.topk_groups, g.groups),
+                );
+            }
+            if self.group_score == GroupScore::TopKPerGroup && self.topk < g.topk_groups {
+                return bad(
+                    "topk",
+                    format!(
+                        "{} is less than the {} kept groups: group score top-k-per-group sums \
+                         the top topk/topk_groups = 0 scores of each group",
+                        self.topk, g.topk_groups
+                    ),
                 );
             }
             let allowed = g.topk_groups * (experts / g.groups);
@@ -203,7 +232,7 @@ impl RoutingConfig {
                 );
             }
             match (c.policy, c.seq_len) {
-                (DropPolicy::Probs, Some(_)) => {
+                (DropPolicy::Probs | DropPolicy::TokenOrder, Some(_)) => {
                     return bad("seq_len", "only applies to the position drop policy".into())
                 }
                 (DropPolicy::Position, Some(0)) => {

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::compare::RouteOutputs;
 use super::config::{Capacity, DropPolicy, GroupLimit, RoutingConfig, ScoreFunction};
+use super::convention::{GroupScore, SigmoidNorm, Ties};
 use super::op::Route;
 use super::route::RoutingCase;
 use crate::format::Format;
@@ -36,10 +37,20 @@ pub struct RoutingJson {
     pub norm_eps: f64,
     /// Capacity factor (`null`: no dropping).
     pub capacity_factor: Option<f64>,
-    /// `position` or `probs` (`null` without capacity).
+    /// `position`, `probs` or `token-order` (`null` without capacity).
     pub drop_policy: Option<DropPolicy>,
     /// Tokens per sequence for `position` (`null`: all tokens are one sequence).
     pub seq_len: Option<usize>,
+    /// `top2` (default when absent), `top-k-per-group` or `max`.
+    #[serde(default)]
+    pub group_score: GroupScore,
+    /// `always` (default when absent) or `skip-k1`.
+    #[serde(default)]
+    pub sigmoid_norm: SigmoidNorm,
+    /// `lower-index` (default when absent) or `any`: what the checker accepts; an
+    /// implementation needs not read it.
+    #[serde(default)]
+    pub ties: Ties,
     /// Whether `bias.npy` is present.
     pub bias: bool,
 }
@@ -58,6 +69,9 @@ impl RoutingJson {
             capacity_factor: config.capacity.map(|c| c.factor),
             drop_policy: config.capacity.map(|c| c.policy),
             seq_len: config.capacity.and_then(|c| c.seq_len),
+            group_score: config.group_score,
+            sigmoid_norm: config.sigmoid_norm,
+            ties: config.ties,
             bias,
         }
     }
@@ -98,6 +112,9 @@ impl RoutingJson {
             scaling_factor: self.scaling_factor,
             norm_eps: self.norm_eps,
             capacity,
+            group_score: self.group_score,
+            sigmoid_norm: self.sigmoid_norm,
+            ties: self.ties,
         })
     }
 }

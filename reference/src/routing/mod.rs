@@ -84,7 +84,9 @@
 pub mod capacity;
 mod compare;
 mod config;
+pub mod convention;
 mod files;
+mod near_tie;
 mod op;
 mod report;
 mod route;
@@ -97,7 +99,8 @@ pub use compare::{
     RoutePrecision, RouteReport,
 };
 pub use config::{Capacity, DropPolicy, GroupLimit, RoutingConfig, ScoreFunction, NORM_EPS};
+pub use convention::{Convention, GroupScore, SigmoidNorm, Ties};
 pub use files::{logits_dtype, RouteJson, RoutingJson};
 pub use op::{ComputeFormat, Route};
 pub use report::RouteDocument;
-pub use route::{route, Routing, RoutingCase};
+pub use route::{route, route_following, Routing, RoutingCase};

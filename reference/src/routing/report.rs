@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::compare::RouteReport;
-use super::config::{DropPolicy, RoutingConfig};
+use super::config::{DropPolicy, RoutingConfig, ScoreFunction};
 use super::op::Route;
 use crate::op::VerdictKind;
 use crate::report::{verdict_line, Reported, RunInfo};
@@ -105,11 +105,24 @@ fn render_reference(s: &mut String, r: &RouteDocument) {
         r.tokens, r.experts, r.topk, c.score
     );
     if let Some(g) = c.groups {
-        let _ = write!(s, ", {} groups keep {}", g.groups, g.topk_groups);
+        let _ = write!(
+            s,
+            ", {} groups keep {} (scored by {})",
+            g.groups,
+            g.topk_groups,
+            c.group_score.name()
+        );
     }
     if c.normalises() {
         let _ = write!(s, ", normalised (eps {:e})", c.norm_eps);
+    } else if c.score == ScoreFunction::Sigmoid {
+        let _ = write!(
+            s,
+            ", not normalised (sigmoid-norm {})",
+            c.sigmoid_norm.name()
+        );
     }
+    let _ = write!(s, ", ties {}", c.ties.name());
     if c.scaling_factor != 1.0 {
         let _ = write!(s, ", scaling {}", c.scaling_factor);
     }

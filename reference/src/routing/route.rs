@@ -1,6 +1,6 @@
 //! The whole routing (steps 1–4) and its result.
 
-use ndarray::{Array1, Array2};
+use ndarray::{Array1, Array2, ArrayView2};
 
 use super::capacity::apply_capacity;
 use super::config::RoutingConfig;
@@ -72,7 +72,8 @@ pub struct Routing {
     pub selection_scores: Array2<f64>,
     /// `(T, G)`: the groups kept per token, with group-limited selection.
     pub group_mask: Option<Array2<bool>>,
-    /// `(T, K)`: the selected experts, largest `u` first, ties toward the lower index.
+    /// `(T, K)`: the selected experts, largest `u` first, ties toward the lower index (or as
+    /// the implementation broke them, from [`route_following`]).
     pub indices: Array2<usize>,
     /// `g (T, K)`: the gates before normalisation and scaling (for `topk-softmax`, the
     /// softmax over the selected logits).
@@ -108,6 +109,29 @@ pub struct Routing {
 /// assert_eq!(r.combine.row(0).to_vec(), vec![0.5, 0.5]); // equal sigmoids, normalised
 /// ```
 pub fn route(case: &RoutingCase) -> Result<Routing, Error> {
+    route_preferring(case, None)
+}
+
+/// The reference routing of `case` with every choice among exactly equal values made as the
+/// implementation made it ([`Ties::Any`](super::Ties::Any)): `prefer` is its `indices` and
+/// `kept`, both `(T, K)` (an index outside `0..E` is ignored). Where the implementation's
+/// choices are ones some tie order gives, the result selects, keeps and weighs exactly what
+/// it did; where not, the result is still a valid routing and the comparison shows where
+/// the implementation left it.
+///
+/// Errors: an invalid case ([`RoutingCase::validate`]).
+pub fn route_following(
+    case: &RoutingCase,
+    indices: ArrayView2<usize>,
+    kept: ArrayView2<bool>,
+) -> Result<Routing, Error> {
+    route_preferring(case, Some((indices, kept)))
+}
+
+fn route_preferring(
+    case: &RoutingCase,
+    prefer: Option<(ArrayView2<usize>, ArrayView2<bool>)>,
+) -> Result<Routing, Error> {
     case.validate()?;
     let cfg = case.config;
     let s = scores(&case.logits, cfg.score);
@@ -115,12 +139,12 @@ pub fn route(case: &RoutingCase) -> Result<Routing, Error> {
         Some(b) => &s + &b.view().insert_axis(ndarray::Axis(0)),
         None => s.clone(),
     };
-    let (indices, group_mask) = select(&u, cfg.topk, cfg.groups);
+    let (indices, group_mask) = select(&u, &cfg, prefer.map(|p| p.0));
     let g = gates(&s, &indices, cfg.score);
     let (weights, denominators) = normalise_and_scale(&g, &cfg);
     let (kept, capacity) = match &cfg.capacity {
         Some(cap) => {
-            let r = apply_capacity(&indices, &weights, case.experts(), cap);
+            let r = apply_capacity(&indices, &weights, case.experts(), cap, prefer.map(|p| p.1));
             (r.kept, Some(r.capacity))
         }
         None => (Array2::from_elem(indices.dim(), true), None),

@@ -3,14 +3,15 @@
 //!
 //! The model works the way a kernel does: per token, scores in registers (f64 here), top-k by
 //! `K` rounds of arg-max over the still-unpicked allowed experts (a strict `>` keeps the first,
-//! i.e. the lower index, on ties), groups scored by a running top-2, capacity by MaxText's
-//! one-hot cumulative count (`position`) or a per-expert sort (`probs`).
+//! i.e. the lower index, on ties), groups scored by the sum of their largest scores, capacity by
+//! MaxText's one-hot cumulative count (`position`), a per-expert sort (`probs`) or a per-expert
+//! running count over the batch (`token-order`).
 
 use moecheck_reference::format::Format;
 use moecheck_reference::op::{Implementation, RunError};
 use moecheck_reference::routing::{
-    position_capacity, probs_capacity, DropPolicy, Route, RouteOutputs, RoutePrecision,
-    RoutingCase, ScoreFunction,
+    position_capacity, probs_capacity, DropPolicy, GroupScore, Route, RouteOutputs, RoutePrecision,
+    RoutingCase, ScoreFunction, SigmoidNorm,
 };
 use ndarray::Array2;
 
@@ -32,6 +33,8 @@ pub enum RouteBug {
     /// Without a configured capacity, the kernel still drops with its default capacity
     /// factor 1.0 (`position`, one sequence).
     DefaultCapacityDrop,
+    /// Sigmoid weights are normalised at `K = 1` even under `sigmoid_norm = skip-k1`.
+    NormaliseSigmoidAtK1,
 }
 
 impl PlantedBug for RouteBug {
@@ -42,6 +45,7 @@ impl PlantedBug for RouteBug {
         RouteBug::TieTowardHigherIndex,
         RouteBug::GroupScoreTop1,
         RouteBug::DefaultCapacityDrop,
+        RouteBug::NormaliseSigmoidAtK1,
     ];
 
     fn name(self) -> &'static str {
@@ -52,6 +56,7 @@ impl PlantedBug for RouteBug {
             RouteBug::TieTowardHigherIndex => "tie-toward-higher-index",
             RouteBug::GroupScoreTop1 => "group-score-top1",
             RouteBug::DefaultCapacityDrop => "default-capacity-drop",
+            RouteBug::NormaliseSigmoidAtK1 => "normalise-sigmoid-at-k1",
         }
     }
 
@@ -64,6 +69,9 @@ impl PlantedBug for RouteBug {
             RouteBug::GroupScoreTop1 => "groups scored by their top-1 instead of top-2 sum",
             RouteBug::DefaultCapacityDrop => {
                 "drops with capacity factor 1.0 when no capacity is configured"
+            }
+            RouteBug::NormaliseSigmoidAtK1 => {
+                "sigmoid weights normalised at K = 1 although skip-k1 is declared"
             }
         }
     }
@@ -157,22 +165,18 @@ impl Implementation<Route> for RouteEmulate {
             let mut allowed = vec![true; e];
             if let Some(g) = cfg.groups {
                 let per = e / g.groups;
+                // A group's score: the sum of its `terms` largest selection scores.
+                let terms = match cfg.group_score {
+                    _ if self.has(RouteBug::GroupScoreTop1) => 1,
+                    GroupScore::Top2 => 2,
+                    GroupScore::TopKPerGroup => k / g.topk_groups,
+                    GroupScore::Max => 1,
+                };
                 let scores: Vec<f64> = (0..g.groups)
                     .map(|q| {
-                        let (mut a, mut b) = (f64::NEG_INFINITY, f64::NEG_INFINITY);
-                        for &v in &u[q * per..(q + 1) * per] {
-                            if v > a {
-                                b = a;
-                                a = v;
-                            } else if v > b {
-                                b = v;
-                            }
-                        }
-                        if per < 2 || self.has(RouteBug::GroupScoreTop1) {
-                            a
-                        } else {
-                            a + b
-                        }
+                        let mut v = u[q * per..(q + 1) * per].to_vec();
+                        v.sort_by(|a, b| b.partial_cmp(a).unwrap_or(std::cmp::Ordering::Equal));
+                        v.iter().take(terms).sum()
                     })
                     .collect();
                 let keep = self.argmax_k(&scores, &vec![true; g.groups], g.topk_groups);
@@ -188,7 +192,15 @@ impl Implementation<Route> for RouteEmulate {
             if cfg.score == ScoreFunction::TopkSoftmax {
                 softmax_in_place(&mut g);
             }
-            if cfg.normalises() {
+            let normalise = match cfg.score {
+                ScoreFunction::Sigmoid => {
+                    k > 1
+                        || cfg.sigmoid_norm == SigmoidNorm::Always
+                        || self.has(RouteBug::NormaliseSigmoidAtK1)
+                }
+                _ => cfg.norm_topk,
+            };
+            if normalise {
                 let d: f64 = g.iter().sum::<f64>() + cfg.norm_eps;
                 g.iter_mut().for_each(|x| *x /= d);
             }
@@ -224,6 +236,18 @@ impl Implementation<Route> for RouteEmulate {
                             let x = indices[[ti, j]];
                             running[x] += 1;
                             kept[[ti, j]] = running[x] <= c;
+                        }
+                    }
+                }
+                DropPolicy::TokenOrder => {
+                    // Megatron's position policy: per expert, the first C tokens over the batch.
+                    let c = probs_capacity(t, k, e, cap.factor) + extra;
+                    let mut count = vec![0usize; e];
+                    for ti in 0..t {
+                        for j in 0..k {
+                            let x = indices[[ti, j]];
+                            count[x] += 1;
+                            kept[[ti, j]] = count[x] <= c;
                         }
                     }
                 }
