@@ -1,0 +1,265 @@
+//! Routing conventions on hand-worked cases: each value of `group_score`, `sigmoid_norm`,
+//! `ties` and the `token-order` drop policy changes the reference exactly where the upstream
+//! code it names differs, and `ties = any` accepts every tie order and nothing else.
+
+use moecheck_reference::format::Format;
+use moecheck_reference::op::Op;
+use moecheck_reference::routing::{
+    route, Capacity, DropPolicy, GroupLimit, GroupScore, Route, RouteOutputs, RoutePrecision,
+    RouteReport, RoutingCase, RoutingConfig, ScoreFunction, SigmoidNorm, Ties,
+};
+use ndarray::{array, Array2};
+
+fn case(logits: Array2<f64>, config: RoutingConfig) -> RoutingCase {
+    RoutingCase {
+        logits,
+        bias: None,
+        config,
+    }
+}
+
+const F32: RoutePrecision = RoutePrecision {
+    compute: Format::F32,
+    output: Format::F32,
+};
+
+/// The reference's outputs of `c` (ties to the lower index).
+fn reference(c: &RoutingCase) -> RouteOutputs {
+    Route::reference_outputs(c, (), route(c).expect("a valid case"))
+}
+
+fn compare(c: &RoutingCase, got: &RouteOutputs) -> RouteReport {
+    let r = route(c).expect("a valid case");
+    Route::compare(c, (), &F32, &r, got).expect("a valid case")
+}
+
+/// `got` with token `t`'s slots `j1` and `j2` swapped (indices, weights and kept).
+fn swap(got: &RouteOutputs, t: usize, j1: usize, j2: usize) -> RouteOutputs {
+    let mut g = got.clone();
+    let x = g.indices[[t, j1]];
+    g.indices[[t, j1]] = g.indices[[t, j2]];
+    g.indices[[t, j2]] = x;
+    let w = g.weights[[t, j1]];
+    g.weights[[t, j1]] = g.weights[[t, j2]];
+    g.weights[[t, j2]] = w;
+    let k = g.kept[[t, j1]];
+    g.kept[[t, j1]] = g.kept[[t, j2]];
+    g.kept[[t, j2]] = k;
+    g
+}
+
+fn grouped(topk: usize, groups: usize, topk_groups: usize, rule: GroupScore) -> RoutingConfig {
+    let mut c = RoutingConfig::new(topk, ScoreFunction::TopkSoftmax);
+    c.groups = Some(GroupLimit {
+        groups,
+        topk_groups,
+    });
+    c.group_score = rule;
+    c
+}
+
+/// Three groups of three experts, one kept, K = 3. Group 0 has one very high score, group 1
+/// a high pair, group 2 three medium ones: top-2 keeps group 1 (5 + 5 > 8 + 0), max keeps
+/// group 0 (8), top-(K/TG = 3) keeps group 2 (4 + 4 + 4 = 12 > 10).
+#[test]
+fn each_group_score_keeps_its_own_group() {
+    let logits = array![[8.0, 0.0, 0.0, 5.0, 5.0, 0.0, 4.0, 4.0, 4.0]];
+    for (rule, group) in [
+        (GroupScore::Top2, 1),
+        (GroupScore::Max, 0),
+        (GroupScore::TopKPerGroup, 2),
+    ] {
+        let r = route(&case(logits.clone(), grouped(3, 3, 1, rule))).unwrap();
+        let mut picked: Vec<usize> = r.indices.row(0).iter().map(|&x| x / 3).collect();
+        picked.dedup();
+        assert_eq!(picked, vec![group], "{}", rule.name());
+    }
+}
+
+#[test]
+fn top_k_per_group_needs_at_least_one_term() {
+    let c = case(
+        Array2::zeros((1, 8)),
+        grouped(1, 4, 2, GroupScore::TopKPerGroup),
+    );
+    let err = route(&c).unwrap_err().to_string();
+    assert!(
+        err.contains("topk") && err.contains("top-k-per-group"),
+        "{err}"
+    );
+    // Top-2 has no such constraint.
+    assert!(route(&case(
+        Array2::zeros((1, 8)),
+        grouped(1, 4, 2, GroupScore::Top2)
+    ))
+    .is_ok());
+}
+
+/// At K = 1 a sigmoid weight is `α·s/(s + ε)` (`always`: α itself) or `α·s` (`skip-k1`); at
+/// K = 2 both normalise.
+#[test]
+fn sigmoid_norm_only_matters_at_k1() {
+    let l = array![[0.0, -1.0, 2.0]];
+    let s2 = 1.0 / (1.0 + (-2.0f64).exp());
+    for (k, norm, want) in [
+        (1, SigmoidNorm::Always, s2 / (s2 + 1e-20) * 2.5),
+        (1, SigmoidNorm::SkipK1, 2.5 * s2),
+    ] {
+        let mut cfg = RoutingConfig::new(k, ScoreFunction::Sigmoid);
+        cfg.scaling_factor = 2.5;
+        cfg.sigmoid_norm = norm;
+        let r = route(&case(l.clone(), cfg)).unwrap();
+        assert_eq!(r.indices[[0, 0]], 2);
+        assert_eq!(r.combine[[0, 0]], want, "{}", norm.name());
+    }
+    for norm in SigmoidNorm::ALL {
+        let mut cfg = RoutingConfig::new(2, ScoreFunction::Sigmoid);
+        cfg.sigmoid_norm = norm;
+        let r = route(&case(l.clone(), cfg)).unwrap();
+        let sum: f64 = r.combine.row(0).sum();
+        assert!((sum - 1.0).abs() < 1e-15, "{}: {sum}", norm.name());
+    }
+}
+
+/// `token-order`: per expert, the first `C = ceil(T·K/E·cf)` tokens over the whole batch,
+/// whatever their weights; `position` (MaxText) counts per sequence with its own `C`.
+#[test]
+fn token_order_keeps_the_lowest_tokens_over_the_batch() {
+    // Every token picks expert 0 (K = 1, E = 2): C = ceil(4·1/2·1) = 2 for token-order.
+    let logits = array![[0.0, -1.0], [3.0, 0.0], [5.0, 0.0], [1.0, 0.0]];
+    let mut cfg = RoutingConfig::new(1, ScoreFunction::Softmax);
+    cfg.capacity = Some(Capacity {
+        factor: 1.0,
+        policy: DropPolicy::TokenOrder,
+        seq_len: None,
+    });
+    let r = route(&case(logits.clone(), cfg)).unwrap();
+    assert_eq!(r.capacity, Some(2));
+    assert_eq!(r.kept.column(0).to_vec(), vec![true, true, false, false]);
+    // probs keeps the two largest weights instead: tokens 2 and 1.
+    cfg.capacity = Some(Capacity {
+        factor: 1.0,
+        policy: DropPolicy::Probs,
+        seq_len: None,
+    });
+    let r = route(&case(logits, cfg)).unwrap();
+    assert_eq!(r.kept.column(0).to_vec(), vec![false, true, true, false]);
+}
+
+/// Softmax, K = 2, every token with an exact tie: a router that orders and selects the
+/// tied experts the other way fails under `lower-index`, with the tie named, and passes under
+/// `any`.
+#[test]
+fn ties_any_accepts_the_other_tie_order() {
+    // Token 0: experts 1 and 2 tie for the first slot. Token 1: experts 0 and 3 tie for the
+    // second slot (expert 2 is first).
+    let logits = array![[0.0, 1.0, 1.0, -1.0], [0.5, -1.0, 2.0, 0.5]];
+    let mut cfg = RoutingConfig::new(2, ScoreFunction::Softmax);
+    let lower = reference(&case(logits.clone(), cfg));
+    assert_eq!(lower.indices, array![[1, 2], [2, 0]]);
+    // The other order: token 0 lists 2 before 1, token 1 selects 3 instead of 0.
+    let mut higher = swap(&lower, 0, 0, 1);
+    higher.indices[[1, 1]] = 3;
+    higher.group_sizes = vec![0, 1, 2, 1];
+    let rep = compare(&case(logits.clone(), cfg), &higher);
+    assert!(!rep.passed());
+    assert_eq!(rep.index_mismatch_tokens, 2);
+    assert!(
+        rep.mismatches[0].detail.contains("exact tie")
+            && rep.mismatches[0].detail.contains("--ties any"),
+        "{:?}",
+        rep.mismatches[0]
+    );
+    cfg.ties = Ties::Any;
+    let rep = compare(&case(logits.clone(), cfg), &higher);
+    assert!(rep.passed(), "{rep:?}");
+    // The lower-index answer is valid under any too.
+    assert!(compare(&case(logits, cfg), &lower).passed());
+}
+
+/// Under `any`, only tie choices are free: a selection that skips a strictly larger score,
+/// slots out of descending order, or group sizes that do not follow the choice, still fail.
+#[test]
+fn ties_any_rejects_what_no_tie_order_gives() {
+    let logits = array![[0.0, 1.0, 1.0, -1.0], [0.5, -1.0, 2.0, 0.5]];
+    let mut cfg = RoutingConfig::new(2, ScoreFunction::Softmax);
+    cfg.ties = Ties::Any;
+    let c = case(logits, cfg);
+    let good = reference(&c);
+    // Token 1 selects expert 1 (score below the tied 0.5s).
+    let mut bad = good.clone();
+    bad.indices[[1, 1]] = 1;
+    bad.group_sizes = vec![0, 2, 2, 0];
+    assert_eq!(compare(&c, &bad).index_mismatch_tokens, 1);
+    // Token 1 lists its second-best expert first.
+    let bad = swap(&good, 1, 0, 1);
+    assert_eq!(compare(&c, &bad).index_mismatch_tokens, 1);
+    // The other tie order with the group sizes of the first.
+    let mut bad = good.clone();
+    bad.indices[[1, 1]] = 3;
+    let rep = compare(&c, &bad);
+    assert_eq!(rep.group_size_mismatches, 2, "{rep:?}");
+}
+
+/// Groups whose scores tie: under `any` the router may keep either group, and the check
+/// follows the kept group when it compares the experts.
+#[test]
+fn ties_any_follows_a_tied_group_choice() {
+    // Two groups of two, one kept, K = 2: both groups score 1 + 0 = 1.
+    let logits = array![[1.0, 0.0, 1.0, 0.0]];
+    let mut cfg = grouped(2, 2, 1, GroupScore::Top2);
+    let lower = reference(&case(logits.clone(), cfg));
+    assert_eq!(lower.indices, array![[0, 1]]);
+    let mut other = lower.clone();
+    other.indices = array![[2, 3]];
+    other.group_sizes = vec![0, 0, 1, 1];
+    assert!(!compare(&case(logits.clone(), cfg), &other).passed());
+    cfg.ties = Ties::Any;
+    let rep = compare(&case(logits.clone(), cfg), &other);
+    assert!(rep.passed(), "{rep:?}");
+    // Mixing the groups is no tie order: experts 0 and 2 lie in different groups.
+    let mut mixed = lower.clone();
+    mixed.indices = array![[0, 2]];
+    mixed.group_sizes = vec![1, 0, 1, 0];
+    assert!(!compare(&case(logits, cfg), &mixed).passed());
+}
+
+/// `token-order` under `any` (Megatron ranks an expert's tokens with `torch.topk` over a 0/1
+/// map): any `C` of the expert's tokens may be kept, never more.
+#[test]
+fn ties_any_lets_token_order_keep_any_c_tokens() {
+    let logits = array![[0.0, -1.0], [3.0, 0.0], [5.0, 0.0], [1.0, 0.0]];
+    let mut cfg = RoutingConfig::new(1, ScoreFunction::Softmax);
+    cfg.capacity = Some(Capacity {
+        factor: 1.0,
+        policy: DropPolicy::TokenOrder,
+        seq_len: None,
+    });
+    let lower = reference(&case(logits.clone(), cfg));
+    // Keep tokens 2 and 3 instead of 0 and 1.
+    let mut other = reference(&case(logits.clone(), {
+        let mut c = cfg;
+        c.capacity = None;
+        c
+    }));
+    other.kept = array![[false], [false], [true], [true]];
+    other.weights[[0, 0]] = 0.0;
+    other.weights[[1, 0]] = 0.0;
+    other.group_sizes = vec![2, 0];
+    let rep = compare(&case(logits.clone(), cfg), &other);
+    assert_eq!(rep.kept_mismatches, 4);
+    assert!(
+        rep.mismatches[0].detail.contains("--ties any"),
+        "{:?}",
+        rep.mismatches[0]
+    );
+    cfg.ties = Ties::Any;
+    assert!(compare(&case(logits.clone(), cfg), &other).passed());
+    assert!(compare(&case(logits.clone(), cfg), &lower).passed());
+    // Three kept with C = 2 is no tie order.
+    let mut over = other.clone();
+    over.kept[[1, 0]] = true;
+    over.weights[[1, 0]] = lower.weights[[1, 0]];
+    over.group_sizes = vec![3, 0];
+    assert!(!compare(&case(logits, cfg), &over).passed());
+}
