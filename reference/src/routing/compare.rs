@@ -321,9 +321,20 @@ pub fn compare_routing(
                     ));
                 } else {
                     detail.push_str(&format!(
-                        "; at slot {j} selection scores {:e} (expert {a}) vs {:e} (expert {b})",
+                        "; at slot {j} selection scores {:.6e} (expert {a}) vs {:.6e} (expert {b})",
                         u[[ti, a]],
                         u[[ti, b]]
+                    ));
+                }
+            }
+            if let (Some(mask), Some(g)) = (&want.group_mask, case.config.groups) {
+                let per = e / g.groups;
+                if let Some(&x) = gi.iter().find(|&&x| !mask[[ti, x / per]]) {
+                    detail.push_str(&format!(
+                        "; expert {x} lies in group {}, which group score {} does not keep \
+                         (--group-score declares how the implementation scores groups)",
+                        x / per,
+                        case.config.group_score.name()
                     ));
                 }
             }
@@ -404,7 +415,13 @@ pub fn compare_routing(
             rep.max_weight_err_ratio = rep.max_weight_err_ratio.max(ratio);
             if !ok || gw.is_nan() {
                 rep.weight_failures += 1;
-                let why = if wk {
+                let why = if wk && case.config.score == ScoreFunction::Sigmoid && k == 1 {
+                    format!(
+                        "bound {bound:.3e}; at K = 1 a sigmoid weight is α normalised \
+                         (--sigmoid-norm always) and α·sigmoid not (skip-k1), declared {}",
+                        case.config.sigmoid_norm.name()
+                    )
+                } else if wk {
                     format!("bound {bound:.3e}")
                 } else {
                     "dropped, want exactly 0".into()
