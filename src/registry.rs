@@ -207,6 +207,7 @@ fn program(cmd: &str, choice: &Choice) -> Program {
     Program {
         command: cmd.to_string(),
         timeout: Duration::from_secs_f64(choice.timeout.unwrap_or(DEFAULT_TIMEOUT_S)),
+        kept: Default::default(),
     }
 }
 

@@ -62,6 +62,7 @@ fn program(command: String, timeout_s: f64) -> Program {
     Program {
         command,
         timeout: Duration::from_secs_f64(timeout_s),
+        kept: Default::default(),
     }
 }
 
@@ -179,6 +180,10 @@ fn a_failure_shows_the_exception_line_and_the_stderr_tail() {
         "{e}"
     );
     assert!(e.contains("For simplicity"), "{e}");
+    // The whole stderr is in the case directory.
+    let kept = std::fs::read_to_string(scratch.path().join("stderr.txt")).unwrap();
+    assert!(kept.starts_with("loading\nTraceback"), "{kept}");
+    assert!(kept.contains("ValueError: the shapes differ"), "{kept}");
 }
 
 /// The program is out of the terminal's foreground group, so Ctrl-C reaches moecheck alone:

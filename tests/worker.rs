@@ -317,6 +317,20 @@ serve(flaky, ops=["grouped_gemm"])
         "{e}"
     );
     assert!(e.contains("| a stray print goes to stderr"), "{e}");
+    // The failed case is kept with the worker's stderr for that case.
+    let kept = e
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("case kept in "))
+        .and_then(|rest| rest.split(", its stderr in stderr.txt").next())
+        .unwrap_or_else(|| panic!("no kept case in {e}"));
+    let kept = std::path::Path::new(kept);
+    let stderr = std::fs::read_to_string(kept.join("stderr.txt")).unwrap();
+    assert!(
+        stderr.contains("Traceback") && stderr.contains("ValueError: no kernel for this shape"),
+        "{stderr}"
+    );
+    assert!(kept.join("case.json").exists());
+    std::fs::remove_dir_all(kept).unwrap();
     let pids = starts(dir.path());
     assert_eq!(pids.len(), 1);
     drop(imp);

@@ -5,7 +5,7 @@
 //! routed on device 0. Declared precision: f32 compute and f32 output. The kernels compute
 //! scores with CUDA's `expf` (NVRTC without fast math: at most 2 ulps, CUDA Programming Guide,
 //! "Mathematical Functions") and IEEE division; the weight bound
-//! (`moecheck_reference::routing::compare`) charges `exp` 2 ulps of the compute format, so an
+//! (`moecheck_reference::routing` bound.rs) charges `exp` 2 ulps of the compute format, so an
 //! f32 declaration covers it. Index near-ties (selection scores equal within the f32 bound) may
 //! legitimately be ordered the other way than the f64 reference; the comparison reports them
 //! and does not fail on them. Supported: the three score functions, group-limited top-k, the

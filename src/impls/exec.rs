@@ -5,7 +5,9 @@
 //! `timeout`, ends the group, and reads the outputs back (src/impls/process.rs says how it
 //! cannot hang). A non-zero exit, a timeout, or a missing, ill-shaped or wrongly typed output
 //! file is a failed case whose first line is the reason (with the program's exception line)
-//! and the last lines of its stderr follow, never a panic.
+//! and the last lines of its stderr follow, never a panic. When the program fails, its case
+//! directory is kept with its whole stderr in `stderr.txt` (the first few failures of a run;
+//! [`keep_failed_case`]).
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -15,7 +17,7 @@ use std::time::{Duration, Instant};
 use moecheck_reference::op::{Implementation, Op, RunError};
 use moecheck_reference::protocol::Protocol;
 
-use crate::impls::process::{failure, Running, GRACE};
+use crate::impls::process::{failure, keep_failed_case, save_stderr, KeptCases, Running, GRACE};
 use crate::protocol;
 
 /// An external program, run by `sh -c` with the case directory appended, within a timeout.
@@ -24,6 +26,8 @@ pub struct Program {
     /// The command (it may carry its own arguments).
     pub command: String,
     pub timeout: Duration,
+    /// The failed case directories kept so far ([`keep_failed_case`]).
+    pub kept: KeptCases,
 }
 
 /// An external implementation of `O`, declaring its precision with `declaration`.
@@ -51,7 +55,9 @@ impl<O: Protocol> Implementation<O> for Exec<O> {
             .map_err(|e| RunError(format!("cannot create a case directory: {e}")))?;
         let dir = tmp.path();
         protocol::write_case::<O>(dir, case, ask, None).map_err(|e| RunError(e.to_string()))?;
-        self.program.run_in(dir)?;
+        if let Err(e) = self.program.run_in(dir) {
+            return Err(keep_failed_case(tmp, e, &self.program.kept));
+        }
         protocol::read_outputs::<O>(dir, case, ask).map_err(|e| {
             RunError(format!(
                 "{e} (a temporary case directory, deleted now; --dump DIR writes the case to rerun the program on)"
@@ -85,6 +91,9 @@ impl Program {
             .stderr
             .wait_closed(deadline.min(Instant::now() + GRACE));
         let stderr = running.stderr.since(0);
+        if !matches!(status, Ok(Some(s)) if s.success()) {
+            save_stderr(dir, &stderr);
+        }
         let reason = match status {
             Ok(Some(s)) if s.success() => return Ok(()),
             Ok(Some(s)) => format!("'{}' exited with {}", self.command, describe(s)),

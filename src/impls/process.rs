@@ -265,6 +265,45 @@ fn is_exception(line: &str) -> bool {
             .any(|end| last.ends_with(end))
 }
 
+/// How many failed cases' directories one program keeps; later failures' are deleted (a
+/// property campaign fails many cases while it shrinks).
+const KEPT_CASES: usize = 3;
+
+/// How many failed case directories a program (and its clones) has kept.
+#[derive(Debug, Clone, Default)]
+pub struct KeptCases(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+/// The file a failed case's stderr is written to, in its case directory.
+pub const STDERR_FILE: &str = "stderr.txt";
+
+/// Writes `stderr` (what the program wrote while it ran the case in `dir`, the last
+/// [`TAIL_BYTES`]) to [`STDERR_FILE`] there, for [`keep_failed_case`]. Best effort: the case
+/// has failed already, and a directory that cannot be written to changes nothing about that.
+pub fn save_stderr(dir: &std::path::Path, stderr: &str) {
+    let _ = std::fs::write(dir.join(STDERR_FILE), stderr);
+}
+
+/// The failure `e` of the case in the temporary directory `tmp`: for the first
+/// [`KEPT_CASES`] failures counted by `kept` the directory is kept (with the case, whatever
+/// outputs were written, and [`STDERR_FILE`]) and `e` says where; later ones are deleted.
+pub fn keep_failed_case(tmp: tempfile::TempDir, e: RunError, kept: &KeptCases) -> RunError {
+    use std::sync::atomic::Ordering;
+    if kept.0.fetch_add(1, Ordering::Relaxed) >= KEPT_CASES {
+        return e;
+    }
+    let dir = tmp.keep();
+    let stderr = match dir.join(STDERR_FILE).exists() {
+        true => format!(", its stderr in {STDERR_FILE}"),
+        false => String::new(),
+    };
+    RunError(format!(
+        "{}
+  case kept in {}{stderr} (the first {KEPT_CASES} failed cases of a run are kept)",
+        e.0,
+        dir.display()
+    ))
+}
+
 /// A failed run: `reason`, the program's exception line, and the last lines of its stderr
 /// (the first line is the summary; the stderr follows, indented, when there is more to it
 /// than the exception line).

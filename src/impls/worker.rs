@@ -31,7 +31,7 @@ use moecheck_reference::op::{Implementation, Op, RunError};
 use moecheck_reference::protocol::Protocol;
 
 use crate::impls::exec::{describe, Program};
-use crate::impls::process::{failure, with_stderr, Running, GRACE};
+use crate::impls::process::{failure, keep_failed_case, save_stderr, with_stderr, Running, GRACE};
 use crate::protocol;
 
 /// The version of the worker protocol this build speaks.
@@ -98,7 +98,9 @@ impl<O: Protocol> Implementation<O> for Worker<O> {
             .map_err(|e| RunError(format!("cannot create a case directory: {e}")))?;
         let dir = tmp.path();
         protocol::write_case::<O>(dir, case, ask, None).map_err(|e| RunError(e.to_string()))?;
-        self.answer(&mut self.lock(), dir, O::PROTOCOL_OP)?;
+        if let Err(e) = self.answer(&mut self.lock(), dir, O::PROTOCOL_OP) {
+            return Err(keep_failed_case(tmp, e, &self.program.kept));
+        }
         protocol::read_outputs::<O>(dir, case, ask).map_err(|e| {
             RunError(format!(
                 "{e} (a temporary case directory, deleted now; --dump DIR writes the case to rerun the program on)"
@@ -213,6 +215,15 @@ impl Session {
     /// the protocol (the session must be dropped); the inner one is its `{"ok": false}`.
     fn ask(&mut self, dir: &Path) -> Result<Result<(), RunError>, RunError> {
         let mark = self.process.stderr.mark();
+        let answer = self.ask_marked(dir, mark);
+        if !matches!(answer, Ok(Ok(()))) {
+            save_stderr(dir, &self.process.stderr.since(mark));
+        }
+        answer
+    }
+
+    /// [`Session::ask`], with the worker's stderr since `mark` in its failures.
+    fn ask_marked(&mut self, dir: &Path, mark: u64) -> Result<Result<(), RunError>, RunError> {
         let Some(path) = dir.to_str() else {
             return Ok(Err(RunError(format!(
                 "the case directory {} is not UTF-8 text (set TMPDIR to a plain path)",

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::convention::{GroupScore, SigmoidNorm, Ties};
+use super::convention::{Convention, GroupScore, SigmoidNorm, Ties};
 use crate::Error;
 
 /// The `ε` in the normalisation `g / (Σ g + ε)` (Megatron, HF DeepSeek-V3).
@@ -67,6 +67,18 @@ impl DropPolicy {
             DropPolicy::Position => "position",
             DropPolicy::Probs => "probs",
             DropPolicy::TokenOrder => "token-order",
+        }
+    }
+}
+
+impl Convention {
+    /// What the convention's own configuration calls `drop_policy = "position"`: Megatron's
+    /// keeps the lowest token indices over the whole batch ([`DropPolicy::TokenOrder`]),
+    /// MaxText's counts per sequence ([`DropPolicy::Position`]).
+    pub fn position_policy(self) -> DropPolicy {
+        match self {
+            Convention::Megatron => DropPolicy::TokenOrder,
+            Convention::MaxText | Convention::DeepSeekV3 => DropPolicy::Position,
         }
     }
 }

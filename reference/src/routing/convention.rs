@@ -3,7 +3,7 @@
 //! defaults are MaxText's (and DeepSeek-V3's with a bias), which is what moecheck checked
 //! before conventions could be declared.
 //!
-//! | convention | `group_score` | `sigmoid_norm` | `ties` | `--drop-policy position` means |
+//! | convention | `group_score` | `sigmoid_norm` | `ties` | `--drop-policy position` means ([`Convention::position_policy`]) |
 //! |---|---|---|---|---|
 //! | `maxtext` (default) | `top2` | `always` | `lower-index` | `position` |
 //! | `megatron` | `top-k-per-group` | `skip-k1` | `any` | `token-order` |
@@ -149,17 +149,6 @@ impl Convention {
         match self {
             Convention::MaxText => Ties::LowerIndex,
             Convention::Megatron | Convention::DeepSeekV3 => Ties::Any,
-        }
-    }
-
-    /// What this codebase's own configuration calls `drop_policy = "position"`: Megatron's
-    /// `position` keeps the lowest token indices over the whole batch
-    /// ([`super::DropPolicy::TokenOrder`]), MaxText's is per sequence
-    /// ([`super::DropPolicy::Position`]).
-    pub fn position_policy(self) -> super::DropPolicy {
-        match self {
-            Convention::Megatron => super::DropPolicy::TokenOrder,
-            Convention::MaxText | Convention::DeepSeekV3 => super::DropPolicy::Position,
         }
     }
 }

@@ -9,7 +9,7 @@
 use ndarray::{Array1, Array2, ArrayD, Ix1, Ix2};
 use serde::{Deserialize, Serialize};
 
-use super::compare::RouteOutputs;
+use super::bound::RouteOutputs;
 use super::config::{Capacity, DropPolicy, GroupLimit, RoutingConfig, ScoreFunction};
 use super::convention::{GroupScore, SigmoidNorm, Ties};
 use super::op::Route;

@@ -22,21 +22,25 @@
 //! of experts and nothing else.
 //!
 //! *Group-limited selection* (DeepSeek-V3, `--groups G --topk-groups TG`): the experts are cut
-//! into `G` contiguous groups of `E/G`. Group `q` of token `t` scores
-//! `σ_q = Σ (the min(2, E/G) largest u[t, e] with e in q)`; the `TG` groups with the largest
-//! `σ_q` are kept and every expert of the other groups is excluded from the top-k. (MaxText
-//! `expert_group_mask` and DeepSeek-V3 `Gate.forward` with a bias use the top-2 sum; with groups
-//! of one expert the sum has one term. DeepSeek-V3's `Gate` without a bias scores groups by their
-//! maximum instead, and Megatron's `group_limited_topk` by the sum of the top `topk/TG`: those
-//! are not the variant checked here.)
+//! into `G` contiguous groups of `E/G`. Group `q` of token `t` scores the sum of the `n`
+//! largest `u[t, e]` with `e` in `q`, with `n` set by the declared group score
+//! ([`GroupScore`], `--group-score`): `top2` (default) `n = min(2, E/G)` (MaxText
+//! `expert_group_mask`, DeepSeek-V3 `Gate.forward` with a bias), `top-k-per-group`
+//! `n = K/TG` (Megatron-Core `group_limited_topk`), `max` `n = 1` (DeepSeek-V3 without a
+//! bias). The `TG` groups with the largest scores are kept and every expert of the other
+//! groups is excluded from the top-k.
 //!
 //! `indices[t, 0..K]` are the `K` allowed experts with the largest `u[t, ·]`, in descending
 //! order of `u`.
 //!
-//! **Ties are broken toward the lower index, always**: among equal `u` the lower expert index
-//! is selected first (and comes first in `indices`); among equal group scores the lower group
-//! index is kept. (`jax.lax.top_k` documents this order for equal elements; `torch.topk` leaves
-//! it unspecified, so PyTorch code must not rely on it.)
+//! **Ties** ([`Ties`], `--ties`): by default (`lower-index`) among equal `u` the lower expert
+//! index is selected first (and comes first in `indices`), and among equal group scores the
+//! lower group index is kept (`jax.lax.top_k` documents this order). `torch.topk` leaves it
+//! unspecified, so routers built on it (Megatron-Core, DeepSeek-V3's reference) declare
+//! `any`: every choice among exactly equal values is valid, and the check follows the
+//! implementation's choice ([`route_following`]): the routing is recomputed with each tie
+//! broken as the implementation broke it, then compared as usual, so weights, capacity and
+//! group sizes are checked for the choice it made. A choice no tie order gives still fails.
 //!
 //! ## Step 3: combine weights ([`scores::gates`])
 //! The gates `g (T, K)` come from the **pre-bias** scores of the selected experts:
@@ -54,17 +58,22 @@
 //! `+ 1e-20`) and on for the other score functions with `norm_topk_prob` (`--norm-topk`, Qwen3
 //! in MaxText; for `topk-softmax` it only changes rounding). The `ε` never matters for softmax
 //! gates (`Σ g >= 1/E`) but is part of the formula, and of its derivative.
-//! (Megatron skips the sigmoid normalisation when `K = 1`; DeepSeek-V3's `Gate`, followed here,
-//! does not, so with `K = 1` a sigmoid weight is `α·g/(g + ε)`, i.e. `α`.)
+//! With `K = 1` DeepSeek-V3's `Gate` still normalises, so a sigmoid weight is `α·g/(g + ε)`,
+//! i.e. `α` (`--sigmoid-norm always`, the default); Megatron-Core does not normalise at
+//! `K = 1` and its weight is `α·g` (`--sigmoid-norm skip-k1`, [`SigmoidNorm`]).
 //!
 //! ## Step 4: capacity ([`capacity`])
-//! Per assignment `(t, j)` (a token can keep one slot and lose another). Two policies:
+//! Per assignment `(t, j)` (a token can keep one slot and lose another). Three policies:
 //!
 //! * `position` (MaxText `generate_masks`, dense path): tokens form sequences of `S` consecutive
 //!   tokens (`--seq-len`, `T = B·S`). Per sequence, capacity
 //!   `C = int(max(ceil(S·K/E)·cf, cf))`; the sequence's assignments are visited token-major,
 //!   slot-minor (`(t, 0), (t, 1), …, (t+1, 0)`), and an assignment is kept iff it is among the
 //!   first `C` visited for its expert.
+//! * `token-order` (Megatron `drop_policy="position"`; `--convention megatron` reads
+//!   `--drop-policy position` as this): capacity as `probs` below, over all `T` tokens; per
+//!   expert, the `C` assignments of the lowest token indices are kept (under `ties = any`,
+//!   any `C` of them: Megatron ranks them with `torch.topk` over a 0/1 map).
 //! * `probs` (Megatron `apply_router_token_dropping`, `drop_policy="probs"`): capacity
 //!   `C = ceil((T·K)/E · cf)` over all `T` tokens; per expert, the `C` assignments with the
 //!   largest weight `w[t, j]` are kept (equal weights: the lower token index wins).
@@ -81,6 +90,7 @@
 //! `dl[t, indices[t,j]] = g[t,j]·(dg[t,j] - Σ_i g[t,i]·dg[t,i])`. The bias, the selection,
 //! the group mask and the capacity get no gradient (they are piecewise constant).
 
+mod bound;
 pub mod capacity;
 mod compare;
 mod config;
@@ -93,11 +103,9 @@ mod route;
 pub mod scores;
 pub mod topk;
 
+pub use bound::{selection_score_bound, weight_bound, RouteOutputs, RoutePrecision};
 pub use capacity::{apply_capacity, position_capacity, probs_capacity};
-pub use compare::{
-    compare_routing, selection_score_bound, weight_bound, RouteMismatch, RouteOutputs,
-    RoutePrecision, RouteReport,
-};
+pub use compare::{compare_routing, RouteMismatch, RouteReport};
 pub use config::{Capacity, DropPolicy, GroupLimit, RoutingConfig, ScoreFunction, NORM_EPS};
 pub use convention::{Convention, GroupScore, SigmoidNorm, Ties};
 pub use files::{logits_dtype, RouteJson, RoutingJson};

@@ -1,6 +1,6 @@
 //! Capacity decisions between weights equal within rounding: not failures.
 
-use super::compare::{weight_bound, RouteOutputs, RoutePrecision};
+use super::bound::{weight_bound, RouteOutputs, RoutePrecision};
 use super::config::DropPolicy;
 use super::route::{Routing, RoutingCase};
 

@@ -2,7 +2,8 @@
 //! implementation declares, and the comparison with the f64 reference routing
 //! ([`compare_routing`]).
 
-use super::compare::{compare_routing, RouteOutputs, RoutePrecision, RouteReport};
+use super::bound::{RouteOutputs, RoutePrecision};
+use super::compare::{compare_routing, RouteReport};
 use super::route::{route, Routing, RoutingCase};
 use crate::format::Format;
 use crate::op::{Comparison, Op};
