@@ -355,3 +355,87 @@ fn bad_convention_flags_exit_2() {
         assert_eq!(text.trim().lines().count(), 1, "{args:?}:\n{text}");
     }
 }
+
+/// The layer's outputs do not say which of an expert's tokens `token-order` kept, so `moe`
+/// refuses `--ties any` with it (exit 2 naming `--ties`) and checks it under `lower-index`;
+/// the other Megatron conventions change the layer's reference.
+#[test]
+fn moe_takes_the_conventions_and_refuses_what_it_cannot_follow() {
+    let moe = |extra: &[&str]| {
+        moecheck()
+            .args([
+                "moe",
+                "--tokens",
+                "16",
+                "--experts",
+                "4",
+                "--hidden",
+                "8",
+                "--ffn",
+                "8",
+            ])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let megatron_position = [
+        "--convention",
+        "megatron",
+        "--capacity-factor",
+        "1",
+        "--drop-policy",
+        "position",
+    ];
+    let out = moe(&megatron_position);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--ties") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    let out = moe(&[
+        &megatron_position[..],
+        &["--ties", "lower-index", "--impl", "emulate"],
+    ]
+    .concat());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // Sigmoid at K = 1: the layer's reference follows --sigmoid-norm. Outputs checked under
+    // skip-k1 fail once the dumped case.json says always.
+    let dir = tempfile::tempdir().unwrap();
+    let case = dir.path().join("case");
+    let k1 = [
+        "--topk",
+        "1",
+        "--score",
+        "sigmoid",
+        "--sigmoid-norm",
+        "skip-k1",
+        "--impl",
+        "reference",
+    ];
+    let out = moe(&[&k1[..], &["--dump", case.to_str().unwrap()]].concat());
+    assert_eq!(out.status.code(), Some(0));
+    let check = || {
+        moecheck()
+            .args(["check", case.to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    assert_eq!(check().status.code(), Some(0));
+    let path = case.join("case.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\"skip-k1\""), "{text}");
+    std::fs::write(&path, text.replace("\"skip-k1\"", "\"always\"")).unwrap();
+    let out = check();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::permute::Permutation;
 use crate::format::Format;
 use crate::gemm::grouped_fwd;
-use crate::routing::{route, Routing, RoutingCase, RoutingConfig};
+use crate::routing::{route, DropPolicy, Routing, RoutingCase, RoutingConfig, Ties};
 use crate::Error;
 
 /// The shared expert (DeepSeek-V3 `shared_experts`): one dense SwiGLU FFN on every token.
@@ -103,6 +103,20 @@ impl MoeCase {
                     value: *v,
                 });
             }
+        }
+        let token_order = matches!(
+            self.routing.capacity,
+            Some(c) if c.policy == DropPolicy::TokenOrder
+        );
+        if token_order && self.routing.ties == Ties::Any {
+            return Err(Error::InvalidRouting {
+                what: "ties",
+                reason: "any cannot be checked with the token-order drop policy in the MoE \
+                         layer: its outputs do not say which of an expert's tokens were kept, \
+                         so there is no choice to follow (declare --ties lower-index, or check \
+                         the router alone with moecheck route)"
+                    .into(),
+            });
         }
         self.routing.validate(t, e)
     }
