@@ -37,20 +37,24 @@ TransformerConfig rejects):
   is 1").
 
 Scores are computed in float32: logits go in as float32 (moe_router_dtype="fp32"; an f64
-logit that is not an f32 is rounded to one), so declare `--compute f32`.
+logit that is not an f32 is rounded to one), so declare `--compute f32`. With `--fp64-router`
+they go in as float64 (moe_router_dtype="fp64"); Megatron still computes the softmax and the
+sigmoid in float32 (`dtype=torch.float32`, `logits.float()`) and casts them back, so the
+declaration stays `--compute f32` (`--compute f64` fails on the weights).
 
 Outputs: indices in the order Megatron's top-k returned them (torch.topk's, largest first;
 recorded through Megatron's own RouterReplay hook in RECORD mode, since the function returns
 only dense maps), weights = Megatron's routing probs after dropping, gathered at the indices
-(float32; 0 where dropped), kept = its routing map after dropping gathered at the indices,
-group_sizes = kept assignments per expert.
+(in the router's dtype; 0 where dropped), kept = its routing map after dropping gathered at
+the indices, group_sizes = kept assignments per expert.
 
     moecheck route --convention megatron --compute f32 \\
         --impl "worker:.peers-venv/bin/python examples/adapters/megatron_route.py" ...
 
 Needs torch and megatron-core (scripts/peers installs them in .peers-venv). Usage:
-megatron_route.py [CASE_DIR]   (no CASE_DIR: a moecheck worker, protocol v2)
+megatron_route.py [--fp64-router] [CASE_DIR]   (no CASE_DIR: a moecheck worker, protocol v2)
 """
+import sys
 import warnings
 
 warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
@@ -72,6 +76,9 @@ from moecheck.case import CaseError  # noqa: E402
 
 #: case.json drop_policy -> Megatron's moe_token_drop_policy.
 DROP_POLICIES = {"probs": "probs", "token-order": "position"}
+
+#: The router's logits dtype (Megatron's moe_router_dtype): fp32, or fp64 with --fp64-router.
+ROUTER_DTYPE = torch.float64 if "--fp64-router" in sys.argv[1:] else torch.float32
 
 
 def refusal(cfg, has_bias):
@@ -97,7 +104,7 @@ def handler(case):
     if reason is not None:
         raise CaseError(reason)
     k = cfg["topk"]
-    logits = torch.from_numpy(np.asarray(case.logits)).to(torch.float32)
+    logits = torch.from_numpy(np.asarray(case.logits)).to(ROUTER_DTYPE)
     bias = None if case.bias is None else torch.from_numpy(np.asarray(case.bias)).to(torch.float32)
     scaling = cfg.get("scaling_factor")
     recorder = RouterReplay()
@@ -131,11 +138,11 @@ def handler(case):
         )
     return {
         "indices": indices.to(torch.int32).numpy(),
-        "weights": probs.gather(1, indices).to(torch.float32).numpy(),
+        "weights": probs.gather(1, indices).numpy(),
         "kept": routing_map.gather(1, indices).to(torch.uint8).numpy(),
         "group_sizes": routing_map.sum(dim=0).to(torch.int32).numpy(),
     }
 
 
 if __name__ == "__main__":
-    serve(handler, ops=["route"])
+    serve(handler, ops=["route"], flags=["--fp64-router"])
