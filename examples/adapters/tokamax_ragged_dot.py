@@ -2,7 +2,7 @@
 """Peer adapter for op `grouped_gemm`: tokamax's `ragged_dot` (PyPI `tokamax` 0.0.12, pinned in
 requirements.txt, with jax 0.10.2), implementation `"xla"`, and `jax.vjp` of it (tokamax's own
 VJP) for dgrad and wgrad. Products accumulated with preferred_element_type=float32, precision
-HIGHEST. Runs on CPU.
+HIGHEST, under `jax.jit` as in a training step. Runs on CPU.
 
     moecheck gemm --dtype f32 --impl "worker:python3 examples/adapters/tokamax_ragged_dot.py"
     moecheck gemm --dtype bf16 --out-dtype bf16 \\
@@ -43,6 +43,27 @@ from moecheck.case import CaseError  # noqa: E402
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16}
 
 
+def _ragged_dot(x, w, gs):
+    return tokamax.ragged_dot(
+        x,
+        w,
+        gs,
+        precision=jax.lax.Precision.HIGHEST,
+        preferred_element_type=jnp.float32,
+        implementation="xla",
+    )
+
+
+_fwd = jax.jit(_ragged_dot)
+
+
+@jax.jit
+def _fwd_bwd(x, w, gs, dout):
+    out, vjp = jax.vjp(lambda x, w: _ragged_dot(x, w, gs), x, w)
+    dlhs, drhs = vjp(dout)
+    return out, dlhs, drhs
+
+
 def handler(case):
     if case.fp8 is not None or case["dtype"] not in DTYPES:
         raise CaseError(f"dtype {case['dtype']} not supported (expected one of {', '.join(DTYPES)})")
@@ -51,27 +72,18 @@ def handler(case):
     w = jnp.asarray(case.rhs, dt)
     gs = jnp.asarray(case.group_sizes, jnp.int32)
 
-    def f(x, w):
-        return tokamax.ragged_dot(
-            x,
-            w,
-            gs,
-            precision=jax.lax.Precision.HIGHEST,
-            preferred_element_type=jnp.float32,
-            implementation="xla",
-        )
-
     passes = case.passes
-    out, vjp = jax.vjp(f, x, w)
     outputs = {}
-    if "fwd" in passes:
-        outputs["out"] = np.asarray(out, np.float32)
     if "dgrad" in passes or "wgrad" in passes:
-        dlhs, drhs = vjp(jnp.asarray(case.dout, jnp.float32))
+        out, dlhs, drhs = _fwd_bwd(x, w, gs, jnp.asarray(case.dout, jnp.float32))
         if "dgrad" in passes:
             outputs["dlhs"] = np.asarray(dlhs, np.float32)
         if "wgrad" in passes:
             outputs["drhs"] = np.asarray(drhs, np.float32)
+    else:
+        out = _fwd(x, w, gs)
+    if "fwd" in passes:
+        outputs["out"] = np.asarray(out, np.float32)
     return outputs
 
 
