@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Peer adapter for op `grouped_gemm`: tokamax's `ragged_dot` (PyPI `tokamax` 0.0.12, pinned in
+requirements.txt, with jax 0.10.2), implementation `"xla"`, and `jax.vjp` of it (tokamax's own
+VJP) for dgrad and wgrad. Products accumulated with preferred_element_type=float32, precision
+HIGHEST, under `jax.jit` as in a training step. Runs on CPU.
+
+    moecheck gemm --dtype f32 --impl "worker:python3 examples/adapters/tokamax_ragged_dot.py"
+    moecheck gemm --dtype bf16 --out-dtype bf16 \\
+        --impl "worker:python3 examples/adapters/tokamax_ragged_dot.py"
+    (exec:python3 ... works too: one process per case)
+
+Declared contract (the flags a user must pass, and why):
+
+* `--out-dtype bf16` for `--dtype bf16`: the forward output is f32 (preferred_element_type),
+  but the VJP returns the gradients in the inputs' dtype, bf16. f32 inputs: f32 throughout.
+* nothing else: the tail rows (past sum(group_sizes)) come back exactly 0, empty experts'
+  `drhs` exactly 0; the default `--tail zero` holds.
+
+tokamax reads its configuration from absl flags and parses `sys.argv` on its first call (any
+`--flag` it does not define raises UnrecognizedFlagError there): the adapter keeps its own
+arguments for the helper and leaves tokamax `sys.argv[:1]`.
+
+Usage: tokamax_ragged_dot.py [CASE_DIR]   (no CASE_DIR: a moecheck worker, protocol v2)
+"""
+import os
+import sys
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+# tokamax parses sys.argv as absl flags: the adapter's own arguments are not for it.
+ARGS = sys.argv[1:]
+sys.argv = sys.argv[:1]
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import tokamax  # noqa: E402
+
+import _checkout  # noqa: E402,F401  (the moecheck helper from this checkout)
+from moecheck.adapter import serve  # noqa: E402
+from moecheck.case import CaseError  # noqa: E402
+
+DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16}
+
+
+def _ragged_dot(x, w, gs):
+    return tokamax.ragged_dot(
+        x,
+        w,
+        gs,
+        precision=jax.lax.Precision.HIGHEST,
+        preferred_element_type=jnp.float32,
+        implementation="xla",
+    )
+
+
+_fwd = jax.jit(_ragged_dot)
+
+
+@jax.jit
+def _fwd_bwd(x, w, gs, dout):
+    out, vjp = jax.vjp(lambda x, w: _ragged_dot(x, w, gs), x, w)
+    dlhs, drhs = vjp(dout)
+    return out, dlhs, drhs
+
+
+def handler(case):
+    if case.fp8 is not None or case["dtype"] not in DTYPES:
+        raise CaseError(f"dtype {case['dtype']} not supported (expected one of {', '.join(DTYPES)})")
+    dt = DTYPES[case["dtype"]]
+    x = jnp.asarray(case.lhs, dt)
+    w = jnp.asarray(case.rhs, dt)
+    gs = jnp.asarray(case.group_sizes, jnp.int32)
+
+    passes = case.passes
+    outputs = {}
+    if "dgrad" in passes or "wgrad" in passes:
+        out, dlhs, drhs = _fwd_bwd(x, w, gs, jnp.asarray(case.dout, jnp.float32))
+        if "dgrad" in passes:
+            outputs["dlhs"] = np.asarray(dlhs, np.float32)
+        if "wgrad" in passes:
+            outputs["drhs"] = np.asarray(drhs, np.float32)
+    else:
+        out = _fwd(x, w, gs)
+    if "fwd" in passes:
+        outputs["out"] = np.asarray(out, np.float32)
+    return outputs
+
+
+if __name__ == "__main__":
+    serve(handler, ops=["grouped_gemm"], argv=ARGS)
