@@ -45,7 +45,8 @@ use crate::Error;
 ///
 /// Reads the routing at the point and bounds `score_err (T, E)` on the selection scores and
 /// `weight_err (T, k)` on the weights; a margin passes when it is larger than the sum of the
-/// bounds of the two values it separates (for group scores, of the two sums):
+/// bounds of the two values it separates (for group scores, of the two sums of `n` scores
+/// each: `2n` times the token's largest score bound):
 ///
 /// * per token, between consecutive selection scores among the top `k + 1` allowed experts
 ///   (the chosen set and their slot order);
@@ -81,10 +82,12 @@ pub fn near_tie(
         if let Some(g) = cfg.groups {
             if g.topk_groups < g.groups {
                 let row: Vec<f64> = u.row(ti).to_vec();
-                let mut gs = group_scores(&row, g.groups, group_terms(cfg, e));
+                let terms = group_terms(cfg, e);
+                let mut gs = group_scores(&row, g.groups, terms);
                 gs.sort_by(|a, b| b.total_cmp(a));
                 let gap = gs[g.topk_groups - 1] - gs[g.topk_groups];
-                if gap <= 4.0 * row_err {
+                // Each group score sums `terms` selection scores, each within `row_err`.
+                if gap <= 2.0 * terms as f64 * row_err {
                     return Some(format!(
                         "token {ti}: group scores {} and {} of the kept/dropped boundary differ by {gap:e}",
                         g.topk_groups - 1,

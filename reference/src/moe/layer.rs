@@ -112,9 +112,9 @@ impl MoeCase {
             return Err(Error::InvalidRouting {
                 what: "ties",
                 reason: "any cannot be checked with the token-order drop policy in the MoE \
-                         layer: its outputs do not say which of an expert's tokens were kept, \
-                         so there is no choice to follow (declare --ties lower-index, or check \
-                         the router alone with moecheck route)"
+                         layer: under it every token of an expert ties, and the layer's outputs \
+                         do not show which were kept (declare --ties lower-index, or check the \
+                         router alone with moecheck route)"
                     .into(),
             });
         }

@@ -56,7 +56,7 @@ pub use compare::{compare_layer, LayerAt, LayerReport, SliceStats, TensorReport,
 pub use dense::dense_layer;
 pub use files::MoeJson;
 pub use layer::{forward, Forward, MoeCase, MoeOutputs, SharedExpert, TensorId};
-pub use op::{tie_guard, LayerExpected, LayerFormats, MoeLayer, RoundTrip};
+pub use op::{exact_tie, tie_guard, LayerExpected, LayerFormats, MoeLayer, RoundTrip};
 pub use permute::Permutation;
 pub use report::{MoeDocument, MoeShape};
 

@@ -4,7 +4,7 @@
 //! permute round trip an implementation may expose. Also the tie guard every generator of
 //! layer cases applies ([`tie_guard`]).
 
-use ndarray::Array3;
+use ndarray::{Array2, Array3};
 
 use super::backward::backward;
 use super::bound::{layer_bound, LayerPrecision};
@@ -13,6 +13,7 @@ use super::fd::near_tie;
 use super::layer::{forward, Forward, MoeCase, MoeOutputs};
 use crate::format::Format;
 use crate::op::{Comparison, Op};
+use crate::routing::{route, Ties};
 use crate::Error;
 
 /// The whole MoE layer, forward and backward (see the [module docs](super)).
@@ -61,8 +62,23 @@ impl Op for MoeLayer {
     type Report = LayerReport;
     type Internals = RoundTrip;
 
+    /// Also refuses `ties = any` on a case with an exact tie at a selection boundary
+    /// ([`exact_tie`]).
     fn validate(case: &MoeCase, _: ()) -> Result<(), Error> {
-        case.validate()
+        case.validate()?;
+        if case.routing.ties == Ties::Any {
+            if let Some(why) = exact_tie(case)? {
+                return Err(Error::InvalidRouting {
+                    what: "ties",
+                    reason: format!(
+                        "any, and the case has an exact tie ({why}): the layer's outputs do not \
+                         show which choice the implementation made, so it cannot be followed \
+                         (use a case without exact ties, or declare --ties lower-index)"
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     fn declared_precision(case: &MoeCase, declared: &LayerFormats) -> LayerPrecision {
@@ -119,6 +135,19 @@ impl Comparison for LayerReport {
     fn first_failure(&self) -> Option<String> {
         LayerReport::first_failure(self)
     }
+}
+
+/// An exact tie of `case`'s routing at a top-k, group or `probs` capacity boundary: where
+/// the routing convention allows any choice among equal values ([`Ties::Any`]), the layer's
+/// outputs alone cannot show which one was made. (Generated cases never have one: the near-tie
+/// guard [`tie_guard`] resamples them.)
+pub fn exact_tie(case: &MoeCase) -> Result<Option<String>, Error> {
+    case.validate()?;
+    let logits = case.x.dot(&case.wr);
+    let routing = route(&case.routing_case(logits))?;
+    let (t, e) = routing.selection_scores.dim();
+    let k = routing.indices.ncols();
+    Ok(near_tie(&routing, &Array2::zeros((t, e)), &Array2::zeros((t, k))))
 }
 
 /// Why `case` cannot be checked at `precision`: it is within the selection-score error of a
