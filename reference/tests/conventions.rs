@@ -263,3 +263,25 @@ fn ties_any_lets_token_order_keep_any_c_tokens() {
     over.group_sizes = vec![3, 0];
     assert!(!compare(&case(logits, cfg), &over).passed());
 }
+
+/// Review: the MoE near-tie guard (`moe::fd::near_tie`) must refuse a point whose kept/dropped
+/// group scores are within the sum of their error bounds. A group score sums `n` selection
+/// scores (`n = K/TG = 3` here), so each carries up to `n·δ` and the margin must exceed
+/// `2n·δ = 6δ`; the guard still uses `4δ` (top-2's), so a gap of `5δ`, which an
+/// implementation within its precision may decide either way, is checked as if decidable.
+#[test]
+fn review_moe_near_tie_guard_scales_with_group_score_terms() {
+    // E = 6, two groups of three, one kept, K = 3, top-k-per-group (3 terms): group 0 sums
+    // 10 + 5 + 0 = 15, group 1 9.5 + 5 + 0 = 14.5: gap 0.5 = 5δ with δ = 0.1.
+    let logits = array![[10.0, 5.0, 0.0, 9.5, 5.0, 0.0]];
+    let c = case(logits, grouped(3, 2, 1, GroupScore::TopKPerGroup));
+    let r = route(&c).unwrap();
+    assert_eq!(r.indices, array![[0, 1, 2]]);
+    let score_err = Array2::from_elem((1, 6), 0.1);
+    let weight_err = Array2::zeros((1, 3));
+    // Group 0 can be as low as 15 - 0.3, group 1 as high as 14.5 + 0.3: either may be kept.
+    assert!(
+        moecheck_reference::moe::fd::near_tie(&r, &score_err, &weight_err).is_some(),
+        "a group-score margin of 5δ with 3-term sums (error up to 3δ each) is a near tie"
+    );
+}
