@@ -269,13 +269,13 @@ fn oracle_capacity() {
     let mut failures = vec![];
     let e = 3usize;
     let t = 3usize;
-    for k in 1..=2 {
+    for (k, cf) in [(1, 0.5), (2, 0.5), (2, 1.0), (1, 1.5)] {
         for policy in [DropPolicy::Probs, DropPolicy::TokenOrder, DropPolicy::Position] {
             for score in [ScoreFunction::Softmax, ScoreFunction::Sigmoid] {
                 let mut cfg = RoutingConfig::new(k, score);
                 cfg.ties = Ties::Any;
                 cfg.capacity = Some(Capacity {
-                    factor: 0.5,
+                    factor: cf,
                     policy,
                     seq_len: None,
                 });
