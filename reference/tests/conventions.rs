@@ -285,3 +285,67 @@ fn review_moe_near_tie_guard_scales_with_group_score_terms() {
         "a group-score margin of 5δ with 3-term sums (error up to 3δ each) is a near tie"
     );
 }
+
+/// Review: `ties = any` is accepted by the MoE layer (only `token-order` is refused), but the
+/// layer never follows a tie choice: its reference is always lower-index. A case read from a
+/// directory (`moecheck check DIR`; no tie guard there) with an exact tie fails a router that
+/// breaks it the other way, although the case declares that choice valid.
+#[test]
+fn review_moe_layer_ties_any_is_not_followed() {
+    use moecheck_reference::moe::{LayerFormats, MoeCase, MoeLayer, MoeOutputs};
+    use ndarray::{Array3, Axis};
+    // K = 1, E = 2, experts 0 and 1 tie on every token (identical router columns).
+    let mut cfg = RoutingConfig::new(1, ScoreFunction::Softmax);
+    cfg.ties = Ties::Any;
+    let w = |seed: f64| Array3::from_shape_fn((2, 2, 2), |(e, i, j)| {
+        ((e * 4 + i * 2 + j) as f64 * 0.37 + seed).sin() * 0.5
+    });
+    let a = MoeCase {
+        x: array![[0.5, -0.25], [1.0, 0.75]],
+        wr: array![[1.0, 1.0], [0.5, 0.5]],
+        bias: None,
+        w0: w(0.1),
+        w1: w(0.7),
+        wo: w(1.3),
+        shared: None,
+        dout: array![[1.0, -0.5], [0.25, 2.0]],
+        routing: cfg,
+        dtype: Format::F64,
+    };
+    // The same layer with experts 0 and 1 exchanged: its lower-index routing picks (new)
+    // expert 0, i.e. what a router choosing expert 1 of `a` computes.
+    let swap3 = |t: &Array3<f64>| {
+        let mut s = t.clone();
+        s.index_axis_mut(Axis(0), 0).assign(&t.index_axis(Axis(0), 1));
+        s.index_axis_mut(Axis(0), 1).assign(&t.index_axis(Axis(0), 0));
+        s
+    };
+    let mut b = a.clone();
+    b.w0 = swap3(&a.w0);
+    b.w1 = swap3(&a.w1);
+    b.wo = swap3(&a.wo);
+    let eb = MoeLayer::expected(&b, ()).unwrap();
+    let g = &eb.grads;
+    let mut dwr = g.dw_router.clone();
+    dwr.column_mut(0).assign(&g.dw_router.column(1));
+    dwr.column_mut(1).assign(&g.dw_router.column(0));
+    let other = MoeOutputs {
+        out: g.out.clone(),
+        dx: g.dx.clone(),
+        dw_router: dwr,
+        dw0: swap3(&g.dw0),
+        dw1: swap3(&g.dw1),
+        dwo: swap3(&g.dwo),
+        dshared: None,
+    };
+    let ea = MoeLayer::expected(&a, ()).unwrap();
+    // Sanity: the other tie choice really is different.
+    assert_ne!(ea.grads.out, other.out);
+    let p = MoeLayer::declared_precision(&a, &LayerFormats::default());
+    let rep = MoeLayer::compare(&a, (), &p, &ea, &other).unwrap();
+    assert!(
+        moecheck_reference::op::Comparison::passed(&rep),
+        "ties = any, but the other choice of an exact tie fails: {:?}",
+        moecheck_reference::op::Comparison::first_failure(&rep)
+    );
+}
