@@ -270,7 +270,7 @@ fn ties_any_lets_token_order_keep_any_c_tokens() {
 /// `2n·δ = 6δ`; the guard still uses `4δ` (top-2's), so a gap of `5δ`, which an
 /// implementation within its precision may decide either way, is checked as if decidable.
 #[test]
-fn review_moe_near_tie_guard_scales_with_group_score_terms() {
+fn moe_near_tie_guard_scales_with_group_score_terms() {
     // E = 6, two groups of three, one kept, K = 3, top-k-per-group (3 terms): group 0 sums
     // 10 + 5 + 0 = 15, group 1 9.5 + 5 + 0 = 14.5: gap 0.5 = 5δ with δ = 0.1.
     let logits = array![[10.0, 5.0, 0.0, 9.5, 5.0, 0.0]];
@@ -291,15 +291,17 @@ fn review_moe_near_tie_guard_scales_with_group_score_terms() {
 /// directory (`moecheck check DIR`; no tie guard there) with an exact tie fails a router that
 /// breaks it the other way, although the case declares that choice valid.
 #[test]
-fn review_moe_layer_ties_any_is_not_followed() {
+fn moe_layer_refuses_ties_any_on_an_exact_tie() {
     use moecheck_reference::moe::{LayerFormats, MoeCase, MoeLayer, MoeOutputs};
     use ndarray::{Array3, Axis};
     // K = 1, E = 2, experts 0 and 1 tie on every token (identical router columns).
     let mut cfg = RoutingConfig::new(1, ScoreFunction::Softmax);
     cfg.ties = Ties::Any;
-    let w = |seed: f64| Array3::from_shape_fn((2, 2, 2), |(e, i, j)| {
-        ((e * 4 + i * 2 + j) as f64 * 0.37 + seed).sin() * 0.5
-    });
+    let w = |seed: f64| {
+        Array3::from_shape_fn((2, 2, 2), |(e, i, j)| {
+            ((e * 4 + i * 2 + j) as f64 * 0.37 + seed).sin() * 0.5
+        })
+    };
     let a = MoeCase {
         x: array![[0.5, -0.25], [1.0, 0.75]],
         wr: array![[1.0, 1.0], [0.5, 0.5]],
@@ -316,8 +318,10 @@ fn review_moe_layer_ties_any_is_not_followed() {
     // expert 0, i.e. what a router choosing expert 1 of `a` computes.
     let swap3 = |t: &Array3<f64>| {
         let mut s = t.clone();
-        s.index_axis_mut(Axis(0), 0).assign(&t.index_axis(Axis(0), 1));
-        s.index_axis_mut(Axis(0), 1).assign(&t.index_axis(Axis(0), 0));
+        s.index_axis_mut(Axis(0), 0)
+            .assign(&t.index_axis(Axis(0), 1));
+        s.index_axis_mut(Axis(0), 1)
+            .assign(&t.index_axis(Axis(0), 0));
         s
     };
     let mut b = a.clone();
@@ -339,13 +343,16 @@ fn review_moe_layer_ties_any_is_not_followed() {
         dshared: None,
     };
     let ea = MoeLayer::expected(&a, ()).unwrap();
-    // Sanity: the other tie choice really is different.
+    // The other tie choice really is different, and the lower-index reference fails it: so
+    // under ties = any such a case cannot be checked from the layer's outputs.
     assert_ne!(ea.grads.out, other.out);
     let p = MoeLayer::declared_precision(&a, &LayerFormats::default());
     let rep = MoeLayer::compare(&a, (), &p, &ea, &other).unwrap();
-    assert!(
-        moecheck_reference::op::Comparison::passed(&rep),
-        "ties = any, but the other choice of an exact tie fails: {:?}",
-        moecheck_reference::op::Comparison::first_failure(&rep)
-    );
+    assert!(!moecheck_reference::op::Comparison::passed(&rep));
+    // It is refused as input, naming the tie; under lower-index it is checked.
+    let err = MoeLayer::validate(&a, ()).unwrap_err().to_string();
+    assert!(err.contains("ties") && err.contains("exact tie"), "{err}");
+    let mut lower = a.clone();
+    lower.routing.ties = Ties::LowerIndex;
+    assert!(MoeLayer::validate(&lower, ()).is_ok());
 }

@@ -63,13 +63,14 @@ fn valid_selection(u: &[f64], cfg: &RoutingConfig, x: &[usize]) -> bool {
         }
     };
     let distinct = x.iter().enumerate().all(|(i, a)| !x[..i].contains(a));
-    distinct && sets.iter().any(|allowed| {
-        x.iter().all(|&y| allowed[y])
-            && x.windows(2).all(|w| u[w[0]] >= u[w[1]])
-            && (0..e)
-                .filter(|y| allowed[*y] && !x.contains(y))
-                .all(|y| u[y] <= u[*x.last().unwrap()])
-    })
+    distinct
+        && sets.iter().any(|allowed| {
+            x.iter().all(|&y| allowed[y])
+                && x.windows(2).all(|w| u[w[0]] >= u[w[1]])
+                && (0..e)
+                    .filter(|y| allowed[*y] && !x.contains(y))
+                    .all(|y| u[y] <= u[*x.last().unwrap()])
+        })
 }
 
 fn outputs(case: &RoutingCase, idx: &Array2<usize>, kept: &Array2<bool>) -> RouteOutputs {
@@ -229,9 +230,7 @@ fn valid_kept(
 ) -> bool {
     let (t, k) = idx.dim();
     match cap.policy {
-        DropPolicy::Position => {
-            apply_capacity(idx, w, e, cap, None).kept == *kept
-        }
+        DropPolicy::Position => apply_capacity(idx, w, e, cap, None).kept == *kept,
         _ => {
             let c = moecheck_reference::routing::probs_capacity(t, k, e, cap.factor);
             (0..e).all(|x| {
@@ -270,7 +269,11 @@ fn oracle_capacity() {
     let e = 3usize;
     let t = 3usize;
     for (k, cf) in [(1, 0.5), (2, 0.5), (2, 1.0), (1, 1.5)] {
-        for policy in [DropPolicy::Probs, DropPolicy::TokenOrder, DropPolicy::Position] {
+        for policy in [
+            DropPolicy::Probs,
+            DropPolicy::TokenOrder,
+            DropPolicy::Position,
+        ] {
             for score in [ScoreFunction::Softmax, ScoreFunction::Sigmoid] {
                 let mut cfg = RoutingConfig::new(k, score);
                 cfg.ties = Ties::Any;
@@ -285,10 +288,8 @@ fn oracle_capacity() {
                 for r0 in 0..grid.len() {
                     for r1 in 0..grid.len() {
                         for r2 in [0usize, 3, 7] {
-                            let flat: Vec<f64> = [r0, r1, r2]
-                                .iter()
-                                .flat_map(|&r| grid[r].clone())
-                                .collect();
+                            let flat: Vec<f64> =
+                                [r0, r1, r2].iter().flat_map(|&r| grid[r].clone()).collect();
                             let logits = Array2::from_shape_vec((t, e), flat).unwrap();
                             let case = RoutingCase {
                                 logits,
@@ -352,11 +353,13 @@ fn tuples_rep(e: usize, k: usize) -> Vec<Vec<usize>> {
     for _ in 0..k {
         out = out
             .into_iter()
-            .flat_map(|t: Vec<usize>| (0..e).map(move |x| {
-                let mut n = t.clone();
-                n.push(x);
-                n
-            }))
+            .flat_map(|t: Vec<usize>| {
+                (0..e).map(move |x| {
+                    let mut n = t.clone();
+                    n.push(x);
+                    n
+                })
+            })
             .collect();
     }
     out
@@ -372,7 +375,10 @@ fn oracle_selection_four_groups_with_duplicates() {
         for k in 1..=3 {
             for gs in GroupScore::ALL {
                 let mut cfg = RoutingConfig::new(k, ScoreFunction::TopkSoftmax);
-                cfg.groups = Some(GroupLimit { groups: g, topk_groups: tg });
+                cfg.groups = Some(GroupLimit {
+                    groups: g,
+                    topk_groups: tg,
+                });
                 cfg.group_score = gs;
                 cfg.ties = Ties::Any;
                 if cfg.validate(1, e).is_err() {
@@ -380,7 +386,11 @@ fn oracle_selection_four_groups_with_duplicates() {
                 }
                 for row in rows(e, &[0.0, 1.0]) {
                     let logits = Array2::from_shape_vec((1, e), row.clone()).unwrap();
-                    let case = RoutingCase { logits, bias: None, config: cfg };
+                    let case = RoutingCase {
+                        logits,
+                        bias: None,
+                        config: cfg,
+                    };
                     for x in tuples_rep(e, k) {
                         let idx = Array2::from_shape_vec((1, k), x.clone()).unwrap();
                         let kept = Array2::from_elem((1, k), true);
@@ -397,5 +407,10 @@ fn oracle_selection_four_groups_with_duplicates() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} failures, first: {:#?}", failures.len(), &failures[..failures.len().min(10)]);
+    assert!(
+        failures.is_empty(),
+        "{} failures, first: {:#?}",
+        failures.len(),
+        &failures[..failures.len().min(10)]
+    );
 }

@@ -147,7 +147,11 @@ pub fn exact_tie(case: &MoeCase) -> Result<Option<String>, Error> {
     let routing = route(&case.routing_case(logits))?;
     let (t, e) = routing.selection_scores.dim();
     let k = routing.indices.ncols();
-    Ok(near_tie(&routing, &Array2::zeros((t, e)), &Array2::zeros((t, k))))
+    Ok(near_tie(
+        &routing,
+        &Array2::zeros((t, e)),
+        &Array2::zeros((t, k)),
+    ))
 }
 
 /// Why `case` cannot be checked at `precision`: it is within the selection-score error of a

@@ -156,7 +156,11 @@ pub fn compare_routing(
                 let gap = (u[[ti, a]] - u[[ti, b]]).abs();
                 let tol = selection_score_bound(case, want, precision, ti, a)
                     + selection_score_bound(case, want, precision, ti, b);
-                if gap == 0.0 {
+                if gap == 0.0 && case.config.ties == Ties::Any {
+                    detail.push_str(&format!(
+                        "; experts {a} and {b} tie exactly, but no tie order gives this selection"
+                    ));
+                } else if gap == 0.0 {
                     detail.push_str(&format!(
                         "; exact tie: experts {a} and {b} have the same selection score {:.6e}, and \
                          the declared tie order is lower-index (--ties any accepts either)",
