@@ -1,5 +1,8 @@
-//! Review scratch: brute-force oracle for `ties = any`. For small cases, every candidate output
-//! is checked: the comparison must pass iff some tie order gives it.
+//! A brute-force oracle for `ties = any`: on small cases, every candidate output (every ordered
+//! tuple of experts, duplicates included; every kept mask) is compared, and the comparison must
+//! pass exactly when some tie order gives that output. The tests take about two minutes in a
+//! debug build, so they are `#[ignore]`d in CI; run them after touching the tie logic with
+//! `cargo test -p moecheck-reference --test ties_oracle -- --ignored`.
 
 use moecheck_reference::format::Format;
 use moecheck_reference::routing::scores::{gates, normalise_and_scale, scores};
