@@ -208,6 +208,8 @@ fn read_reports_every_format() {
         ("maxtext_metrics.jsonl", "maxtext-jsonl"),
         ("megatron.log", "megatron-stdout"),
         ("megatron_golden.json", "megatron-golden"),
+        ("megatron_bridge_golden.json", "megatron-bridge-golden"),
+        ("nanogpt.txt", "nanogpt"),
         ("torchtitan.log", "torchtitan-stdout"),
         ("trainer_state.json", "hf-trainer-state"),
         ("loss.csv", "plain"),
@@ -315,4 +317,183 @@ fn a_truncated_tensorboard_file_is_read_with_a_warning() {
             .any(|n| n.as_str().unwrap().starts_with("TEST: the last record")),
         "{notes:?}"
     );
+}
+
+/// Issue 15: Megatron-Bridge golden values and nanoGPT logs are read without options.
+#[test]
+fn megatron_bridge_golden_values_diff_without_options() {
+    let base = fixture("megatron_bridge_golden.json");
+    moecheck()
+        .args(["curves", "diff"])
+        .arg(&base)
+        .arg(&base)
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("verdict: PASS"));
+    // The FP8 run: every loss after step 2 is 0.025 higher (0.5% of the mean), 4% faster.
+    let out = moecheck()
+        .args(["curves", "diff", "--json"])
+        .arg(&base)
+        .arg(fixture("megatron_bridge_golden_fp8.json"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["verdict"], "fail");
+    assert_eq!(v["base"]["format"], "megatron-bridge-golden");
+    assert_eq!(v["alignment"]["steps_compared"], 36);
+    assert!(
+        (v["gap"]["mean"].as_f64().unwrap() - 0.025).abs() < 1e-5,
+        "{}",
+        v["gap"]
+    );
+    let speedup = v["throughput"]["speedup"].as_f64().unwrap();
+    assert!((speedup - 1.0 / 0.96).abs() < 0.005, "{speedup}");
+}
+
+#[test]
+fn nanogpt_logs_diff_without_options() {
+    let base = fixture("nanogpt.txt");
+    moecheck()
+        .args(["curves", "diff"])
+        .arg(&base)
+        .arg(&base)
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("metric: loss"))
+        .stdout(predicate::str::contains("steps compared               54"))
+        .stdout(predicate::str::contains("verdict: PASS"));
+    // val_loss, every 10 steps, through --metric.
+    moecheck()
+        .args(["curves", "diff", "--metric", "val_loss"])
+        .arg(&base)
+        .arg(&base)
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("metric: val_loss"))
+        .stdout(predicate::str::contains("steps compared               6 ("))
+        .stdout(predicate::str::contains("verdict: PASS"));
+    // A run whose late training losses are 0.1 higher.
+    let dir = tempfile::tempdir().unwrap();
+    let test = dir.path().join("worse.txt");
+    let text = std::fs::read_to_string(&base).unwrap();
+    std::fs::write(&test, text.replace("train_loss:3.3", "train_loss:3.4")).unwrap();
+    moecheck()
+        .args(["curves", "diff"])
+        .arg(&base)
+        .arg(&test)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("verdict: FAIL"));
+}
+
+const TRAINER_PATTERN: &str = r"\| it\s+(?P<step>\d+)/\d+ \| loss=(?P<value>\S+)";
+
+/// Issue 15: `--pattern REGEX` reads a log no reader knows, in `diff` and `read`.
+#[test]
+fn a_pattern_reads_a_log_no_reader_knows() {
+    let log = fixture("custom_trainer.log");
+    moecheck()
+        .args(["curves", "diff"])
+        .arg(&log)
+        .arg(&log)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("format not recognised"));
+    let out = moecheck()
+        .args(["curves", "diff", "--json", "--pattern", TRAINER_PATTERN])
+        .arg(&log)
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["verdict"], "pass");
+    assert_eq!(v["base"]["format"], "pattern");
+    assert_eq!(v["alignment"]["steps_compared"], 43);
+    // A pattern's values compared with a detected log's: each log is read the same way, so
+    // the nanoGPT log is read with the pattern too, and matches nothing.
+    moecheck()
+        .args(["curves", "diff", "--pattern", TRAINER_PATTERN])
+        .arg(&log)
+        .arg(fixture("nanogpt.txt"))
+        .assert()
+        .code(2)
+        .stdout(predicate::str::is_empty())
+        .stderr(predicate::str::contains(
+            "nanogpt.txt: no line matched the pattern (--pattern `",
+        ));
+    // `read`, with --metric naming the values.
+    let out = moecheck()
+        .args(["curves", "read", "--json", "--metric", "tokens_per_s"])
+        .args(["--pattern", r"it\s+(?P<step>\d+)/.*tok/s=(?P<value>[\d,]+)"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["format"], "pattern");
+    assert_eq!(v["metrics"][0]["metric"], "tokens_per_s");
+    assert_eq!(v["metrics"][0]["samples"], 48);
+    assert_eq!(v["metrics"][0]["first_value"], 61080.0);
+}
+
+#[test]
+fn a_bad_pattern_exits_2_with_one_line_naming_pattern() {
+    let log = fixture("custom_trainer.log");
+    for (pattern, reason) in [
+        (r"it (\d+) loss=(\S+)", "it has no `step` and no `value`"),
+        (r"it (?P<step>\d+) loss=(\S+)", "it has no `value`"),
+        (
+            r"it (?P<step>\d+ loss=(?P<value>\S+)",
+            "does not compile: unclosed group",
+        ),
+    ] {
+        for cmd in ["diff", "read"] {
+            let mut c = moecheck();
+            c.args(["curves", cmd, "--pattern", pattern]).arg(&log);
+            if cmd == "diff" {
+                c.arg(&log);
+            }
+            c.assert()
+                .code(2)
+                .stdout(predicate::str::is_empty())
+                .stderr(predicate::str::contains(format!("--pattern `{pattern}`: ")))
+                .stderr(predicate::str::contains(reason))
+                .stderr(predicate::function(|s: &str| s.lines().count() == 1));
+        }
+    }
+    // A matched line whose value is not a number names the file and line.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("run.log");
+    let text = std::fs::read_to_string(&log).unwrap();
+    std::fs::write(&p, text.replacen("loss=9.80127", "loss=9.8o127", 1)).unwrap();
+    moecheck()
+        .args(["curves", "diff", "--pattern", TRAINER_PATTERN])
+        .arg(&log)
+        .arg(&p)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "run.log:5: --pattern group `value` captured `9.8o127`, not a number",
+        ));
+    // --pattern replaces --format; --metric on `read` only names a pattern's values.
+    moecheck()
+        .args([
+            "curves",
+            "diff",
+            "--format",
+            "plain",
+            "--pattern",
+            TRAINER_PATTERN,
+        ])
+        .arg(&log)
+        .arg(&log)
+        .assert()
+        .code(2);
+    moecheck()
+        .args(["curves", "read", "--metric", "loss"])
+        .arg(&log)
+        .assert()
+        .code(2);
 }

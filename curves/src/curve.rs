@@ -9,11 +9,15 @@ use serde::Serialize;
 
 use crate::stats::upper_median;
 
-/// A metric a training log can carry. `Loss` is the one compared by default.
+/// A metric a training log can carry. `Loss` — the training loss — is the one compared by
+/// default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Metric {
     Loss,
+    /// Validation loss, where a reader tells it apart from the training loss (nanoGPT's
+    /// `val_loss:`).
+    ValLoss,
     /// Seconds per training step.
     StepTimeS,
     /// Tokens per second (per device where the framework logs it so).
@@ -23,8 +27,9 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 4] = [
+    pub const ALL: [Metric; 5] = [
         Metric::Loss,
+        Metric::ValLoss,
         Metric::StepTimeS,
         Metric::TokensPerS,
         Metric::Tflops,
@@ -33,6 +38,7 @@ impl Metric {
     pub fn name(self) -> &'static str {
         match self {
             Metric::Loss => "loss",
+            Metric::ValLoss => "val_loss",
             Metric::StepTimeS => "step_time_s",
             Metric::TokensPerS => "tokens_per_s",
             Metric::Tflops => "tflops",
@@ -56,6 +62,10 @@ pub enum LogFormat {
     MegatronStdout,
     /// Megatron functional-test golden values: `{"lm loss": {"start_step", ..., "values"}}`.
     MegatronGolden,
+    /// Megatron-Bridge functional-test golden values: `{"<step>": {"lm loss": ..., ...}, ...}`.
+    MegatronBridgeGolden,
+    /// nanoGPT / modded-nanogpt: `step:N/M train_loss:X ...` and `step:N/M val_loss:X ...`.
+    Nanogpt,
     /// `step: N  loss: X  memory: ...  tps: ...  tflops: ...  mfu: ...%` (ANSI colours stripped).
     TorchtitanStdout,
     /// HuggingFace `trainer_state.json` (`log_history`).
@@ -64,14 +74,20 @@ pub enum LogFormat {
     Plain,
     /// TensorBoard event file (`events.out.tfevents.*`).
     Tensorboard,
+    /// Any text log read line by line with a user's regular expression (`--pattern`); not in
+    /// [`LogFormat::ALL`]: it is chosen by giving the expression, never by name or detection.
+    Pattern,
 }
 
 impl LogFormat {
-    pub const ALL: [LogFormat; 8] = [
+    /// The formats that can be named (`--format`) or detected.
+    pub const ALL: [LogFormat; 10] = [
         LogFormat::MaxtextStdout,
         LogFormat::MaxtextJsonl,
         LogFormat::MegatronStdout,
         LogFormat::MegatronGolden,
+        LogFormat::MegatronBridgeGolden,
+        LogFormat::Nanogpt,
         LogFormat::TorchtitanStdout,
         LogFormat::HfTrainerState,
         LogFormat::Plain,
@@ -84,10 +100,13 @@ impl LogFormat {
             LogFormat::MaxtextJsonl => "maxtext-jsonl",
             LogFormat::MegatronStdout => "megatron-stdout",
             LogFormat::MegatronGolden => "megatron-golden",
+            LogFormat::MegatronBridgeGolden => "megatron-bridge-golden",
+            LogFormat::Nanogpt => "nanogpt",
             LogFormat::TorchtitanStdout => "torchtitan-stdout",
             LogFormat::HfTrainerState => "hf-trainer-state",
             LogFormat::Plain => "plain",
             LogFormat::Tensorboard => "tensorboard",
+            LogFormat::Pattern => "pattern",
         }
     }
 
@@ -226,6 +245,9 @@ pub enum CurveError {
         format: LogFormat,
         found: String,
     },
+    /// A `--pattern` that does not compile or lacks the named groups `step` and `value`.
+    #[error("--pattern `{pattern}`: {reason}")]
+    Pattern { pattern: String, reason: String },
     /// A plot file whose extension names no format [`plot::Kind`] writes.
     #[error("--plot {path}: the file name must end in .svg or .png")]
     PlotExtension { path: PathBuf },

@@ -21,7 +21,10 @@ pub mod diff;
 mod hf;
 mod maxtext;
 mod megatron;
+mod megatron_bridge;
+mod nanogpt;
 mod parse;
+mod pattern;
 mod plain;
 pub mod plot;
 mod read;
@@ -33,5 +36,6 @@ mod torchtitan;
 
 pub use curve::{Curve, CurveError, LogFormat, Metric, ReadWarning, Sample};
 pub use parse::{f32_quantum, parse_printed, strip_ansi, MAX_STEP};
-pub use read::{detect, read};
+pub use pattern::LinePattern;
+pub use read::{detect, read, read_pattern};
 pub use tensorboard::crc32c;

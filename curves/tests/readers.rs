@@ -4,7 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use moecheck_curves::{read, CurveError, LogFormat, Metric, ReadWarning};
+use moecheck_curves::{
+    read, read_pattern, CurveError, LinePattern, LogFormat, Metric, ReadWarning,
+};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -102,6 +104,239 @@ fn megatron_golden_values_in_both_layouts() {
     assert_eq!(f, LogFormat::MegatronGolden);
     assert_eq!(steps, (0..10).map(|i| 5 * i).collect::<Vec<_>>());
     assert_eq!(loss[9], 9.7);
+}
+
+/// Megatron-Bridge's golden values are keyed by step (`{"1": {"lm loss": ...}, ...}`) with
+/// run-wide figures beside the steps (`alloc`, `max_alloc`). See: issue 15.
+#[test]
+fn megatron_bridge_golden_values_keyed_by_step() {
+    let c = read(&fixture("megatron_bridge_golden.json"), None).unwrap();
+    assert_eq!(c.format, LogFormat::MegatronBridgeGolden);
+    assert_eq!(c.metrics_found(), ["loss", "step_time_s", "tflops"]);
+    let loss = &c.metrics[&Metric::Loss];
+    // Sorted by step as a number ("10" after "9"), `alloc` and `max_alloc` not read.
+    assert_eq!(
+        loss.iter().map(|s| s.step).collect::<Vec<_>>(),
+        (1..=40).collect::<Vec<_>>()
+    );
+    assert_eq!(loss[0].value, 10.327713012695312);
+    assert_eq!(loss[39].value, 3.3641655445098877);
+    // Line of the step's key: `"2": {` is line 7 of the pretty-printed file.
+    assert_eq!(loss[1].line, 7);
+    // JSON floats: the f32 spacing (2^-20 near 10).
+    assert_eq!(loss[0].quantum, 2f64.powi(-20));
+    // ms converted to s; "GPU utilization" is TFLOP/s per GPU.
+    assert!((c.metrics[&Metric::StepTimeS][0].value - 9.3124).abs() < 1e-12);
+    assert_eq!(c.metrics[&Metric::Tflops][1].value, 411.9);
+    for m in c.metrics.values() {
+        assert!(m
+            .iter()
+            .all(|s| s.value != 51234.5625 && s.value != 61877.0));
+    }
+    // The older layout keeps its own reader.
+    let old = read(&fixture("megatron_golden.json"), None).unwrap();
+    assert_eq!(old.format, LogFormat::MegatronGolden);
+}
+
+#[test]
+fn megatron_bridge_golden_values_refuse_bad_steps_and_values() {
+    let ok = "{\n  \"1\": {\"lm loss\": 10.5},\n  \"2\": {\"lm loss\": NaN},\n  \"alloc\": 3.0,\n";
+    // Python's bare NaN is a NaN sample; a string that is not a number is refused.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("golden_values_dev.json");
+    std::fs::write(&p, format!("{ok}  \"3\": {{\"lm loss\": 10.4}}\n}}\n")).unwrap();
+    let c = read(&p, None).unwrap();
+    assert_eq!(c.format, LogFormat::MegatronBridgeGolden);
+    let loss = &c.metrics[&Metric::Loss];
+    assert!(loss[1].value.is_nan() && loss[1].step == 2);
+    assert_eq!((loss[2].step, loss[2].line), (3, 5));
+    for (name, last, line, reason) in [
+        (
+            "v.json",
+            "  \"3\": {\"lm loss\": \"ten\"}\n}\n",
+            5,
+            "step \"3\": \"lm loss\" is \"ten\", not a number",
+        ),
+        (
+            "s.json",
+            "  \"18446744073709551616\": {\"lm loss\": 1.0}\n}\n",
+            5,
+            "step key \"18446744073709551616\" is not a whole number",
+        ),
+        (
+            "o.json",
+            "  \"3\": {\"lm loss\": 1.0},\n  \"4\": 9.5\n}\n",
+            6,
+            "step \"4\": 9.5 is not an object of metrics",
+        ),
+    ] {
+        let e = error_of(name, format!("{ok}{last}").as_bytes(), None);
+        assert_eq!(line_of(&e), line, "{name}: {e}");
+        assert!(
+            e.to_string().contains(&format!("{name}:{line}: {reason}")),
+            "{e}"
+        );
+    }
+    // Broken JSON named as this format: serde's line.
+    let e = error_of(
+        "b.json",
+        b"{\n \"1\": {\"lm loss\": 10.5},\n \"2\": {\"lm loss\": 10.4,,}\n}\n",
+        Some(LogFormat::MegatronBridgeGolden),
+    );
+    assert_eq!(line_of(&e), 3, "{e}");
+}
+
+/// modded-nanogpt records: the script's source and nvidia-smi first, then `step:N/M
+/// train_loss:X` every step and `step:N/M val_loss:X` every 10. See: issue 15.
+#[test]
+fn nanogpt_train_and_val_losses() {
+    let c = read(&fixture("nanogpt.txt"), None).unwrap();
+    assert_eq!(c.format, LogFormat::Nanogpt);
+    assert_eq!(c.metrics_found(), ["loss", "val_loss"]);
+    let train = &c.metrics[&Metric::Loss];
+    assert_eq!(
+        train.iter().map(|s| s.step).collect::<Vec<_>>(),
+        (1..=60).collect::<Vec<_>>()
+    );
+    assert_eq!((train[0].value, train[59].value), (10.1957, 3.3410));
+    // The script's own `print0(f"step:{step}/...")` lines (above line 27) are not steps.
+    assert_eq!(train[0].line, 28);
+    let val = &c.metrics[&Metric::ValLoss];
+    assert_eq!(
+        val.iter().map(|s| s.step).collect::<Vec<_>>(),
+        (0..=6).map(|i| 10 * i).collect::<Vec<_>>()
+    );
+    assert_eq!((val[0].value, val[6].value), (10.8272, 3.3265));
+    assert_eq!(c.precision(Metric::Loss), 1e-4);
+    assert_eq!(c.precision(Metric::ValLoss), 1e-4);
+    // Later records print no train_loss: their only loss is val_loss.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("record.txt");
+    std::fs::write(
+        &p,
+        "step:0/1393 val_loss:10.8258 train_time:0ms step_avg:nanms\n\
+         step:1/1393 train_time:29360ms step_avg:nanms\n\
+         step:125/1393 val_loss:4.3879 train_time:16224ms step_avg:141.08ms\n",
+    )
+    .unwrap();
+    let c = read(&p, None).unwrap();
+    assert_eq!(c.format, LogFormat::Nanogpt);
+    assert_eq!(c.metrics_found(), ["val_loss"]);
+    assert_eq!(c.metrics[&Metric::ValLoss][1].step, 125);
+}
+
+#[test]
+fn nanogpt_malformed_lines_name_the_line() {
+    let ok = "step:1/10 train_loss:9.4594 train_time:283ms step_avg:nanms\n";
+    for (name, bad, reason) in [
+        (
+            "n1.txt",
+            "step:2/10 train_loss:9.45x4 train_time:1ms step_avg:nanms\n",
+            "`train_loss:` value `9.45x4` is not a number",
+        ),
+        (
+            "n2.txt",
+            "step:10/10 val_loss: train_time:1ms step_avg:nanms\n",
+            "`val_loss:` value `train_time:1ms` is not a number",
+        ),
+        (
+            "n3.txt",
+            "step:9007199254740993/10 train_loss:9.1\n",
+            "step `9007199254740993` is not a whole number",
+        ),
+    ] {
+        let e = error_of(name, format!("{ok}{bad}").as_bytes(), None);
+        assert_eq!(line_of(&e), 2, "{name}: {e}");
+        assert!(
+            e.to_string().contains(&format!("{name}:2: {reason}")),
+            "{e}"
+        );
+    }
+}
+
+/// `--pattern`: any log, read line by line with named groups `step` and `value`. See: issue 15.
+#[test]
+fn a_line_pattern_reads_any_log() {
+    let log = fixture("custom_trainer.log");
+    let pat = LinePattern::new(r"\| it\s+(?P<step>\d+)/\d+ \| loss=(?P<value>\S+)").unwrap();
+    let c = read_pattern(&log, &pat, Metric::Loss).unwrap();
+    assert_eq!(c.format, LogFormat::Pattern);
+    let loss = &c.metrics[&Metric::Loss];
+    // 48 step lines; the `eval after it 16 | loss=` lines and the prose do not match.
+    assert_eq!(
+        loss.iter().map(|s| s.step).collect::<Vec<_>>(),
+        (1..=48).collect::<Vec<_>>()
+    );
+    assert_eq!((loss[0].value, loss[0].line), (10.25745, 4));
+    assert_eq!(loss[47].value, 3.34704);
+    assert_eq!(c.precision(Metric::Loss), 1e-5);
+    // The values are the metric the caller names; thousands separators are read.
+    let tps = LinePattern::new(r"it\s+(?<step>\d+)/.*tok/s=(?<value>[\d,]+)").unwrap();
+    let c = read_pattern(&log, &tps, Metric::TokensPerS).unwrap();
+    assert_eq!(c.metrics_found(), ["tokens_per_s"]);
+    assert_eq!(c.metrics[&Metric::TokensPerS][0].value, 61080.0);
+    // No line matches: the file and the pattern are named.
+    let none = LinePattern::new(r"step=(?P<step>\d+) loss=(?P<value>\S+)").unwrap();
+    let e = read_pattern(&log, &none, Metric::Loss)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with(&format!(
+            "{}: no line matched the pattern (--pattern `step=",
+            log.display()
+        )),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_line_pattern_refuses_what_its_groups_capture_badly() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("run.log");
+    std::fs::write(&p, "it 1 loss 2.5\nwarming up\nit 2 loss 2.4x\n").unwrap();
+    let pat = LinePattern::new(r"it (?P<step>\S+) loss (?P<value>\S+)").unwrap();
+    let e = read_pattern(&p, &pat, Metric::Loss).unwrap_err();
+    assert_eq!(line_of(&e), 3, "{e}");
+    assert!(
+        e.to_string()
+            .ends_with("run.log:3: --pattern group `value` captured `2.4x`, not a number"),
+        "{e}"
+    );
+    std::fs::write(&p, "it 1 loss 2.5\nit -2 loss 2.4\n").unwrap();
+    let e = read_pattern(&p, &pat, Metric::Loss).unwrap_err();
+    assert!(
+        e.to_string().ends_with(
+            "run.log:2: --pattern group `step` captured `-2`, not a whole number from 0 to 2^53"
+        ),
+        "{e}"
+    );
+    // A group inside `(...)?` that took no part in the match.
+    let opt = LinePattern::new(r"it (?P<step>\d+)(?: loss (?P<value>\S+))?").unwrap();
+    std::fs::write(&p, "it 1 loss 2.5\nit 2\n").unwrap();
+    let e = read_pattern(&p, &opt, Metric::Loss).unwrap_err();
+    assert_eq!(line_of(&e), 2, "{e}");
+    assert!(
+        e.to_string()
+            .contains("group `value` took no part in the match"),
+        "{e}"
+    );
+    // A pattern without its groups, or one that does not compile, names --pattern.
+    for (bad, why) in [
+        (r"it (\d+) loss (\S+)", "it has no `step` and no `value`"),
+        (r"it (?P<step>\d+ loss", "does not compile: unclosed group"),
+    ] {
+        let e = LinePattern::new(bad).unwrap_err();
+        assert!(matches!(e, CurveError::Pattern { .. }), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.starts_with("--pattern `") && text.contains(why),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 1, "{text}");
+    }
+    // Naming the pattern format without an expression is refused, not a panic.
+    let e = read(&p, Some(LogFormat::Pattern)).unwrap_err();
+    assert!(e.to_string().contains("--pattern"), "{e}");
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 
 use moecheck::curves::diff::{diff, Criterion, Verdict};
-use moecheck::curves::{self, LogFormat, Metric};
+use moecheck::curves::{self, Curve, CurveError, LinePattern, LogFormat, Metric};
 
 /// Exit status of an inconclusive comparison.
 pub const EXIT_INCONCLUSIVE: u8 = 3;
@@ -42,12 +42,18 @@ pub struct DiffArgs {
     /// BASE rerun with another seed: σ_seed (RMS of the windowed BASE2 − BASE gap) enters δ.
     #[arg(long)]
     pub baseline2: Option<PathBuf>,
-    /// Metric to compare: loss, step_time_s, tokens_per_s, tflops.
+    /// Metric to compare: loss (the training loss), val_loss, step_time_s, tokens_per_s,
+    /// tflops. With --pattern: the name of the values the pattern reads.
     #[arg(long, default_value = "loss", value_parser = parse_metric)]
     pub metric: Metric,
     /// Read every log as this format instead of detecting it.
     #[arg(long, value_parser = parse_format)]
     pub format: Option<LogFormat>,
+    /// Read every log line by line with this regular expression instead of a format: named
+    /// groups `step` and `value` (e.g. 'it (?P<step>\d+) .*loss=(?P<value>\S+)'); lines that do
+    /// not match are skipped; the values are the --metric.
+    #[arg(long, value_name = "REGEX", conflicts_with = "format")]
+    pub pattern: Option<String>,
     /// Machine-readable report with a top-level "verdict".
     #[arg(long)]
     pub json: bool,
@@ -88,6 +94,13 @@ pub struct ReadArgs {
     /// Read as this format instead of detecting it.
     #[arg(long, value_parser = parse_format)]
     pub format: Option<LogFormat>,
+    /// Read the log line by line with this regular expression instead of a format: named
+    /// groups `step` and `value`; lines that do not match are skipped.
+    #[arg(long, value_name = "REGEX", conflicts_with = "format")]
+    pub pattern: Option<String>,
+    /// With --pattern: the name of the values it reads [default: loss].
+    #[arg(long, value_parser = parse_metric, requires = "pattern")]
+    pub metric: Option<Metric>,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -148,6 +161,36 @@ fn parse_confidence(s: &str) -> Result<f64, String> {
     })
 }
 
+/// How one command reads every log it is given: by a named or detected format, or with a line
+/// pattern whose values are `metric`.
+struct Reader {
+    format: Option<LogFormat>,
+    pattern: Option<LinePattern>,
+    metric: Metric,
+}
+
+impl Reader {
+    /// Compiles `pattern` first: a bad one is refused before any file is read.
+    fn new(
+        format: Option<LogFormat>,
+        pattern: Option<&str>,
+        metric: Metric,
+    ) -> Result<Reader, CurveError> {
+        Ok(Reader {
+            format,
+            pattern: pattern.map(LinePattern::new).transpose()?,
+            metric,
+        })
+    }
+
+    fn read(&self, path: &std::path::Path) -> Result<Curve, CurveError> {
+        match &self.pattern {
+            Some(p) => curves::read_pattern(path, p, self.metric),
+            None => curves::read(path, self.format),
+        }
+    }
+}
+
 pub fn run(a: CurvesArgs) -> anyhow::Result<ExitCode> {
     match a.command {
         CurvesCommand::Diff(d) => run_diff(d),
@@ -160,13 +203,10 @@ fn run_diff(a: DiffArgs) -> anyhow::Result<ExitCode> {
         // Refuse a bad extension before reading anything.
         curves::plot::Kind::of(p)?;
     }
-    let base = curves::read(&a.base, a.format)?;
-    let test = curves::read(&a.test, a.format)?;
-    let base2 = a
-        .baseline2
-        .as_deref()
-        .map(|p| curves::read(p, a.format))
-        .transpose()?;
+    let reader = Reader::new(a.format, a.pattern.as_deref(), a.metric)?;
+    let base = reader.read(&a.base)?;
+    let test = reader.read(&a.test)?;
+    let base2 = a.baseline2.as_deref().map(|p| reader.read(p)).transpose()?;
     for c in [Some(&base), Some(&test), base2.as_ref()]
         .into_iter()
         .flatten()
@@ -212,7 +252,12 @@ fn warn(curve: &curves::Curve) {
 }
 
 fn run_read(a: ReadArgs) -> anyhow::Result<ExitCode> {
-    let c = curves::read(&a.log, a.format)?;
+    let reader = Reader::new(
+        a.format,
+        a.pattern.as_deref(),
+        a.metric.unwrap_or(Metric::Loss),
+    )?;
+    let c = reader.read(&a.log)?;
     warn(&c);
     // Refused before anything is printed: stdout holds a whole report or nothing.
     if c.metrics.is_empty() {
