@@ -52,8 +52,9 @@ pub enum Command {
     Fp8(fp8::Fp8Args),
     /// Benchmark the f64 reference grouped GEMM against a dense f64 GEMM of equal FLOPs.
     Bench(bench::BenchArgs),
-    /// Loss-curve parity: read training logs (MaxText, Megatron, torchtitan, HF, TensorBoard,
-    /// plain) and give a PASS/FAIL/INCONCLUSIVE verdict on two runs, with a plot.
+    /// Loss-curve parity: read training logs (MaxText, Megatron, Megatron-Bridge, torchtitan,
+    /// nanoGPT, HF, TensorBoard, plain, or any log through --pattern) and give a
+    /// PASS/FAIL/INCONCLUSIVE verdict on two runs, with a plot.
     Curves(curves::CurvesArgs),
     /// Show the CUDA devices and libraries (libcuda, libnvrtc, libcublas) moecheck can use,
     /// or one line on why there are none (exit 0 either way).
