@@ -129,18 +129,7 @@ fn each_megatron_convention_is_needed() {
     );
     assert_eq!(code, 1);
     // Megatron's position is token-order; its ties among an expert's tokens need `any`.
-    let token_order = [
-        "--topk",
-        "2",
-        "--score",
-        "softmax",
-        "--experts",
-        "16",
-        "--capacity-factor",
-        "1",
-        "--drop-policy",
-        "token-order",
-    ];
+    let token_order = [&POSITION[..POSITION.len() - 1], &["token-order"]].concat();
     let (code, text) = route(&[&token_order[..], &["--ties", "any", "--impl", MEGATRON]].concat());
     assert_eq!(code, 0, "{text}");
     let (code, text) = route(&[&token_order[..], &["--impl", MEGATRON]].concat());

@@ -116,16 +116,21 @@ fn sigmoid_norm_only_matters_at_k1() {
         let mut cfg = RoutingConfig::new(2, ScoreFunction::Sigmoid);
         cfg.sigmoid_norm = norm;
         let r = route(&case(l.clone(), cfg)).unwrap();
-        let sum: f64 = r.combine.row(0).sum();
-        assert!((sum - 1.0).abs() < 1e-15, "{}: {sum}", norm.name());
+        // Experts 2 and 0 (sigmoids s2 and 1/2), each divided by their sum + ε, in slot order.
+        let d = s2 + 0.5 + 1e-20;
+        assert_eq!(r.indices.row(0).to_vec(), vec![2, 0]);
+        assert_eq!(
+            r.combine.row(0).to_vec(),
+            vec![s2 / d, 0.5 / d],
+            "{}",
+            norm.name()
+        );
     }
 }
 
-/// `token-order`: per expert, the first `C = ceil(T·K/E·cf)` tokens over the whole batch,
-/// whatever their weights; `position` (MaxText) counts per sequence with its own `C`.
-#[test]
-fn token_order_keeps_the_lowest_tokens_over_the_batch() {
-    // Every token picks expert 0 (K = 1, E = 2): C = ceil(4·1/2·1) = 2 for token-order.
+/// Four tokens that all pick expert 0 (K = 1, E = 2, softmax), with token-order dropping at
+/// factor 1: `C = ceil(4·1/2·1) = 2`.
+fn all_to_expert_0() -> (Array2<f64>, RoutingConfig) {
     let logits = array![[0.0, -1.0], [3.0, 0.0], [5.0, 0.0], [1.0, 0.0]];
     let mut cfg = RoutingConfig::new(1, ScoreFunction::Softmax);
     cfg.capacity = Some(Capacity {
@@ -133,6 +138,14 @@ fn token_order_keeps_the_lowest_tokens_over_the_batch() {
         policy: DropPolicy::TokenOrder,
         seq_len: None,
     });
+    (logits, cfg)
+}
+
+/// `token-order`: per expert, the first `C = ceil(T·K/E·cf)` tokens over the whole batch,
+/// whatever their weights; `position` (MaxText) counts per sequence with its own `C`.
+#[test]
+fn token_order_keeps_the_lowest_tokens_over_the_batch() {
+    let (logits, mut cfg) = all_to_expert_0();
     let r = route(&case(logits.clone(), cfg)).unwrap();
     assert_eq!(r.capacity, Some(2));
     assert_eq!(r.kept.column(0).to_vec(), vec![true, true, false, false]);
@@ -228,13 +241,7 @@ fn ties_any_follows_a_tied_group_choice() {
 /// map): any `C` of the expert's tokens may be kept, never more.
 #[test]
 fn ties_any_lets_token_order_keep_any_c_tokens() {
-    let logits = array![[0.0, -1.0], [3.0, 0.0], [5.0, 0.0], [1.0, 0.0]];
-    let mut cfg = RoutingConfig::new(1, ScoreFunction::Softmax);
-    cfg.capacity = Some(Capacity {
-        factor: 1.0,
-        policy: DropPolicy::TokenOrder,
-        seq_len: None,
-    });
+    let (logits, mut cfg) = all_to_expert_0();
     let lower = reference(&case(logits.clone(), cfg));
     // Keep tokens 2 and 3 instead of 0 and 1.
     let mut other = reference(&case(logits.clone(), {

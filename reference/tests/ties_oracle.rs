@@ -101,20 +101,74 @@ fn check(case: &RoutingCase, got: &RouteOutputs) -> bool {
     compare_routing(case, &want, got, F64P).passed()
 }
 
-fn rows(e: usize, vals: &[f64]) -> Vec<Vec<f64>> {
+/// Every vector of length `len` over `vals` (repeats allowed).
+fn product<T: Clone>(len: usize, vals: &[T]) -> Vec<Vec<T>> {
     let mut out = vec![vec![]];
-    for _ in 0..e {
+    for _ in 0..len {
         let mut next = vec![];
         for r in &out {
-            for &v in vals {
+            for v in vals {
                 let mut n = r.clone();
-                n.push(v);
+                n.push(v.clone());
                 next.push(n);
             }
         }
         out = next;
     }
     out
+}
+
+/// Rows of `e` logits over `vals`.
+fn rows(e: usize, vals: &[f64]) -> Vec<Vec<f64>> {
+    product(e, vals)
+}
+
+/// Group-limited `score` routing with `ties = any`, when valid for one token of `e` experts.
+fn grouped_any(
+    score: ScoreFunction,
+    e: usize,
+    (k, g, tg): (usize, usize, usize),
+    gs: GroupScore,
+) -> Option<RoutingConfig> {
+    let mut cfg = RoutingConfig::new(k, score);
+    cfg.groups = Some(GroupLimit {
+        groups: g,
+        topk_groups: tg,
+    });
+    cfg.group_score = gs;
+    cfg.ties = Ties::Any;
+    cfg.validate(1, e).ok().map(|()| cfg)
+}
+
+/// Every candidate selection in `candidates` of the one-token `case` (selection scores `u`)
+/// must pass exactly when some tie order gives it; a disagreement is pushed to `failures`,
+/// described by `what`.
+fn check_selections(
+    case: &RoutingCase,
+    u: &[f64],
+    candidates: Vec<Vec<usize>>,
+    what: &dyn Fn(&[usize], bool) -> String,
+    failures: &mut Vec<String>,
+) {
+    let k = case.config.topk;
+    for x in candidates {
+        let idx = Array2::from_shape_vec((1, k), x.clone()).unwrap();
+        let kept = Array2::from_elem((1, k), true);
+        let got = outputs(case, &idx, &kept);
+        let ok = valid_selection(u, &case.config, &x);
+        if ok != check(case, &got) {
+            failures.push(what(&x, ok));
+        }
+    }
+}
+
+fn assert_none(failures: &[String]) {
+    assert!(
+        failures.is_empty(),
+        "{} failures, first: {:#?}",
+        failures.len(),
+        &failures[..failures.len().min(10)]
+    );
 }
 
 /// Selection only (T = 1): all rows of a small grid, every group score, every K.
@@ -127,46 +181,29 @@ fn oracle_selection_groups() {
         for tg in 1..=g {
             for k in 1..=(tg * per).min(3) {
                 for gs in GroupScore::ALL {
-                    let mut cfg = RoutingConfig::new(k, ScoreFunction::TopkSoftmax);
-                    cfg.groups = Some(GroupLimit {
-                        groups: g,
-                        topk_groups: tg,
-                    });
-                    cfg.group_score = gs;
-                    cfg.ties = Ties::Any;
-                    if cfg.validate(1, e).is_err() {
+                    let Some(cfg) = grouped_any(ScoreFunction::TopkSoftmax, e, (k, g, tg), gs)
+                    else {
                         continue;
-                    }
+                    };
                     for row in rows(e, &[0.0, 1.0, 2.0]) {
-                        let logits = Array2::from_shape_vec((1, e), row.clone()).unwrap();
                         let case = RoutingCase {
-                            logits,
+                            logits: Array2::from_shape_vec((1, e), row.clone()).unwrap(),
                             bias: None,
                             config: cfg,
                         };
-                        for x in tuples(e, k) {
-                            let idx = Array2::from_shape_vec((1, k), x.clone()).unwrap();
-                            let kept = Array2::from_elem((1, k), true);
-                            let got = outputs(&case, &idx, &kept);
-                            let ok = valid_selection(&row, &cfg, &x);
-                            if ok != check(&case, &got) {
-                                failures.push(format!(
-                                    "E={e} G={g} TG={tg} K={k} {} row {row:?} got {x:?}: valid={ok}",
-                                    gs.name()
-                                ));
-                            }
-                        }
+                        let what = |x: &[usize], ok| {
+                            format!(
+                                "E={e} G={g} TG={tg} K={k} {} row {row:?} got {x:?}: valid={ok}",
+                                gs.name()
+                            )
+                        };
+                        check_selections(&case, &row, tuples(e, k), &what, &mut failures);
                     }
                 }
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failures, first: {:#?}",
-        failures.len(),
-        &failures[..failures.len().min(10)]
-    );
+    assert_none(&failures);
 }
 
 /// With a bias (sigmoid): ties in u = s + b.
@@ -178,49 +215,31 @@ fn oracle_selection_bias() {
     for tg in 1..=2 {
         for k in 1..=2 {
             for gs in GroupScore::ALL {
-                let mut cfg = RoutingConfig::new(k, ScoreFunction::Sigmoid);
-                cfg.groups = Some(GroupLimit {
-                    groups: g,
-                    topk_groups: tg,
-                });
-                cfg.group_score = gs;
-                cfg.ties = Ties::Any;
-                if cfg.validate(1, e).is_err() {
+                let Some(cfg) = grouped_any(ScoreFunction::Sigmoid, e, (k, g, tg), gs) else {
                     continue;
-                }
+                };
                 for row in rows(e, &[0.0, 1.0]) {
                     for b in rows(e, &[0.0, 0.5]) {
-                        let logits = Array2::from_shape_vec((1, e), row.clone()).unwrap();
                         let case = RoutingCase {
-                            logits,
+                            logits: Array2::from_shape_vec((1, e), row.clone()).unwrap(),
                             bias: Some(Array1::from(b.clone())),
                             config: cfg,
                         };
                         let r = route(&case).unwrap();
                         let u: Vec<f64> = r.selection_scores.row(0).to_vec();
-                        for x in tuples(e, k) {
-                            let idx = Array2::from_shape_vec((1, k), x.clone()).unwrap();
-                            let kept = Array2::from_elem((1, k), true);
-                            let got = outputs(&case, &idx, &kept);
-                            let ok = valid_selection(&u, &cfg, &x);
-                            if ok != check(&case, &got) {
-                                failures.push(format!(
-                                    "TG={tg} K={k} {} row {row:?} bias {b:?} got {x:?}: valid={ok}",
-                                    gs.name()
-                                ));
-                            }
-                        }
+                        let what = |x: &[usize], ok| {
+                            format!(
+                                "TG={tg} K={k} {} row {row:?} bias {b:?} got {x:?}: valid={ok}",
+                                gs.name()
+                            )
+                        };
+                        check_selections(&case, &u, tuples(e, k), &what, &mut failures);
                     }
                 }
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failures, first: {:#?}",
-        failures.len(),
-        &failures[..failures.len().min(10)]
-    );
+    assert_none(&failures);
 }
 
 /// Some tie order keeps `kept` under `cap` (probs / token-order), given indices and weights.
@@ -343,29 +362,7 @@ fn oracle_capacity() {
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failures, first: {:#?}",
-        failures.len(),
-        &failures[..failures.len().min(10)]
-    );
-}
-
-fn tuples_rep(e: usize, k: usize) -> Vec<Vec<usize>> {
-    let mut out = vec![vec![]];
-    for _ in 0..k {
-        out = out
-            .into_iter()
-            .flat_map(|t: Vec<usize>| {
-                (0..e).map(move |x| {
-                    let mut n = t.clone();
-                    n.push(x);
-                    n
-                })
-            })
-            .collect();
-    }
-    out
+    assert_none(&failures);
 }
 
 /// Four groups of two, duplicates allowed in the candidate.
@@ -374,46 +371,29 @@ fn tuples_rep(e: usize, k: usize) -> Vec<Vec<usize>> {
 fn oracle_selection_four_groups_with_duplicates() {
     let mut failures = vec![];
     let (e, g) = (8usize, 4usize);
+    let experts: Vec<usize> = (0..e).collect();
     for tg in 1..=3 {
         for k in 1..=3 {
             for gs in GroupScore::ALL {
-                let mut cfg = RoutingConfig::new(k, ScoreFunction::TopkSoftmax);
-                cfg.groups = Some(GroupLimit {
-                    groups: g,
-                    topk_groups: tg,
-                });
-                cfg.group_score = gs;
-                cfg.ties = Ties::Any;
-                if cfg.validate(1, e).is_err() {
+                let Some(cfg) = grouped_any(ScoreFunction::TopkSoftmax, e, (k, g, tg), gs) else {
                     continue;
-                }
+                };
                 for row in rows(e, &[0.0, 1.0]) {
-                    let logits = Array2::from_shape_vec((1, e), row.clone()).unwrap();
                     let case = RoutingCase {
-                        logits,
+                        logits: Array2::from_shape_vec((1, e), row.clone()).unwrap(),
                         bias: None,
                         config: cfg,
                     };
-                    for x in tuples_rep(e, k) {
-                        let idx = Array2::from_shape_vec((1, k), x.clone()).unwrap();
-                        let kept = Array2::from_elem((1, k), true);
-                        let got = outputs(&case, &idx, &kept);
-                        let ok = valid_selection(&row, &cfg, &x);
-                        if ok != check(&case, &got) {
-                            failures.push(format!(
-                                "TG={tg} K={k} {} row {row:?} got {x:?}: valid={ok}",
-                                gs.name()
-                            ));
-                        }
-                    }
+                    let what = |x: &[usize], ok| {
+                        format!(
+                            "TG={tg} K={k} {} row {row:?} got {x:?}: valid={ok}",
+                            gs.name()
+                        )
+                    };
+                    check_selections(&case, &row, product(k, &experts), &what, &mut failures);
                 }
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failures, first: {:#?}",
-        failures.len(),
-        &failures[..failures.len().min(10)]
-    );
+    assert_none(&failures);
 }

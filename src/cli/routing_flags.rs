@@ -191,14 +191,6 @@ impl RoutingFlags {
             }),
             _ => None,
         };
-        if let (Some(_), Some(c)) = (self.seq_len, capacity) {
-            if c.policy != DropPolicy::Position {
-                anyhow::bail!(
-                    "--seq-len applies only to MaxText's per-sequence position policy, not to {}",
-                    c.policy.name()
-                );
-            }
-        }
         Ok(RoutingConfig {
             topk,
             score: score.into(),
