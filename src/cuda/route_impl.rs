@@ -64,7 +64,7 @@ pub fn params_of(case: &RoutingCase) -> Result<RouteParams, String> {
         }
         Some(cap) => {
             return Err(format!(
-                "capacity policy {}: the CUDA kernels implement position only",
+                "--drop-policy {}: --impl cuda implements the position policy only",
                 cap.policy.name()
             ))
         }
@@ -135,13 +135,7 @@ impl Implementation<Route> for CudaRouter {
     /// The kernels implement the position capacity policy, top-2 group scores and sigmoid
     /// normalisation at every K only.
     fn supports(&self, case: &RoutingCase, _: ()) -> Result<(), String> {
-        match case.config.capacity {
-            Some(cap) if cap.policy != DropPolicy::Position => Err(format!(
-                "--drop-policy {}: --impl cuda implements the position policy only",
-                cap.policy.name()
-            )),
-            _ => params_of(case).map(|_| ()),
-        }
+        params_of(case).map(|_| ())
     }
     fn run(&self, case: &RoutingCase, _: ()) -> Result<RouteOutputs, RunError> {
         let p = params_of(case).map_err(RunError)?;
@@ -214,6 +208,21 @@ mod tests {
         assert!(params_of(&case(c)).unwrap_err().contains("epsilon"));
         let c = RoutingConfig::new(9, ScoreFunction::Softmax);
         assert!(params_of(&case(c)).is_err());
+        let mut c = RoutingConfig::new(2, ScoreFunction::Softmax);
+        c.groups = Some(GroupLimit {
+            groups: 4,
+            topk_groups: 2,
+        });
+        c.group_score = GroupScore::Max;
+        assert!(params_of(&case(c))
+            .unwrap_err()
+            .contains("--group-score max"));
+        let mut c = RoutingConfig::new(1, ScoreFunction::Sigmoid);
+        c.sigmoid_norm = moecheck_reference::routing::SigmoidNorm::SkipK1;
+        let err = params_of(&case(c)).unwrap_err();
+        assert!(err.contains("--sigmoid-norm skip-k1"), "{err}");
+        // supports() is the same check, before anything runs.
+        assert_eq!(CudaRouter.supports(&case(c), ()), Err(err));
     }
 
     /// The reference's own routing, flattened the way the kernels return it, converts back

@@ -91,9 +91,6 @@ impl Program {
             .stderr
             .wait_closed(deadline.min(Instant::now() + GRACE));
         let stderr = running.stderr.since(0);
-        if !matches!(status, Ok(Some(s)) if s.success()) {
-            save_stderr(dir, &stderr);
-        }
         let reason = match status {
             Ok(Some(s)) if s.success() => return Ok(()),
             Ok(Some(s)) => format!("'{}' exited with {}", self.command, describe(s)),
@@ -104,6 +101,7 @@ impl Program {
             ),
             Err(e) => format!("waiting for '{}': {e}", self.command),
         };
+        save_stderr(dir, &stderr);
         Err(failure(&reason, &stderr))
     }
 }

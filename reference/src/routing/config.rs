@@ -244,13 +244,15 @@ impl RoutingConfig {
                 );
             }
             match (c.policy, c.seq_len) {
-                (DropPolicy::Probs | DropPolicy::TokenOrder, Some(_)) => return bad(
-                    "seq_len",
-                    format!(
+                (DropPolicy::Probs | DropPolicy::TokenOrder, Some(_)) => {
+                    return bad(
+                        "seq_len",
+                        format!(
                         "only applies to MaxText's per-sequence position drop policy, not to {}",
                         c.policy.name()
                     ),
-                ),
+                    )
+                }
                 (DropPolicy::Position, Some(0)) => {
                     return bad("seq_len", "must be at least 1".into())
                 }
