@@ -19,6 +19,7 @@ pub mod protocol;
 pub mod registry;
 pub mod report;
 pub mod selftest;
+pub mod train;
 
 pub use moecheck_curves as curves;
 pub use moecheck_properties as properties;

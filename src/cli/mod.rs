@@ -12,6 +12,7 @@ mod prop;
 mod route;
 mod routing_flags;
 mod selftest;
+mod train;
 
 use std::process::ExitCode;
 
@@ -66,6 +67,10 @@ pub enum Command {
     /// Check a whole MoE layer (router, routing, permute, SwiGLU experts, combine, shared
     /// expert): the output and every gradient against the f64 reference and its derived bound.
     Moe(moe::MoeFlags),
+    /// Train a small MoE language model on the CPU with its expert GEMMs through an
+    /// implementation, and log the loss curve (`--compare`: against the reference path's,
+    /// with the curves verdict).
+    Train(train::TrainFlags),
 }
 
 pub fn run() -> anyhow::Result<ExitCode> {
@@ -98,6 +103,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Devices(a) => devices::run(a),
         Command::Route(a) => route::run(a),
         Command::Moe(a) => moe::run(a),
+        Command::Train(a) => train::run(a),
     }
 }
 
