@@ -81,6 +81,10 @@ pub struct TrainFlags {
     /// Seed of the data and of the initial weights.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Seed of the initial weights alone [default: --seed] (a second baseline: the same data,
+    /// another initialisation).
+    #[arg(long, conflicts_with = "compare")]
+    pub init_seed: Option<u64>,
     #[command(flatten)]
     pub imp: ImplFlags,
     /// Write the loss log here (`step loss tokens_per_s`; MaxText JSONL for a name ending in
@@ -141,7 +145,7 @@ impl TrainFlags {
             batch: self.batch,
             steps: self.steps,
             lr: self.lr,
-            init_seed: self.seed,
+            init_seed: self.init_seed.unwrap_or(self.seed),
             data_seed: self.seed,
         })
     }
@@ -178,9 +182,11 @@ fn summary(role: &str, r: &TrainRun, batch: usize, steps: u64) -> String {
     } else {
         ""
     };
-    let diverged = r
-        .diverged_at
-        .map_or(String::new(), |s| format!(", DIVERGED at step {s}"));
+    let diverged = match (r.diverged_at, &r.diverged_because) {
+        (Some(s), Some(why)) => format!(", DIVERGED at step {s}: {why}"),
+        (Some(s), None) => format!(", DIVERGED at step {s}"),
+        _ => String::new(),
+    };
     format!(
         "{role}: impl {}{model}: final loss {:.4} (mean of the last {tail} steps; floor {:.4}), {:.0} tokens/s, {:.1} s{diverged}",
         r.implementation,

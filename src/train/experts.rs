@@ -90,6 +90,63 @@ impl ExpertGemm for Exact {
     }
 }
 
+/// The registry's `reference` at f32 or bf16, without what a check needs besides the values:
+/// the f64 grouped GEMM of the operands rounded to `dtype` — the same values, bit for bit, as
+/// [`Through<Gemm>`](Through) of the reference, which also computes the magnitudes its error
+/// bound needs and validates the case (twice the arithmetic).
+#[derive(Debug, Clone, Copy)]
+pub struct Rounded {
+    pub dtype: Format,
+}
+
+impl Rounded {
+    fn round(&self, a: ArrayView2<f64>) -> Array2<f64> {
+        a.mapv(|v| f64::from(round_operand(v, self.dtype)))
+    }
+}
+
+impl ExpertGemm for Rounded {
+    fn name(&self) -> String {
+        "reference".into()
+    }
+    fn is_model(&self) -> bool {
+        false
+    }
+    fn forward(
+        &self,
+        x: ArrayView2<f64>,
+        w: ArrayView3<f64>,
+        sizes: &[usize],
+    ) -> Result<Array2<f64>, GemmFailure> {
+        let w = w.mapv(|v| f64::from(round_operand(v, self.dtype)));
+        Ok(grouped_fwd(self.round(x).view(), w.view(), &offsets(sizes)))
+    }
+    fn backward(
+        &self,
+        x: ArrayView2<f64>,
+        w: ArrayView3<f64>,
+        sizes: &[usize],
+        dy: ArrayView2<f64>,
+    ) -> Result<(Array2<f64>, Array3<f64>), GemmFailure> {
+        let off = offsets(sizes);
+        let w = w.mapv(|v| f64::from(round_operand(v, self.dtype)));
+        let dy = self.round(dy);
+        Ok((
+            grouped_dgrad(dy.view(), w.view(), &off),
+            grouped_wgrad(self.round(x).view(), dy.view(), &off),
+        ))
+    }
+}
+
+/// `v` rounded to `dtype` (f32 or a narrower format) to nearest even, as an f32.
+fn round_operand(v: f64, dtype: Format) -> f32 {
+    match dtype {
+        // f64 → f32 `as` is IEEE round-to-nearest-even with overflow to ±inf: round_to's f32.
+        Format::F32 => v as f32,
+        _ => round_to(v, dtype, Overflow::Ieee) as f32,
+    }
+}
+
 /// An implementation of a grouped-GEMM operation `O` (the plain [`Gemm`] or [`Fp8Gemm`]).
 pub struct Through<O: Op> {
     imp: Box<dyn Implementation<O>>,
@@ -112,11 +169,7 @@ fn gemm_case(
     dy: Option<ArrayView2<f64>>,
     dtype: Format,
 ) -> GroupedGemmCase {
-    // f64 → f32 `as` is IEEE round-to-nearest-even with overflow to ±inf: round_to's f32.
-    let r = |v: &f64| match dtype {
-        Format::F32 => *v as f32,
-        _ => round_to(*v, dtype, Overflow::Ieee) as f32,
-    };
+    let r = |v: &f64| round_operand(*v, dtype);
     GroupedGemmCase {
         lhs: x.map(r),
         rhs: w.map(r),
@@ -244,6 +297,16 @@ pub fn build(
     dtype: GemmDtype,
 ) -> Result<Box<dyn ExpertGemm>, String> {
     use crate::registry;
+    if choice.name.trim() == "reference" && dtype != GemmDtype::Fp8 {
+        // Refuses the same flags as the registry would, then skips the check's extra work.
+        registry::build::<Gemm>(choice)?;
+        let format = if dtype == GemmDtype::F32 {
+            Format::F32
+        } else {
+            Format::Bf16
+        };
+        return Ok(Box::new(Rounded { dtype: format }));
+    }
     Ok(match dtype {
         GemmDtype::F32 => Box::new(Through::new(registry::build::<Gemm>(choice)?, Format::F32)),
         GemmDtype::Bf16 => Box::new(Through::new(registry::build::<Gemm>(choice)?, Format::Bf16)),

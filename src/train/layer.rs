@@ -76,12 +76,38 @@ impl LayerState {
 pub enum LayerFailure {
     #[error("routing: {0}")]
     Routing(String),
+    /// A GEMM wrote NaN or ±inf into a row the model reads: the loss is no longer a number
+    /// (the run diverges there, as a real run's would).
+    #[error("{0}")]
+    NonFinite(String),
     #[error(transparent)]
     Gemm(#[from] GemmFailure),
 }
 
-fn zero_tail(a: &mut Array2<f64>, used: usize) {
+/// Sets the tail rows (from `used`) of a GEMM output to 0, after checking that every row the
+/// model reads is finite.
+fn read_rows(a: &mut Array2<f64>, used: usize, what: &str) -> Result<(), LayerFailure> {
+    if let Some(((r, c), v)) = a
+        .slice(s![..used, ..])
+        .indexed_iter()
+        .find(|(_, v)| !v.is_finite())
+    {
+        return Err(LayerFailure::NonFinite(format!(
+            "the {what} GEMM wrote {v} at [{r}, {c}]"
+        )));
+    }
     a.slice_mut(s![used.., ..]).fill(0.0);
+    Ok(())
+}
+
+/// A weight gradient's first non-finite element as a failure.
+fn finite_grad(a: &Array3<f64>, what: &str) -> Result<(), LayerFailure> {
+    match a.indexed_iter().find(|(_, v)| !v.is_finite()) {
+        Some(((g, r, c), v)) => Err(LayerFailure::NonFinite(format!(
+            "the {what} GEMM wrote {v} at [{g}, {r}, {c}]"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// `h + layer(h)` and the state for the backward.
@@ -104,14 +130,14 @@ pub fn forward(
     let used = perm.rows_used();
     let xp = perm.permute(h.view());
     let mut ab = gemm.forward(xp.view(), w.w01.view(), &perm.group_sizes)?;
-    zero_tail(&mut ab, used);
+    read_rows(&mut ab, used, "gate/up forward")?;
     let a = ab.slice(s![.., ..f]);
     let b = ab.slice(s![.., f..]);
     let mut act = a.mapv(silu);
     act *= &b;
     let s = act;
     let mut y = gemm.forward(s.view(), w.wo.view(), &perm.group_sizes)?;
-    zero_tail(&mut y, used);
+    read_rows(&mut y, used, "down forward")?;
     let out = &h + &perm.combine(y.view(), routing.combine.view());
     Ok((
         out,
@@ -153,7 +179,8 @@ pub fn backward(
         }
     });
     let (mut ds, dwo) = gemm.backward(st.s.view(), w.wo.view(), &p.group_sizes, dyp.view())?;
-    zero_tail(&mut ds, used);
+    read_rows(&mut ds, used, "down dgrad")?;
+    finite_grad(&dwo, "down wgrad")?;
     let a = st.ab.slice(s![.., ..f]);
     let b = st.ab.slice(s![.., f..]);
     let mut dab = Array2::zeros(st.ab.raw_dim());
@@ -170,7 +197,8 @@ pub fn backward(
             .for_each(|o, &d, &a| *o = d * silu(a));
     }
     let (mut dxp, dw01) = gemm.backward(st.xp.view(), w.w01.view(), &p.group_sizes, dab.view())?;
-    zero_tail(&mut dxp, used);
+    read_rows(&mut dxp, used, "gate/up dgrad")?;
+    finite_grad(&dw01, "gate/up wgrad")?;
     let dz = routing_vjp(&st.routing, dc.view());
     let mut dh = dout.to_owned();
     dh += &p.scatter_add(dxp.view());

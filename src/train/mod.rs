@@ -72,6 +72,8 @@ pub struct TrainRun {
     pub uniform_loss: f64,
     /// The first step whose loss was NaN or infinite (every later step is logged NaN).
     pub diverged_at: Option<u64>,
+    /// Why: the loss or a GEMM output the model reads was NaN or infinite.
+    pub diverged_because: Option<String>,
     /// Kept assignments per expert of each layer at the last step that ran.
     pub last_load: Vec<Vec<usize>>,
     pub wall_s: f64,
@@ -112,6 +114,7 @@ pub fn train(
     let mut adam = Adam::new(&params, config.lr);
     let mut steps = Vec::with_capacity(config.steps as usize);
     let mut diverged_at = None;
+    let mut diverged_because = None;
     let mut last_load = Vec::new();
     for step in 0..config.steps {
         let t0 = Instant::now();
@@ -127,11 +130,14 @@ pub fn train(
                 }
                 Ok(r) => {
                     diverged_at = Some(step);
+                    diverged_because = Some(format!("the loss is {}", r.loss));
                     r.loss
                 }
-                // Non-finite router logits: the weights have diverged.
-                Err(LayerFailure::Routing(_)) => {
+                // Non-finite router logits (the weights have diverged), or a GEMM output the
+                // model reads that is not a number.
+                Err(e @ (LayerFailure::Routing(_) | LayerFailure::NonFinite(_))) => {
                     diverged_at = Some(step);
+                    diverged_because = Some(e.to_string());
                     f64::NAN
                 }
                 Err(LayerFailure::Gemm(GemmFailure::Refused(why))) => {
@@ -159,6 +165,7 @@ pub fn train(
         loss_floor: chain.entropy_rate,
         uniform_loss: (config.shape.vocab as f64).ln(),
         diverged_at,
+        diverged_because,
         last_load,
         wall_s: start.elapsed().as_secs_f64(),
     })

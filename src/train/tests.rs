@@ -238,3 +238,35 @@ fn an_exact_gemm_is_the_reference_gemm_on_f32_operands() {
     assert!(diff > 0.0 && diff < 1e-6, "{diff}");
     assert_eq!(through.row(4).sum(), 0.0, "the tail row");
 }
+
+/// The in-process reference of `train --impl reference` gives the registry reference's
+/// values bit for bit, at f32 and bf16 (tail rows 0 in both).
+#[test]
+fn rounded_reference_is_the_registry_reference() {
+    use super::experts::Rounded;
+    use moecheck_reference::format::Format;
+    use moecheck_reference::gemm::Gemm;
+    use moecheck_reference::op::Reference;
+    let x = Array2::from_shape_fn((7, 5), |(i, j)| ((i * 5 + j) as f64 * 0.377).sin());
+    let w = Array3::from_shape_fn((3, 5, 4), |(g, i, j)| {
+        ((g * 20 + i * 4 + j) as f64 * 0.91).cos()
+    });
+    let dy = Array2::from_shape_fn((7, 4), |(i, j)| ((i * 4 + j) as f64 * 1.3).sin());
+    let sizes = [3, 0, 3];
+    for dtype in [Format::F32, Format::Bf16] {
+        let a = Rounded { dtype };
+        let b = Through::<Gemm>::new(Box::new(Reference), dtype);
+        let fa = a.forward(x.view(), w.view(), &sizes).unwrap();
+        let fb = b.forward(x.view(), w.view(), &sizes).unwrap();
+        assert_eq!(fa, fb, "{dtype}");
+        let ga = a.backward(x.view(), w.view(), &sizes, dy.view()).unwrap();
+        let gb = b.backward(x.view(), w.view(), &sizes, dy.view()).unwrap();
+        assert_eq!(ga, gb, "{dtype}");
+        // Rounding happened: bf16 and f32 operands give different products.
+        assert_ne!(
+            fa,
+            Exact.forward(x.view(), w.view(), &sizes).unwrap(),
+            "{dtype}"
+        );
+    }
+}
