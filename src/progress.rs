@@ -77,6 +77,11 @@ impl Progress {
         }
     }
 
+    /// Whether anything is drawn (a terminal, and work large enough).
+    pub fn shown(&self) -> bool {
+        self.0.is_some()
+    }
+
     /// Clears the spinner.
     pub fn done(&self) {
         if let Some(pb) = &self.0 {

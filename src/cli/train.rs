@@ -225,7 +225,9 @@ pub fn run(a: TrainFlags) -> anyhow::Result<ExitCode> {
                 write_err = l.write(s).err();
             }
         }
-        if !a.json && (s.step % PRINT_EVERY == 0 || s.step + 1 == config.steps) {
+        // On a terminal the bar shows every step; otherwise a line every PRINT_EVERY steps.
+        let due = s.step % PRINT_EVERY == 0 || s.step + 1 == config.steps;
+        if !a.json && !progress.shown() && due {
             outln!(
                 "step {:>5}  loss {:.4}  {:.0} tokens/s",
                 s.step,
