@@ -16,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use moecheck_reference::format::{round_to, Format, Overflow};
-use moecheck_reference::gemm::{Gemm, GroupedGemmCase, Passes, TailContract};
+use moecheck_reference::gemm::{Gemm, GemmFast, GroupedGemmCase, Passes, TailContract};
 
 use super::ParamError;
 use crate::pipeline::{Generate, Generated};
@@ -136,6 +136,20 @@ impl Generate<Gemm> for GemmSpec {
         &self,
         _: &dyn Fn(&GroupedGemmCase) -> moecheck_reference::gemm::Precision,
     ) -> anyhow::Result<Generated<Gemm>> {
+        self.validate().map_err(|e| anyhow::anyhow!(e.as_flag()))?;
+        Ok(Generated::once(generate(self), self.passes))
+    }
+}
+
+/// The same case, checked fast (`--verify fast`).
+impl Generate<GemmFast> for GemmSpec {
+    fn work(&self) -> u64 {
+        GemmSpec::work(self)
+    }
+    fn generate(
+        &self,
+        _: &dyn Fn(&GroupedGemmCase) -> moecheck_reference::gemm::Precision,
+    ) -> anyhow::Result<Generated<GemmFast>> {
         self.validate().map_err(|e| anyhow::anyhow!(e.as_flag()))?;
         Ok(Generated::once(generate(self), self.passes))
     }

@@ -27,6 +27,7 @@
 pub mod bound;
 pub mod case;
 pub mod compare;
+pub mod fast;
 mod files;
 mod fit;
 mod grouped;
@@ -40,6 +41,7 @@ pub use compare::{
     compare_outputs, compare_outputs_with_bound, CaseReport, GemmAt, GroupId, GroupStats,
     PassReport, Worst,
 };
+pub use fast::{GemmFast, Verify};
 pub use files::{read_group_sizes, GemmJson};
 pub use grouped::{
     grouped_dgrad, grouped_fwd, grouped_fwd_into, grouped_wgrad, reference, ReferenceResult, CHUNK,

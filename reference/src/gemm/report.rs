@@ -5,7 +5,9 @@
 //! (true for the CPU emulation, which is never a GPU result), `dtype`, `out_dtype`, `shape`
 //! (`m`, `k`, `n`, `groups`, `rows_used`, `empty_groups`), `precision` (declared
 //! input/accumulator/output), `tail` (`"zero"`/`"ignored"`), `run_error` (one line when the
-//! implementation produced nothing), `failure`, and `passes`: per pass the bound depth,
+//! implementation produced nothing), `failure`, `verification` (`mode`: `"full"` or `"fast"`,
+//! and its `guarantee` in one line), `fast` (fast mode only: per pass `vectors`, `rows`
+//! projected, `failed_rows`, `max_ratio`, the `worst` row, `non_finite` elements), and `passes`: per pass the bound depth,
 //! `bound_vacuous`, `zero_ratio` (`max |want| / bound`: at most 1 means zeros would pass) and
 //! per-group statistics (`elements`, `checked`, `failed`, `max_abs_err`, `max_bound_ratio`,
 //! `max_ulp` in the output format, `calc_diff`, `nan`, `inf`, `exact_non_finite` (NaN/inf in
@@ -19,7 +21,10 @@ use serde::Serialize;
 use super::bound::Precision;
 use super::case::{GroupedGemmCase, TailContract};
 use super::compare::PassReport;
+use super::fast::check::{render_fast, FastPass};
+use super::fast::mode::Verification;
 use super::op::Gemm;
+use crate::op::Op;
 use crate::report::{
     bound_text, verdict_line, Reported, RunHead, RunInfo, RunOutcome, StatsRow, StatsTable,
 };
@@ -58,18 +63,30 @@ pub struct GemmDocument {
     pub shape: Shape,
     pub precision: Precision,
     pub tail: TailContract,
+    /// The mode that ran (`full`, `fast`) and its guarantee in one line.
+    pub verification: Verification,
     #[serde(flatten)]
     pub outcome: RunOutcome,
+    /// Full mode: every element. Fast mode: the sampled rows and columns, tail rows and
+    /// zero-length reductions (`checked` says how many).
     pub passes: Vec<PassReport>,
+    /// Fast mode only: per pass the random projections of every row and the NaN/inf scan.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fast: Vec<FastPass>,
     /// One line per likely cause of a failure that a declaration would change (tail rows
     /// only; outputs of a narrower dtype than declared).
     pub hints: Vec<String>,
 }
 
-impl Reported for Gemm {
-    type Document = GemmDocument;
-
-    fn document(run: &RunInfo<Gemm>) -> GemmDocument {
+impl GemmDocument {
+    /// The document of `run` (of [`Gemm`] or of [`super::fast::GemmFast`]), with the compared
+    /// passes, the projections of a fast check (none for a full one) and its mode.
+    pub fn of<O: Op<Case = GroupedGemmCase, Precision = Precision>>(
+        run: &RunInfo<O>,
+        passes: Vec<PassReport>,
+        fast: Vec<FastPass>,
+        verification: Verification,
+    ) -> GemmDocument {
         GemmDocument {
             head: RunHead::of(run),
             dtype: run.case.dtype.to_string(),
@@ -77,21 +94,33 @@ impl Reported for Gemm {
             shape: Shape::of(run.case),
             precision: *run.precision,
             tail: run.case.tail,
+            verification,
             outcome: RunOutcome::of(run),
-            passes: run.report().map_or_else(Vec::new, |r| r.passes.clone()),
-            hints: run
-                .report()
-                .map_or_else(Vec::new, |r| hints(&r.passes, run.precision.output)),
+            hints: hints(&passes, run.precision.output),
+            passes,
+            fast,
         }
+    }
+}
+
+impl Reported for Gemm {
+    type Document = GemmDocument;
+
+    fn document(run: &RunInfo<Gemm>) -> GemmDocument {
+        let passes = run.report().map_or_else(Vec::new, |r| r.passes.clone());
+        GemmDocument::of(run, passes, Vec::new(), Verification::full())
     }
 
     fn render(doc: &GemmDocument) -> String {
         let mut s = String::new();
         doc.head.render(&mut s);
         render_case(&mut s, doc);
+        let v = &doc.verification;
+        let _ = writeln!(s, "verification: {}: {}", v.mode, v.guarantee);
         doc.outcome.render(&mut s);
         render_kinds(&mut s, &doc.passes);
         render_passes(&mut s, &doc.passes);
+        render_fast(&mut s, &doc.fast);
         render_hints(&mut s, &doc.hints);
         doc.outcome.render_inconclusive(&mut s, doc.head.verdict);
         verdict_line(&mut s, doc.head.verdict);

@@ -2,6 +2,7 @@
 //! ([`emulate`]) and, with the `cuda` feature, our kernels and cuBLAS ([`crate::cuda`]).
 
 pub mod emulate;
+pub mod fast;
 
 use moecheck_reference::format::Format;
 use moecheck_reference::gemm::{Accumulator, Gemm, Precision};

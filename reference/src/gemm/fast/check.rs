@@ -1,0 +1,433 @@
+//! The comparison of fast verification: structural checks on every element, the sampled rows
+//! and columns against their own bounds, and each row's projections against its threshold
+//! (derived in the [module docs](super)).
+
+use std::fmt::Write as _;
+
+use ndarray::{ArrayView2, CowArray, Ix2};
+use serde::{Deserialize, Serialize};
+
+use super::expected::{BlockExpected, FastExpected, PassExpected};
+use super::mode::VECTORS;
+use crate::format::Format;
+use crate::gemm::bound::{gamma, ErrorBound, Precision};
+use crate::gemm::case::{GemmOutputs, GroupedGemmCase, Pass, Passes, TailContract};
+use crate::gemm::compare::{CaseReport, GemmAt, GroupId, GroupStats, PassReport};
+use crate::gemm::fit::Fit;
+use crate::report::sci;
+use crate::stats::{ElementStats, StatsAcc};
+
+/// The row of a projection check that came closest to (or furthest past) its threshold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProjectionWorst {
+    pub group: usize,
+    /// Row of `out`/`dlhs` (global), or the `k` index of `drhs[group]`.
+    pub row: usize,
+    /// `max_v |Σ_j got_ij·x_j − p̂_i|` over the vectors.
+    pub deviation: f64,
+    pub threshold: f64,
+}
+
+/// What fast verification checked of one pass beyond the sampled elements.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FastPass {
+    pub pass: Pass,
+    /// `±1` vectors each row was projected on.
+    pub vectors: usize,
+    /// Rows projected (every row of every expert; tail rows are checked element by element).
+    pub rows: usize,
+    /// Rows whose projection left its threshold (NaN included).
+    pub failed_rows: usize,
+    /// `max deviation / threshold` over the rows.
+    pub max_ratio: f64,
+    pub worst: Option<ProjectionWorst>,
+    /// NaN or ±inf elements anywhere in the output (every element is read).
+    pub non_finite: usize,
+    pub first_non_finite: Option<GemmAt>,
+}
+
+impl FastPass {
+    pub fn passed(&self) -> bool {
+        self.failed_rows == 0 && self.non_finite == 0
+    }
+
+    /// One line on its failure, `None` when it passed.
+    pub fn failure(&self) -> Option<String> {
+        if let Some(at) = &self.first_non_finite {
+            return Some(format!(
+                "{}: {} NaN/inf element(s), the first at {} row {} col {}",
+                self.pass, self.non_finite, at.group, at.row, at.col
+            ));
+        }
+        let w = self.worst.as_ref().filter(|_| self.failed_rows > 0)?;
+        Some(format!(
+            "{}: {} row(s) of {} fail their random projections (the error is above the row's summed bound); worst expert {} row {}: deviation {}, threshold {}",
+            self.pass, self.failed_rows, self.rows, w.group, w.row, sci(w.deviation), sci(w.threshold)
+        ))
+    }
+}
+
+/// The comparison of fast verification: the sampled and structural elements as a
+/// [`CaseReport`] (per group, as full mode reports them), and per pass the projections.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FastReport {
+    pub sampled: CaseReport,
+    pub fast: Vec<FastPass>,
+}
+
+impl FastReport {
+    pub fn passed(&self) -> bool {
+        self.sampled.passed() && self.fast.iter().all(FastPass::passed)
+    }
+
+    /// Non-finite elements first, then the sampled elements, then the projections.
+    pub fn first_failure(&self) -> Option<String> {
+        let non_finite = self.fast.iter().find(|f| f.non_finite > 0);
+        non_finite
+            .and_then(FastPass::failure)
+            .or_else(|| self.sampled.first_failure())
+            .or_else(|| self.fast.iter().find_map(FastPass::failure))
+    }
+}
+
+/// Compares `got` with the fast reference `expected` of `case`, for an implementation that
+/// declared `precision` (the per-element bound is [`ErrorBound::new`]).
+pub fn fast_compare(
+    case: &GroupedGemmCase,
+    passes: Passes,
+    precision: &Precision,
+    expected: &FastExpected,
+    got: &GemmOutputs,
+) -> FastReport {
+    let mut sampled = Vec::new();
+    let mut fast = Vec::new();
+    for pe in expected.passes.iter().filter(|p| passes.contains(p.pass)) {
+        let (report, projections) = compare_pass(case, precision, pe, got);
+        sampled.push(report);
+        fast.extend(projections);
+    }
+    FastReport {
+        sampled: CaseReport {
+            precision: *precision,
+            tail: case.tail,
+            passes: sampled,
+        },
+        fast,
+    }
+}
+
+/// The pass's output as a matrix ([`super::expected::flat_shape`]), or why it cannot be read.
+fn flat(
+    pass: Pass,
+    got: &GemmOutputs,
+    want: (usize, usize),
+) -> Result<CowArray<'_, f64, Ix2>, String> {
+    let (shape, view) = match pass {
+        Pass::Fwd | Pass::Dgrad => {
+            let a = if pass == Pass::Fwd {
+                &got.out
+            } else {
+                &got.dlhs
+            };
+            let a = a.as_ref().ok_or("the implementation returned no output")?;
+            (a.shape().to_vec(), CowArray::from(a.view()))
+        }
+        Pass::Wgrad => {
+            let a = got
+                .drhs
+                .as_ref()
+                .ok_or("the implementation returned no output")?;
+            let (g, k, n) = a.dim();
+            if g * k != want.0 || n != want.1 {
+                return Err(format!(
+                    "drhs has shape {:?}, expected {} rows of {}",
+                    a.shape(),
+                    want.0,
+                    want.1
+                ));
+            }
+            let flat = a.to_shape((g * k, n)).map_err(|e| e.to_string())?;
+            (vec![g * k, n], flat)
+        }
+    };
+    if shape != [want.0, want.1] {
+        return Err(format!(
+            "{} has shape {shape:?}, expected {:?}",
+            pass.output_name(),
+            [want.0, want.1]
+        ));
+    }
+    Ok(view)
+}
+
+fn compare_pass(
+    case: &GroupedGemmCase,
+    precision: &Precision,
+    pe: &PassExpected,
+    got: &GemmOutputs,
+) -> (PassReport, Option<FastPass>) {
+    let pass = pe.pass;
+    let out_shape = match pass {
+        Pass::Wgrad => vec![case.groups(), case.k(), case.n()],
+        _ => vec![pe.shape.0, pe.shape.1],
+    };
+    let got = match flat(pass, got, pe.shape) {
+        Ok(g) => g,
+        Err(why) => return (failed_to_read(pass, out_shape, why), None),
+    };
+    let got = got.view();
+    let out = precision.output;
+    let group_of = |b: &BlockExpected| GroupId::Expert(b.group);
+    let at = |b: &BlockExpected, r: usize, c: usize| GemmAt {
+        group: group_of(b),
+        row: if pass == Pass::Wgrad { r - b.row0 } else { r },
+        col: c,
+    };
+    let mut groups = Vec::new();
+    let mut projected = FastPass {
+        pass,
+        vectors: VECTORS,
+        rows: 0,
+        failed_rows: 0,
+        max_ratio: 0.0,
+        worst: None,
+        non_finite: 0,
+        first_non_finite: None,
+    };
+    let (mut teeth, mut fit, mut depth, mut vacuous) = (0.0f64, Fit::ALL, 0, false);
+    for b in &pe.blocks {
+        let bound = ErrorBound::new(precision, b.n);
+        depth = depth.max(bound.depth);
+        vacuous |= bound.is_vacuous();
+        let rows = b.magnitude.len();
+        let mut acc = StatsAcc::new(out);
+        let mut f = Fit::for_output(out);
+        let mut push = |r: usize, c: usize, want: f64, mag: f64| {
+            let bnd = bound.at(mag, want);
+            let g = got[(b.row0 + r, c)];
+            teeth = teeth.max(zero_ratio(want, bnd));
+            f.push(g, want);
+            acc.push(|| at(b, b.row0 + r, c), g, want, bnd);
+        };
+        if b.n == 0 {
+            // Every product is absent: the whole block must be exactly 0 (cheap, every element).
+            for r in 0..rows {
+                for c in 0..pe.shape.1 {
+                    push(r, c, 0.0, 0.0);
+                }
+            }
+        } else {
+            for (i, &r) in b.rows.index.iter().enumerate() {
+                for c in 0..pe.shape.1 {
+                    push(r, c, b.rows.want[(i, c)], b.rows.magnitude[(i, c)]);
+                }
+            }
+            for (i, &c) in b.cols.index.iter().enumerate() {
+                for r in (0..rows).filter(|r| b.rows.index.binary_search(r).is_err()) {
+                    push(r, c, b.cols.want[(i, r)], b.cols.magnitude[(i, r)]);
+                }
+            }
+        }
+        groups.push(GroupStats {
+            group: group_of(b),
+            stats: acc.finish(),
+        });
+        fit = fit.and(f);
+        project_block(got, pe, b, &bound, &mut projected, &at);
+    }
+    let tail_checked = pass != Pass::Wgrad && case.tail == TailContract::Zero;
+    if pass != Pass::Wgrad {
+        let used = case.rows_used();
+        let tail_elems = (pe.shape.0 - used) * pe.shape.1;
+        let stats = if tail_checked {
+            let mut acc = StatsAcc::new(out);
+            for r in used..pe.shape.0 {
+                for c in 0..pe.shape.1 {
+                    let at = || GemmAt {
+                        group: GroupId::Tail,
+                        row: r,
+                        col: c,
+                    };
+                    acc.push(at, got[(r, c)], 0.0, 0.0);
+                }
+            }
+            acc.finish()
+        } else {
+            ElementStats::unchecked(tail_elems)
+        };
+        groups.push(GroupStats {
+            group: GroupId::Tail,
+            stats,
+        });
+    }
+    let report = PassReport {
+        pass,
+        shape: out_shape,
+        reduction_len: match pass {
+            Pass::Fwd => case.k(),
+            Pass::Dgrad => case.n(),
+            Pass::Wgrad => case.group_sizes.iter().copied().max().unwrap_or(0),
+        },
+        bound_depth: depth,
+        bound_vacuous: vacuous,
+        tail_checked,
+        groups,
+        error: None,
+        zero_ratio: teeth,
+        looks_like: fit.narrower_than(out),
+    };
+    (report, Some(projected))
+}
+
+/// Checks every row of block `b` against its projections, and scans it for NaN/inf.
+fn project_block(
+    got: ArrayView2<f64>,
+    pe: &PassExpected,
+    b: &BlockExpected,
+    bound: &ErrorBound,
+    fp: &mut FastPass,
+    at: &dyn Fn(&BlockExpected, usize, usize) -> GemmAt,
+) {
+    let rows = b.magnitude.len();
+    if rows == 0 {
+        return;
+    }
+    let cols = pe.shape.1;
+    let block = got.slice(ndarray::s![b.row0..b.row0 + rows, ..]);
+    for ((r, c), v) in block.indexed_iter() {
+        if !v.is_finite() {
+            fp.non_finite += 1;
+            if fp.first_non_finite.is_none() {
+                fp.first_non_finite = Some(at(b, b.row0 + r, c));
+            }
+        }
+    }
+    let q = block.dot(&pe.vectors.t());
+    let roundoff = Roundoff::new(b.n, cols);
+    for r in 0..rows {
+        let s = b.magnitude[r];
+        let g_abs: f64 = block.row(r).iter().map(|v| v.abs()).sum();
+        let threshold = roundoff.threshold(bound, s, g_abs, cols);
+        let deviation = (0..VECTORS)
+            .map(|v| (q[(r, v)] - b.projection[(r, v)]).abs())
+            .fold(0.0f64, |m, d| {
+                if d.is_nan() || m.is_nan() {
+                    f64::NAN
+                } else {
+                    m.max(d)
+                }
+            });
+        fp.rows += 1;
+        let ok = deviation <= threshold; // false for NaN
+        if !ok {
+            fp.failed_rows += 1;
+        }
+        let ratio = if ok && deviation == 0.0 {
+            0.0
+        } else if threshold > 0.0 && deviation.is_finite() {
+            deviation / threshold
+        } else {
+            f64::INFINITY
+        };
+        if fp.worst.is_none() || ratio > fp.max_ratio {
+            fp.max_ratio = ratio;
+            let row = at(b, b.row0 + r, 0).row;
+            fp.worst = Some(ProjectionWorst {
+                group: b.group,
+                row,
+                deviation,
+                threshold,
+            });
+        }
+    }
+}
+
+/// The f64 roundoff of one block's projections (see the [module docs](super), "The
+/// threshold"): `γ(C)` for a sum over the `C` output columns, `γ(n)` over the reduction.
+pub(super) struct Roundoff {
+    gamma_cols: f64,
+    gamma_n: f64,
+    /// `1 + 4·γ(n + C + 10)`: every other rounding of the check, with room.
+    inflate: f64,
+}
+
+impl Roundoff {
+    pub fn new(n: usize, cols: usize) -> Roundoff {
+        let u = Format::F64.info().unit_roundoff();
+        Roundoff {
+            gamma_cols: gamma(cols, u),
+            gamma_n: gamma(n, u),
+            inflate: 1.0 + 4.0 * gamma(n + cols + 10, u),
+        }
+    }
+
+    /// The threshold of a row with computed magnitude `s = Ŝ_i` and `g_abs = Σ_j |got_ij|`
+    /// over `cols` columns, under the per-element bound `bound`:
+    /// `([Ŝ > 0]·((c_S + γ_n)·Ŝ + c_y·G + C·(floor + underflow))/(1 − c_y) + (γ_C + γ_n + γ_n·γ_C)·Ŝ + γ_C·G)·inflate`.
+    pub fn threshold(&self, bound: &ErrorBound, s: f64, g_abs: f64, cols: usize) -> f64 {
+        if s == 0.0 {
+            // Every product of the row is 0: the row must be exactly 0, so must its projections.
+            return 0.0;
+        }
+        let slack = ((bound.coeff_magnitude + self.gamma_n) * s
+            + bound.coeff_value * g_abs
+            + cols as f64 * (bound.floor + bound.underflow))
+            / (1.0 - bound.coeff_value);
+        let (gc, gn) = (self.gamma_cols, self.gamma_n);
+        let rounding = (gc + gn + gn * gc) * s + gc * g_abs;
+        (slack + rounding) * self.inflate
+    }
+}
+
+/// `|want| / bound`, as [`PassReport::zero_ratio`] takes its maximum (as full mode).
+fn zero_ratio(want: f64, bound: f64) -> f64 {
+    let w = want.abs();
+    if w == 0.0 || !w.is_finite() {
+        0.0
+    } else if bound.is_infinite() || bound.is_nan() {
+        f64::MIN_POSITIVE
+    } else if bound > 0.0 {
+        w / bound
+    } else {
+        f64::INFINITY
+    }
+}
+
+fn failed_to_read(pass: Pass, shape: Vec<usize>, why: String) -> PassReport {
+    PassReport {
+        pass,
+        shape,
+        reduction_len: 0,
+        bound_depth: 0,
+        bound_vacuous: false,
+        tail_checked: false,
+        groups: Vec::new(),
+        error: Some(why),
+        zero_ratio: 0.0,
+        looks_like: None,
+    }
+}
+
+/// The projection lines of a fast report (nothing for a full one).
+pub fn render_fast(s: &mut String, fast: &[FastPass]) {
+    for f in fast {
+        let worst = f
+            .worst
+            .as_ref()
+            .map(|w| {
+                format!(
+                    "; worst expert {} row {}: deviation {} of threshold {}",
+                    w.group,
+                    w.row,
+                    sci(w.deviation),
+                    sci(w.threshold)
+                )
+            })
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "projections {}: {} rows x {} vectors, {} outside their threshold, {} NaN/inf element(s){worst}",
+            f.pass, f.rows, f.vectors, f.failed_rows, f.non_finite
+        );
+    }
+}

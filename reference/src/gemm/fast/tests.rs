@@ -1,0 +1,254 @@
+//! Fast verification against full verification on planted errors: what it always catches,
+//! what it catches with probability, and what only full mode sees.
+
+use ndarray::{Array2, Array3};
+
+use super::check::Roundoff;
+use super::*;
+use crate::format::{round_to, Format, Overflow};
+use crate::gemm::{
+    compare_outputs, reference, Accumulator, ErrorBound, GemmOutputs, GroupedGemmCase, Pass,
+    Passes, Precision, TailContract,
+};
+use crate::seed::mix;
+
+/// Experts of 0, 700, 3, 0 and 37 rows and 5 tail rows; K = 200 and N = 150 (neither a
+/// multiple of any tile size); values exact in bf16.
+fn case() -> GroupedGemmCase {
+    let v = |i: u64| ((mix(i) % 255) as f32 - 127.0) / 64.0;
+    let sizes = vec![0, 700, 3, 0, 37];
+    let m = sizes.iter().sum::<usize>() + 5;
+    let (k, n, g) = (200, 150, sizes.len());
+    GroupedGemmCase {
+        lhs: Array2::from_shape_fn((m, k), |(r, c)| v((r * k + c) as u64)),
+        rhs: Array3::from_shape_fn((g, k, n), |(e, r, c)| {
+            v((1 << 20) + ((e * k + r) * n + c) as u64)
+        }),
+        group_sizes: sizes,
+        dout: Some(Array2::from_shape_fn((m, n), |(r, c)| {
+            v((1 << 30) + (r * n + c) as u64)
+        })),
+        dtype: Format::Bf16,
+        out_dtype: Format::F32,
+        tail: TailContract::Zero,
+    }
+}
+
+fn precision() -> Precision {
+    Precision {
+        input: Format::Bf16,
+        accumulator: Accumulator::any_order(Format::F32),
+        output: Format::F32,
+    }
+}
+
+/// The reference rounded to f32: inside every bound (the error is at most `u_out·|y|`).
+fn good(case: &GroupedGemmCase) -> GemmOutputs {
+    let f32s = |a: &Array2<f64>| a.mapv(|x| round_to(x, Format::F32, Overflow::Ieee));
+    let r = reference(case, Passes::ALL).unwrap().value;
+    GemmOutputs {
+        out: r.out.as_ref().map(f32s),
+        dlhs: r.dlhs.as_ref().map(f32s),
+        drhs: r
+            .drhs
+            .map(|a| a.mapv(|x| round_to(x, Format::F32, Overflow::Ieee))),
+    }
+}
+
+fn fast_passes(case: &GroupedGemmCase, got: &GemmOutputs) -> (bool, Option<String>) {
+    let e = fast_expected(case, Passes::ALL).unwrap();
+    let r = fast_compare(case, Passes::ALL, &precision(), &e, got);
+    (r.passed(), r.first_failure())
+}
+
+fn full_passes(case: &GroupedGemmCase, got: &GemmOutputs) -> bool {
+    let r = reference(case, Passes::ALL).unwrap();
+    compare_outputs(case, Passes::ALL, &precision(), &r, got).passed()
+}
+
+/// Expert 1 (rows 0..700), row 300 and column 100 of `out`: neither is sampled.
+const ROW: usize = 300;
+const COL: usize = 100;
+
+/// The per-element bound of `out[row, col]` and the projection threshold `τ` of its row.
+fn bound_and_threshold(
+    case: &GroupedGemmCase,
+    got: &GemmOutputs,
+    row: usize,
+    col: usize,
+) -> (f64, f64) {
+    let r = reference(case, Passes::FWD).unwrap();
+    let b = ErrorBound::new(&precision(), case.k());
+    let (y, s) = (
+        r.value.out.unwrap()[(row, col)],
+        r.magnitude.out.unwrap()[(row, col)],
+    );
+    let e = fast_expected(case, Passes::FWD).unwrap();
+    let block = &e.passes[0].blocks[1];
+    let s_row = block.magnitude[row - block.row0];
+    let g_row: f64 = got
+        .out
+        .as_ref()
+        .unwrap()
+        .row(row)
+        .iter()
+        .map(|v| v.abs())
+        .sum();
+    let tau = Roundoff::new(case.k(), case.n()).threshold(&b, s_row, g_row, case.n());
+    (b.at(s, y), tau)
+}
+
+#[test]
+fn outputs_that_pass_full_pass_fast() {
+    let c = case();
+    let got = good(&c);
+    assert!(full_passes(&c, &got));
+    assert_eq!(fast_passes(&c, &got), (true, None));
+    // The reference itself, exactly.
+    let exact = reference(&c, Passes::ALL).unwrap().value;
+    assert_eq!(fast_passes(&c, &exact), (true, None));
+}
+
+#[test]
+fn the_planted_place_is_not_sampled() {
+    let c = case();
+    let e = fast_expected(&c, Passes::FWD).unwrap();
+    let b = &e.passes[0].blocks[1];
+    assert!(
+        !b.rows.index.contains(&(ROW - b.row0)),
+        "{:?}",
+        b.rows.index
+    );
+    assert!(!b.cols.index.contains(&COL), "{:?}", b.cols.index);
+    assert!(b.rows.index.contains(&7) && b.rows.index.contains(&699));
+}
+
+/// A single element just above its own bound: full mode catches it anywhere; fast mode where
+/// it lies in a sampled row or column, and not elsewhere (the documented limit).
+#[test]
+fn one_element_just_above_its_bound() {
+    let c = case();
+    let base = good(&c);
+    let plant = |row: usize, col: usize, by: f64| {
+        let mut got = base.clone();
+        let r = reference(&c, Passes::FWD).unwrap().value.out.unwrap();
+        got.out.as_mut().unwrap()[(row, col)] = r[(row, col)] + by;
+        got
+    };
+    let (bound, _) = bound_and_threshold(&c, &base, ROW, COL);
+    // Unsampled: full fails, fast passes.
+    let got = plant(ROW, COL, 1.5 * bound);
+    assert!(!full_passes(&c, &got));
+    assert!(
+        fast_passes(&c, &got).0,
+        "below the row threshold, unsampled"
+    );
+    // A sampled row (offset 7 within expert 1: the edge of an 8-row tile), and a sampled
+    // column (the last) in an unsampled row: fast fails on the element itself.
+    for (row, col) in [(7, COL), (ROW, c.n() - 1)] {
+        let (bound, _) = bound_and_threshold(&c, &base, row, col);
+        let got = plant(row, col, 1.5 * bound);
+        let (ok, why) = fast_passes(&c, &got);
+        assert!(!ok, "({row}, {col})");
+        let why = why.unwrap();
+        assert!(
+            why.starts_with("fwd: 1 of") && why.contains(&format!("row {row} col {col}")),
+            "{why}"
+        );
+    }
+}
+
+/// Above twice the row's threshold, a lone bad element is caught by the projections with
+/// certainty; above the threshold, with probability at least `1 − 2^-8` (this draw catches
+/// it); two errors that cancel in some projections too.
+#[test]
+fn one_element_above_its_rows_threshold() {
+    let c = case();
+    let base = good(&c);
+    let (bound, tau) = bound_and_threshold(&c, &base, ROW, COL);
+    assert!(
+        tau > 20.0 * bound,
+        "the threshold sums a row's bounds: {tau} vs {bound}"
+    );
+    for by in [2.01 * tau, -2.01 * tau, 1.2 * tau] {
+        let mut got = base.clone();
+        got.out.as_mut().unwrap()[(ROW, COL)] += by;
+        let (ok, why) = fast_passes(&c, &got);
+        assert!(!ok, "{by}");
+        let why = why.unwrap();
+        assert!(
+            why.contains("random projections") && why.contains(&format!("row {ROW}")),
+            "{why}"
+        );
+    }
+    let mut got = base.clone();
+    got.out.as_mut().unwrap()[(ROW, COL)] += 1.2 * tau;
+    got.out.as_mut().unwrap()[(ROW, COL + 1)] -= 1.2 * tau;
+    assert!(!fast_passes(&c, &got).0);
+}
+
+#[test]
+fn structural_errors_anywhere_are_caught() {
+    let c = case();
+    let base = good(&c);
+    let fails = |f: &dyn Fn(&mut GemmOutputs), needle: &str| {
+        let mut got = base.clone();
+        f(&mut got);
+        let (ok, why) = fast_passes(&c, &got);
+        assert!(!ok, "{needle}");
+        let why = why.unwrap();
+        assert!(why.contains(needle), "{needle}: {why}");
+    };
+    fails(
+        &|g| g.out.as_mut().unwrap()[(ROW, COL)] = f64::NAN,
+        "fwd: 1 NaN/inf",
+    );
+    fails(
+        &|g| g.dlhs.as_mut().unwrap()[(ROW, 33)] = f64::INFINITY,
+        "dgrad: 1 NaN/inf",
+    );
+    fails(
+        &|g| g.drhs.as_mut().unwrap()[(1, 101, 33)] = f64::NAN,
+        "wgrad: 1 NaN/inf",
+    );
+    // A tail row (the last row), an empty expert's drhs: exactly 0 demanded.
+    let m = c.m();
+    fails(&|g| g.out.as_mut().unwrap()[(m - 1, 3)] = 1e-30, "tail");
+    fails(
+        &|g| g.drhs.as_mut().unwrap()[(3, 150, 77)] = 1e-30,
+        "expert 3",
+    );
+    // A wrong shape is a failed pass, not a panic.
+    fails(
+        &|g| g.drhs = Some(Array3::zeros((1, 2, 3))),
+        "drhs has shape",
+    );
+    fails(&|g| g.dlhs = None, "no output");
+}
+
+/// The whole of a pass is what the wgrad and dgrad projections read too: a wrong expert
+/// (every element of a group off) fails them.
+#[test]
+fn a_wrong_group_fails_every_backward_pass() {
+    let c = case();
+    let mut got = good(&c);
+    got.drhs
+        .as_mut()
+        .unwrap()
+        .index_axis_mut(ndarray::Axis(0), 4)
+        .mapv_inplace(|v| v * 1.1);
+    got.dlhs
+        .as_mut()
+        .unwrap()
+        .row_mut(705)
+        .mapv_inplace(|v| v * 1.1);
+    let e = fast_expected(&c, Passes::ALL).unwrap();
+    let r = fast_compare(&c, Passes::ALL, &precision(), &e, &got);
+    let failed: Vec<Pass> = r
+        .fast
+        .iter()
+        .filter(|f| f.failed_rows > 0)
+        .map(|f| f.pass)
+        .collect();
+    assert_eq!(failed, vec![Pass::Dgrad, Pass::Wgrad]);
+}
