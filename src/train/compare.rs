@@ -96,15 +96,14 @@ pub fn compare(
             run,
         });
     }
-    let read = |role: &str| -> Result<_, CompareError> {
-        let arm = arms.iter().find(|a| a.role == role);
-        arm.map(|a| moecheck_curves::read(&a.log, None).map_err(anyhow::Error::from))
-            .transpose()
-            .map_err(CompareError::Io)
-    };
-    let (b, t, b2) = (read("base")?, read("test")?, read("base2")?);
-    let (Some(b), Some(t)) = (b, t) else {
-        unreachable!("base and test always run")
+    // The arms ran in plan order: base, [base2,] test.
+    let curve = |a: &Arm| moecheck_curves::read(&a.log, None).map_err(anyhow::Error::from);
+    let b = curve(&arms[0])?;
+    let t = curve(arms.last().expect("base and test always run"))?;
+    let b2 = if baseline2 {
+        Some(curve(&arms[1])?)
+    } else {
+        None
     };
     let d = diff(&b, &t, b2.as_ref(), Metric::Loss, &Criterion::default())
         .map_err(anyhow::Error::from)?;

@@ -100,11 +100,16 @@ pub struct Rounded {
 }
 
 impl Rounded {
-    fn round(&self, a: ArrayView2<f64>) -> Array2<f64> {
+    /// `a` with every value rounded to `dtype` (and widened back to f64).
+    fn round<D: ndarray::Dimension>(
+        &self,
+        a: ndarray::ArrayView<f64, D>,
+    ) -> ndarray::Array<f64, D> {
         a.mapv(|v| f64::from(round_operand(v, self.dtype)))
     }
 }
 
+/// [`Exact`] on the rounded operands.
 impl ExpertGemm for Rounded {
     fn name(&self) -> String {
         "reference".into()
@@ -118,8 +123,7 @@ impl ExpertGemm for Rounded {
         w: ArrayView3<f64>,
         sizes: &[usize],
     ) -> Result<Array2<f64>, GemmFailure> {
-        let w = w.mapv(|v| f64::from(round_operand(v, self.dtype)));
-        Ok(grouped_fwd(self.round(x).view(), w.view(), &offsets(sizes)))
+        Exact.forward(self.round(x).view(), self.round(w).view(), sizes)
     }
     fn backward(
         &self,
@@ -128,13 +132,8 @@ impl ExpertGemm for Rounded {
         sizes: &[usize],
         dy: ArrayView2<f64>,
     ) -> Result<(Array2<f64>, Array3<f64>), GemmFailure> {
-        let off = offsets(sizes);
-        let w = w.mapv(|v| f64::from(round_operand(v, self.dtype)));
-        let dy = self.round(dy);
-        Ok((
-            grouped_dgrad(dy.view(), w.view(), &off),
-            grouped_wgrad(self.round(x).view(), dy.view(), &off),
-        ))
+        let (x, w, dy) = (self.round(x), self.round(w), self.round(dy));
+        Exact.backward(x.view(), w.view(), sizes, dy.view())
     }
 }
 

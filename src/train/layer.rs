@@ -20,7 +20,7 @@
 use ndarray::{s, Array2, Array3, ArrayView2, Axis};
 
 use moecheck_reference::moe::layer::{silu, silu_grad};
-use moecheck_reference::moe::{routing_vjp, Permutation};
+use moecheck_reference::moe::{combine_vjp, routing_vjp, Permutation};
 use moecheck_reference::routing::{route, Routing, RoutingCase, RoutingConfig};
 
 use super::experts::{ExpertGemm, GemmFailure};
@@ -164,20 +164,7 @@ pub fn backward(
     let p = &st.perm;
     let used = p.rows_used();
     let f = w.ffn();
-    let mut dyp = Array2::zeros(st.y.raw_dim());
-    for r in 0..used {
-        let a = p.order[r];
-        let c = st.routing.combine[(a / p.topk, a % p.topk)];
-        dyp.row_mut(r).assign(&dout.row(a / p.topk).mapv(|v| c * v));
-    }
-    let dc = Array2::from_shape_fn((p.tokens, p.topk), |(t, j)| {
-        let a = t * p.topk + j;
-        if p.kept[a] {
-            dout.row(t).dot(&st.y.row(p.inverse[a]))
-        } else {
-            0.0
-        }
-    });
+    let (dyp, dc) = combine_vjp(p, st.routing.combine.view(), st.y.view(), dout);
     let (mut ds, dwo) = gemm.backward(st.s.view(), w.wo.view(), &p.group_sizes, dyp.view())?;
     read_rows(&mut ds, used, "down dgrad")?;
     finite_grad(&dwo, "down wgrad")?;

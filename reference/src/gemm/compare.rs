@@ -130,8 +130,9 @@ pub struct PassReport {
     pub looks_like: Option<Format>,
 }
 
-/// `|want| / bound` for one element, as [`PassReport::zero_ratio`] takes its maximum.
-fn zero_ratio(want: f64, bound: f64) -> f64 {
+/// `|want| / bound` for one element, as [`PassReport::zero_ratio`] takes its maximum (full
+/// and fast verification alike).
+pub(crate) fn zero_ratio(want: f64, bound: f64) -> f64 {
     let w = want.abs();
     if w == 0.0 || !w.is_finite() {
         0.0

@@ -3,6 +3,7 @@
 use ndarray::{Array2, Array3, ArrayView2, ArrayView3, Axis};
 
 use super::layer::{shared_as_group, silu_grad, FfnForward, Forward, MoeCase, MoeOutputs};
+use super::permute::Permutation;
 use crate::gemm::{grouped_dgrad, grouped_wgrad};
 use crate::routing::{Routing, ScoreFunction};
 
@@ -106,18 +107,32 @@ pub struct Backward {
     pub dlogits: Array2<f64>,
 }
 
-/// The combine-weight gradient `dc[t, s] = <dout[t], yp[inverse[t·k+s]]>` (kept slots; 0 for
-/// dropped ones), summed over `H` in f64.
-pub fn combine_weight_grad(fwd: &Forward, dout: ArrayView2<f64>) -> Array2<f64> {
-    let p = &fwd.perm;
-    Array2::from_shape_fn((p.tokens, p.topk), |(t, s)| {
+/// The VJP of the combine ([`Permutation::combine`]) for `dout (T, H)`: the expert outputs'
+/// gradient `dyp[r] = c[t, s]·dout[t]` (kept rows; tail rows 0) and the combine-weight
+/// gradient `dc[t, s] = <dout[t], yp[inverse[t·k+s]]>` (kept slots; 0 for dropped ones),
+/// summed over `H` in f64. Reads the permutation, the combine weights `c (T, k)` and the
+/// expert outputs `yp (T·k, H)`.
+pub fn combine_vjp(
+    p: &Permutation,
+    combine: ArrayView2<f64>,
+    yp: ArrayView2<f64>,
+    dout: ArrayView2<f64>,
+) -> (Array2<f64>, Array2<f64>) {
+    let mut dyp = Array2::zeros((p.rows(), dout.ncols()));
+    for r in 0..p.rows_used() {
+        let a = p.order[r];
+        let c = combine[(a / p.topk, a % p.topk)];
+        dyp.row_mut(r).assign(&dout.row(a / p.topk).mapv(|v| c * v));
+    }
+    let dc = Array2::from_shape_fn((p.tokens, p.topk), |(t, s)| {
         let a = t * p.topk + s;
         if p.kept[a] {
-            dout.row(t).dot(&fwd.ffn.y.row(p.inverse[a]))
+            dout.row(t).dot(&yp.row(p.inverse[a]))
         } else {
             0.0
         }
-    })
+    });
+    (dyp, dc)
 }
 
 /// The layer's gradients with respect to `x`, `W_r`, `W0`, `W1`, `Wo` and the shared expert,
@@ -126,14 +141,7 @@ pub fn backward(case: &MoeCase, fwd: &Forward) -> Backward {
     let p = &fwd.perm;
     let off = p.offsets();
     let dout = case.dout.view();
-    // dyp[r] = c[t, s]·dout[t] for kept rows; the tail stays 0.
-    let mut dyp = Array2::zeros((p.rows(), case.hidden()));
-    for r in 0..p.rows_used() {
-        let a = p.order[r];
-        let c = fwd.routing.combine[(a / p.topk, a % p.topk)];
-        dyp.row_mut(r).assign(&dout.row(a / p.topk).mapv(|v| c * v));
-    }
-    let dcombine = combine_weight_grad(fwd, dout);
+    let (dyp, dcombine) = combine_vjp(p, fwd.routing.combine.view(), fwd.ffn.y.view(), dout);
     let (dxp, dw0, dw1, dwo) = ffn_backward(
         fwd.xp.view(),
         case.w0.view(),

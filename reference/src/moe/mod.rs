@@ -50,7 +50,7 @@ mod op;
 pub mod permute;
 mod report;
 
-pub use backward::{backward, routing_vjp, Backward};
+pub use backward::{backward, combine_vjp, routing_vjp, Backward};
 pub use bound::{layer_bound, LayerBound, LayerPrecision};
 pub use compare::{compare_layer, LayerAt, LayerReport, SliceStats, TensorReport, WorstElement};
 pub use dense::dense_layer;

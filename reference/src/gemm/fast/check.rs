@@ -12,7 +12,7 @@ use super::mode::VECTORS;
 use crate::format::Format;
 use crate::gemm::bound::{gamma, ErrorBound, Precision};
 use crate::gemm::case::{GemmOutputs, GroupedGemmCase, Pass, Passes, TailContract};
-use crate::gemm::compare::{CaseReport, GemmAt, GroupId, GroupStats, PassReport};
+use crate::gemm::compare::{zero_ratio, CaseReport, GemmAt, GroupId, GroupStats, PassReport};
 use crate::gemm::fit::Fit;
 use crate::report::sci;
 use crate::stats::{ElementStats, StatsAcc};
@@ -376,20 +376,6 @@ impl Roundoff {
         let (gc, gn) = (self.gamma_cols, self.gamma_n);
         let rounding = (gc + gn + gn * gc) * s + gc * g_abs;
         (slack + rounding) * self.inflate
-    }
-}
-
-/// `|want| / bound`, as [`PassReport::zero_ratio`] takes its maximum (as full mode).
-fn zero_ratio(want: f64, bound: f64) -> f64 {
-    let w = want.abs();
-    if w == 0.0 || !w.is_finite() {
-        0.0
-    } else if bound.is_infinite() || bound.is_nan() {
-        f64::MIN_POSITIVE
-    } else if bound > 0.0 {
-        w / bound
-    } else {
-        f64::INFINITY
     }
 }
 
