@@ -27,6 +27,7 @@ pub mod fp8;
 pub mod gemm;
 pub mod moe;
 pub mod op;
+pub mod par;
 pub mod protocol;
 pub mod report;
 pub mod routing;

@@ -52,7 +52,7 @@ impl Reported for Fp8Gemm {
             implementation: run.implementation,
             case: &run.case.gemm,
             ask: run.ask,
-            expected: &run.expected.recipe_exact,
+            expected: &crate::gemm::Streamed,
             precision: run.precision,
             verdict: verdict.as_ref(),
             draws: run.draws,

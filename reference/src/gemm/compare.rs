@@ -6,13 +6,14 @@
 //! format, DeepGEMM's `calc_diff`, NaN/Inf counts and the worst element, so one bad small group
 //! cannot hide behind a large good one.
 
-use ndarray::{ArrayView2, ArrayView3};
+use ndarray::{s, ArrayView2, Axis};
 use serde::{Deserialize, Serialize};
 
 use super::bound::{ErrorBound, Precision};
 use super::case::{GemmOutputs, GroupedGemmCase, Pass, Passes, TailContract};
 use super::fit::Fit;
 use super::grouped::ReferenceResult;
+use super::stream::{group_blocks, group_work};
 use crate::format::Format;
 use crate::stats::{max_of, worst_slice, ElementStats, StatsAcc, WorstElement};
 
@@ -87,6 +88,26 @@ impl Acc {
         self.fit.push(got, want);
         self.acc
             .push(|| GemmAt { group, row, col }, got, want, bound);
+    }
+
+    /// Judges the rows `first..first + want.nrows()` of `got` against a block of the
+    /// reference (`want`, `mag` are the block's rows).
+    fn push_rows(
+        &mut self,
+        first: usize,
+        got: ArrayView2<f64>,
+        want: ArrayView2<f64>,
+        mag: ArrayView2<f64>,
+        bound: &ErrorBound,
+    ) {
+        for (i, (w, s)) in want.outer_iter().zip(mag.outer_iter()).enumerate() {
+            let r = first + i;
+            let g = got.row(r);
+            for c in 0..w.len() {
+                let (y, m) = (w[c], s[c]);
+                self.push(r, c, g[c], y, bound.at(m, y));
+            }
+        }
     }
 
     /// The group's statistics, its `max |want| / bound` and what its outputs fit.
@@ -206,11 +227,13 @@ impl CaseReport {
     }
 }
 
-/// Compares `got` against the reference for every pass in `passes`.
+/// Compares `got` against the reference for every pass in `passes`, with the reference's
+/// values and magnitudes computed whole beforehand.
 ///
 /// Reads `case` (for the group layout and tail contract), `reference` (values and
 /// magnitudes) and `got`. A pass asked but missing from `got`, or of the wrong shape, fails
-/// with a reason instead of element statistics.
+/// with a reason instead of element statistics. [`compare_streamed`] gives the same report
+/// without holding the reference.
 pub fn compare_outputs(
     case: &GroupedGemmCase,
     passes: Passes,
@@ -235,82 +258,150 @@ pub fn compare_outputs_with_bound(
     got: &GemmOutputs,
     bound: &dyn Fn(usize) -> ErrorBound,
 ) -> CaseReport {
+    compare_with(
+        case,
+        passes,
+        precision,
+        Source::Whole(reference),
+        got,
+        bound,
+    )
+}
+
+/// [`compare_outputs`] with the reference computed expert by expert as the comparison reaches
+/// it ([`super::stream`]), in parallel over experts: memory beyond `case` and `got` is a few
+/// row blocks per core. The report is the same as [`compare_outputs`]'s (a test checks it).
+///
+/// # Panics
+/// When `case` is invalid for `passes` (validate it first).
+pub fn compare_streamed(
+    case: &GroupedGemmCase,
+    passes: Passes,
+    precision: &Precision,
+    got: &GemmOutputs,
+) -> CaseReport {
+    compare_with(case, passes, precision, Source::Streamed, got, &|n| {
+        ErrorBound::new(precision, n)
+    })
+}
+
+/// Where the reference side of a comparison comes from.
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    /// Values and magnitudes computed whole beforehand (the FP8 references).
+    Whole(&'a ReferenceResult),
+    /// Computed group by group, in row blocks, as the comparison reaches them.
+    Streamed,
+}
+
+impl Source<'_> {
+    /// Calls `visit(first, want, magnitude)` for consecutive row blocks of group `g` of
+    /// `pass` (rows of the output for fwd/dgrad, of `drhs[g]` for wgrad).
+    fn group(
+        self,
+        case: &GroupedGemmCase,
+        off: &[usize],
+        pass: Pass,
+        g: usize,
+        visit: &mut dyn FnMut(usize, ArrayView2<f64>, ArrayView2<f64>),
+    ) {
+        match self {
+            Source::Whole(r) => {
+                fn rows<'o>(
+                    o: &'o GemmOutputs,
+                    pass: Pass,
+                    g: usize,
+                    off: &[usize],
+                ) -> ArrayView2<'o, f64> {
+                    let (lo, hi) = (off[g], off[g + 1]);
+                    let asked = "reference computed the asked pass";
+                    match pass {
+                        Pass::Fwd => o.out.as_ref().expect(asked).slice(s![lo..hi, ..]),
+                        Pass::Dgrad => o.dlhs.as_ref().expect(asked).slice(s![lo..hi, ..]),
+                        Pass::Wgrad => o.drhs.as_ref().expect(asked).index_axis(Axis(0), g),
+                    }
+                }
+                let first = if pass == Pass::Wgrad { 0 } else { off[g] };
+                visit(
+                    first,
+                    rows(&r.value, pass, g, off),
+                    rows(&r.magnitude, pass, g, off),
+                );
+            }
+            Source::Streamed => group_blocks(case, off, pass, g, true, &mut |b| {
+                let mag = b.magnitude.expect("magnitudes were asked for");
+                visit(b.first, b.value, mag)
+            }),
+        }
+    }
+}
+
+fn compare_with(
+    case: &GroupedGemmCase,
+    passes: Passes,
+    precision: &Precision,
+    source: Source<'_>,
+    got: &GemmOutputs,
+    bound: &dyn Fn(usize) -> ErrorBound,
+) -> CaseReport {
     let off = case.offsets();
+    let (m, k, n, groups) = (case.m(), case.k(), case.n(), case.groups());
     let mut reports = Vec::new();
     for pass in passes.iter() {
-        let n = match pass {
-            Pass::Fwd => case.k(),
-            Pass::Dgrad => case.n(),
-            Pass::Wgrad => 0, // per expert, see below
+        let (shape, got_shape) = match pass {
+            Pass::Fwd => (vec![m, n], got.out.as_ref().map(|a| a.shape().to_vec())),
+            Pass::Dgrad => (vec![m, k], got.dlhs.as_ref().map(|a| a.shape().to_vec())),
+            Pass::Wgrad => (
+                vec![groups, k, n],
+                got.drhs.as_ref().map(|a| a.shape().to_vec()),
+            ),
         };
-        let report = match pass {
-            Pass::Fwd | Pass::Dgrad => {
-                let pick = |o: &GemmOutputs| {
-                    if pass == Pass::Fwd {
-                        o.out.clone()
-                    } else {
-                        o.dlhs.clone()
-                    }
-                };
-                let want = pick(&reference.value).expect("reference computed the asked pass");
-                let mag = pick(&reference.magnitude).expect("reference computed the asked pass");
-                let bound = bound(n);
-                match pick(got) {
-                    None => missing(pass, want.shape(), "the implementation returned no output"),
-                    Some(g) if g.shape() != want.shape() => missing(
-                        pass,
-                        want.shape(),
-                        &format!(
-                            "{} has shape {:?}, expected {:?}",
-                            pass.output_name(),
-                            g.shape(),
-                            want.shape()
-                        ),
-                    ),
-                    Some(g) => compare_rows(
-                        pass,
-                        n,
-                        g.view(),
-                        want.view(),
-                        mag.view(),
-                        &bound,
-                        &off,
-                        case.tail,
-                        precision.output,
-                    ),
-                }
-            }
-            Pass::Wgrad => {
-                let want = reference
-                    .value
-                    .drhs
-                    .as_ref()
-                    .expect("reference computed the asked pass");
-                let mag = reference
-                    .magnitude
-                    .drhs
-                    .as_ref()
-                    .expect("reference computed the asked pass");
-                match &got.drhs {
-                    None => missing(pass, want.shape(), "the implementation returned no output"),
-                    Some(g) if g.shape() != want.shape() => missing(
-                        pass,
-                        want.shape(),
-                        &format!(
-                            "drhs has shape {:?}, expected {:?}",
-                            g.shape(),
-                            want.shape()
-                        ),
-                    ),
-                    Some(g) => compare_experts(
-                        g.view(),
-                        want.view(),
-                        mag.view(),
-                        precision,
-                        &case.group_sizes,
-                        bound,
-                    ),
-                }
+        let report = match got_shape {
+            None => missing(pass, &shape, "the implementation returned no output"),
+            Some(g) if g != shape => missing(
+                pass,
+                &shape,
+                &format!("{} has shape {g:?}, expected {shape:?}", pass.output_name()),
+            ),
+            Some(_) => {
+                // One bound per group: the reduction length is the pass's (fwd K, dgrad N)
+                // or, for wgrad, the group's size.
+                let bounds: Vec<ErrorBound> = (0..groups)
+                    .map(|g| match pass {
+                        Pass::Fwd => bound(k),
+                        Pass::Dgrad => bound(n),
+                        Pass::Wgrad => bound(case.group_sizes[g]),
+                    })
+                    .collect();
+                let outcomes = crate::par::map_by_cost(
+                    (0..groups).collect(),
+                    |g| group_work(case, &off, pass, *g),
+                    |g| {
+                        let got_rows = match pass {
+                            Pass::Fwd => got.out.as_ref().map(|a| a.view()),
+                            Pass::Dgrad => got.dlhs.as_ref().map(|a| a.view()),
+                            Pass::Wgrad => got.drhs.as_ref().map(|a| a.index_axis(Axis(0), g)),
+                        }
+                        .expect("the shape was checked");
+                        let mut acc = Acc::new(GroupId::Expert(g), precision.output);
+                        let b = &bounds[g];
+                        source.group(case, &off, pass, g, &mut |first, want, mag| {
+                            acc.push_rows(first, got_rows, want, mag, b);
+                        });
+                        acc.finish()
+                    },
+                );
+                let tail_bound = bound(0);
+                pass_report(
+                    pass,
+                    shape,
+                    case,
+                    &bounds,
+                    &tail_bound,
+                    outcomes,
+                    precision.output,
+                    got,
+                )
             }
         };
         reports.push(report);
@@ -319,6 +410,72 @@ pub fn compare_outputs_with_bound(
         precision: *precision,
         tail: case.tail,
         passes: reports,
+    }
+}
+
+/// The report of a pass from its groups' outcomes, with the tail rows (fwd, dgrad) checked
+/// here against exact zeros, or counted as unchecked under [`TailContract::Ignored`].
+#[allow(clippy::too_many_arguments)]
+fn pass_report(
+    pass: Pass,
+    shape: Vec<usize>,
+    case: &GroupedGemmCase,
+    bounds: &[ErrorBound],
+    tail_bound: &ErrorBound,
+    outcomes: Vec<(GroupStats, f64, Fit)>,
+    out: Format,
+    got: &GemmOutputs,
+) -> PassReport {
+    let mut stats = Vec::with_capacity(outcomes.len() + 1);
+    let mut teeth = 0.0f64;
+    let mut fit = Fit::ALL;
+    for (group, t, f) in outcomes {
+        stats.push(group);
+        teeth = teeth.max(t);
+        fit = fit.and(f);
+    }
+    let tail_checked = pass != Pass::Wgrad && case.tail == TailContract::Zero;
+    if pass != Pass::Wgrad {
+        let used = case.rows_used();
+        let whole = match pass {
+            Pass::Fwd => got.out.as_ref(),
+            _ => got.dlhs.as_ref(),
+        }
+        .expect("the shape was checked")
+        .view();
+        let rows = whole.nrows() - used;
+        if tail_checked {
+            // Every product is zero there, so the bound is 0: only an exact 0 passes.
+            let mut acc = Acc::new(GroupId::Tail, out);
+            let zeros = ndarray::Array2::<f64>::zeros((rows, whole.ncols()));
+            acc.push_rows(used, whole, zeros.view(), zeros.view(), &tail_bound);
+            let (group, t, f) = acc.finish();
+            stats.push(group);
+            teeth = teeth.max(t);
+            fit = fit.and(f);
+        } else {
+            stats.push(GroupStats {
+                group: GroupId::Tail,
+                stats: ElementStats::unchecked(rows * whole.ncols()),
+            });
+        }
+    }
+    let reduction_len = match pass {
+        Pass::Fwd => case.k(),
+        Pass::Dgrad => case.n(),
+        Pass::Wgrad => case.group_sizes.iter().copied().max().unwrap_or(0),
+    };
+    PassReport {
+        pass,
+        shape,
+        reduction_len,
+        bound_depth: bounds.iter().map(|b| b.depth).max().unwrap_or(0),
+        bound_vacuous: bounds.iter().any(ErrorBound::is_vacuous),
+        tail_checked,
+        groups: stats,
+        error: None,
+        zero_ratio: teeth,
+        looks_like: fit.narrower_than(out),
     }
 }
 
@@ -334,106 +491,5 @@ fn missing(pass: Pass, shape: &[usize], why: &str) -> PassReport {
         error: Some(why.to_string()),
         zero_ratio: 0.0,
         looks_like: None,
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn compare_rows(
-    pass: Pass,
-    n: usize,
-    got: ArrayView2<f64>,
-    want: ArrayView2<f64>,
-    mag: ArrayView2<f64>,
-    bound: &ErrorBound,
-    off: &[usize],
-    tail: TailContract,
-    out: Format,
-) -> PassReport {
-    let groups = off.len() - 1;
-    let m = want.nrows();
-    let mut stats = Vec::with_capacity(groups + 1);
-    let mut teeth = 0.0f64;
-    let mut fit = Fit::ALL;
-    let tail_checked = tail == TailContract::Zero;
-    for g in 0..=groups {
-        let (id, lo, hi) = if g < groups {
-            (GroupId::Expert(g), off[g], off[g + 1])
-        } else {
-            (GroupId::Tail, off[groups], m)
-        };
-        if id == GroupId::Tail && !tail_checked {
-            stats.push(GroupStats {
-                group: id,
-                stats: ElementStats::unchecked((hi - lo) * want.ncols()),
-            });
-            continue;
-        }
-        let mut acc = Acc::new(id, out);
-        for r in lo..hi {
-            for c in 0..want.ncols() {
-                let (y, s) = (want[(r, c)], mag[(r, c)]);
-                acc.push(r, c, got[(r, c)], y, bound.at(s, y));
-            }
-        }
-        let (group, t, f) = acc.finish();
-        stats.push(group);
-        teeth = teeth.max(t);
-        fit = fit.and(f);
-    }
-    PassReport {
-        pass,
-        shape: want.shape().to_vec(),
-        reduction_len: n,
-        bound_depth: bound.depth,
-        bound_vacuous: bound.is_vacuous(),
-        tail_checked,
-        groups: stats,
-        error: None,
-        zero_ratio: teeth,
-        looks_like: fit.narrower_than(out),
-    }
-}
-
-fn compare_experts(
-    got: ArrayView3<f64>,
-    want: ArrayView3<f64>,
-    mag: ArrayView3<f64>,
-    precision: &Precision,
-    sizes: &[usize],
-    bound_of: &dyn Fn(usize) -> ErrorBound,
-) -> PassReport {
-    let (groups, k, n) = want.dim();
-    let mut stats = Vec::with_capacity(groups);
-    let mut teeth = 0.0f64;
-    let mut vacuous = false;
-    let mut depth = 0;
-    let mut fit = Fit::ALL;
-    for (g, &size) in sizes.iter().enumerate().take(groups) {
-        let bound = bound_of(size);
-        vacuous |= bound.is_vacuous();
-        depth = depth.max(bound.depth);
-        let mut acc = Acc::new(GroupId::Expert(g), precision.output);
-        for r in 0..k {
-            for c in 0..n {
-                let (y, s) = (want[(g, r, c)], mag[(g, r, c)]);
-                acc.push(r, c, got[(g, r, c)], y, bound.at(s, y));
-            }
-        }
-        let (group, t, f) = acc.finish();
-        stats.push(group);
-        teeth = teeth.max(t);
-        fit = fit.and(f);
-    }
-    PassReport {
-        pass: Pass::Wgrad,
-        shape: vec![groups, k, n],
-        reduction_len: sizes.iter().copied().max().unwrap_or(0),
-        bound_depth: depth,
-        bound_vacuous: vacuous,
-        tail_checked: false,
-        groups: stats,
-        error: None,
-        zero_ratio: teeth,
-        looks_like: fit.narrower_than(precision.output),
     }
 }

@@ -11,8 +11,6 @@
 //! all cores; `run_jobs` describes the schedule. Jobs write disjoint outputs and an element's
 //! summation order does not depend on the split, so results do not depend on the schedule.
 
-use std::collections::VecDeque;
-
 use ndarray::{s, Array2, Array3, ArrayView2, ArrayView3, ArrayViewMut2, Axis};
 
 use super::case::{GemmOutputs, GroupedGemmCase, Passes};
@@ -170,42 +168,13 @@ fn row_jobs<'a>(mut dst: ArrayViewMut2<'a, f64>, offsets: &[usize], chunk: usize
     jobs
 }
 
-/// Runs `f(job)` for every job on all available cores. Jobs are sorted by cost; even-numbered
-/// workers take the largest remaining job and odd-numbered ones the smallest, so the
-/// compute-bound chunks of large groups run beside the memory-bound small groups (each reads a
-/// whole expert weight for a few rows) rather than all small groups together at the end.
-fn run_jobs<'a, F>(mut jobs: Vec<Job<'a>>, f: F)
+/// Runs `f(job)` for every job on all available cores, largest first
+/// ([`crate::par::map_by_cost`]).
+fn run_jobs<'a, F>(jobs: Vec<Job<'a>>, f: F)
 where
     F: Fn(Job<'a>) + Sync,
 {
-    jobs.sort_by_key(|job| (std::cmp::Reverse(job.cost), job.g, job.start));
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(jobs.len());
-    if threads <= 1 {
-        jobs.into_iter().for_each(f);
-        return;
-    }
-    let queue = std::sync::Mutex::new(VecDeque::from(jobs));
-    std::thread::scope(|scope| {
-        for worker in 0..threads {
-            let (queue, f) = (&queue, &f);
-            scope.spawn(move || loop {
-                let next = {
-                    let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
-                    if worker % 2 == 0 {
-                        q.pop_front()
-                    } else {
-                        q.pop_back()
-                    }
-                };
-                match next {
-                    Some(job) => f(job),
-                    None => break,
-                }
-            });
-        }
-    });
+    crate::par::map_by_cost(jobs, |job| job.cost, f);
 }
 
 /// The reference values of a case and, beside them, the magnitudes `Σ|a·b|` that the error

@@ -34,17 +34,18 @@ mod grouped;
 pub mod kernel;
 mod op;
 mod report;
+pub mod stream;
 
 pub use bound::{Accumulator, ErrorBound, Precision};
 pub use case::{GemmOutputs, GroupedGemmCase, Pass, Passes, TailContract};
 pub use compare::{
-    compare_outputs, compare_outputs_with_bound, CaseReport, GemmAt, GroupId, GroupStats,
-    PassReport, Worst,
+    compare_outputs, compare_outputs_with_bound, compare_streamed, CaseReport, GemmAt, GroupId,
+    GroupStats, PassReport, Worst,
 };
 pub use fast::{GemmFast, Verify};
 pub use files::{read_group_sizes, GemmJson};
 pub use grouped::{
     grouped_dgrad, grouped_fwd, grouped_fwd_into, grouped_wgrad, reference, ReferenceResult, CHUNK,
 };
-pub use op::Gemm;
+pub use op::{Gemm, Streamed};
 pub use report::{hints, render_case, render_kinds, render_passes, GemmDocument, Shape};

@@ -1,11 +1,11 @@
 //! The grouped GEMM as an [`Op`]: its case ([`GroupedGemmCase`]), the passes asked, the
 //! accumulator an external implementation declares, and the comparison with the f64
-//! reference ([`super::compare_outputs`]).
+//! reference, computed expert by expert as it is compared ([`super::compare_streamed`]).
 
 use super::bound::{Accumulator, Precision};
 use super::case::{GemmOutputs, GroupedGemmCase, Passes};
-use super::compare::{compare_outputs, CaseReport};
-use super::grouped::{reference, ReferenceResult};
+use super::compare::{compare_streamed, CaseReport};
+use super::stream::reference_values;
 use crate::format::Format;
 use crate::op::{Comparison, Op};
 use crate::Error;
@@ -22,7 +22,9 @@ impl Op for Gemm {
     type Declaration = Accumulator;
     type Precision = Precision;
     type Outputs = GemmOutputs;
-    type Expected = ReferenceResult;
+    /// Nothing is computed before the implementation runs: the reference is computed where
+    /// it is compared, so it is never held whole ([`super::stream`]).
+    type Expected = Streamed;
     type Report = CaseReport;
     type Internals = ();
 
@@ -47,24 +49,31 @@ impl Op for Gemm {
         }
     }
 
-    fn expected(case: &GroupedGemmCase, passes: Passes) -> Result<ReferenceResult, Error> {
-        reference(case, passes)
+    /// Validates the case; the reference itself is computed by [`Gemm::compare`].
+    fn expected(case: &GroupedGemmCase, passes: Passes) -> Result<Streamed, Error> {
+        case.validate(passes)?;
+        Ok(Streamed)
     }
 
-    fn reference_outputs(_: &GroupedGemmCase, _: Passes, expected: ReferenceResult) -> GemmOutputs {
-        expected.value
+    fn reference_outputs(case: &GroupedGemmCase, passes: Passes, _: Streamed) -> GemmOutputs {
+        reference_values(case, passes)
     }
 
     fn compare(
         case: &GroupedGemmCase,
         passes: Passes,
         precision: &Precision,
-        expected: &ReferenceResult,
+        _: &Streamed,
         got: &GemmOutputs,
     ) -> Result<CaseReport, Error> {
-        Ok(compare_outputs(case, passes, precision, expected, got))
+        Ok(compare_streamed(case, passes, precision, got))
     }
 }
+
+/// [`Gemm`]'s `Expected`: the case was validated, and the reference is left to the
+/// comparison, which computes it one expert's row block at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Streamed;
 
 /// The default declaration of an external implementation: f32 accumulation in any order.
 impl Default for Accumulator {

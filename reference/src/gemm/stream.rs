@@ -1,0 +1,373 @@
+//! The f64 reference computed where it is compared: one expert at a time, in row blocks,
+//! never held whole.
+//!
+//! Full verification needs, for every output element, the f64 value `y = Σ a·b` and the
+//! magnitude `s = Σ|a·b|` its bound scales with. Held whole they are two f64 copies of every
+//! output (for `drhs` of 256 experts at 7168 × 2048, 60 GB), plus f64 and absolute-value copies
+//! of every input. Here the inputs of one expert are widened to f64 in per-thread buffers that
+//! are reused from expert to expert, `y` and `s` are computed for a block of at most
+//! [`BLOCK`] rows through [`super::kernel::gemm`], and the block is handed to the comparison
+//! before the next one is computed. Memory beyond the case and the outputs under test is a
+//! few blocks per core, whatever the size of the case.
+//!
+//! The values are the same bit for bit as [`super::grouped`]'s for fwd and wgrad (the kernel's
+//! summation order depends only on the reduction index, not on how rows are blocked). dgrad
+//! widens `rhs_gᵀ` into a contiguous buffer, so it runs through the same kernel instead of
+//! matrixmultiply: its values may differ from [`super::grouped_dgrad`] in the last bits, and
+//! both are inside the reference's own error term of the bound.
+
+use std::cell::RefCell;
+
+use ndarray::{s, Array2, Array3, ArrayView2, ArrayViewMut2, Axis};
+
+use super::case::{offsets, GemmOutputs, GroupedGemmCase, Pass, Passes};
+use super::kernel::gemm;
+
+/// Most output rows computed at once per core (of `out`/`dlhs`, or `k` rows of `drhs[g]`).
+pub const BLOCK: usize = 256;
+
+/// One computed block of a group's output: its first row (of the whole output for fwd and
+/// dgrad, of `drhs[g]` for wgrad), the values, and the magnitudes when they were asked for.
+pub struct Block<'a> {
+    pub first: usize,
+    pub value: ArrayView2<'a, f64>,
+    pub magnitude: Option<ArrayView2<'a, f64>>,
+}
+
+/// Per-thread buffers: the widened operands, their absolute values, and the two products.
+#[derive(Default)]
+struct Scratch {
+    a: Vec<f64>,
+    a_abs: Vec<f64>,
+    b: Vec<f64>,
+    b_abs: Vec<f64>,
+    value: Vec<f64>,
+    magnitude: Vec<f64>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// `buf` as a `(rows, cols)` matrix (grown when needed, never shrunk; not cleared).
+fn matrix(buf: &mut Vec<f64>, rows: usize, cols: usize) -> ArrayViewMut2<'_, f64> {
+    let len = rows * cols;
+    if buf.len() < len {
+        buf.resize(len, 0.0);
+    }
+    ArrayViewMut2::from_shape((rows, cols), &mut buf[..len]).expect("the buffer holds rows·cols")
+}
+
+/// Widens `src` into `dst` (and `|src|` into `abs` when given), both laid out row-major with
+/// the shape of `src`.
+fn widen(src: ArrayView2<f32>, dst: &mut Vec<f64>, abs: Option<&mut Vec<f64>>) {
+    let (rows, cols) = src.dim();
+    let mut d = matrix(dst, rows, cols);
+    if src.strides()[1] == 1 || rows < 2 || cols < 2 {
+        d.zip_mut_with(&src, |d, s| *d = f64::from(*s));
+    } else {
+        // A transposed operand (dgrad's rhs_gᵀ, wgrad's lhs_gᵀ): copied by square tiles, so
+        // both the strided reads and the writes stay in cache.
+        const T: usize = 32;
+        for r0 in (0..rows).step_by(T) {
+            for c0 in (0..cols).step_by(T) {
+                let (r1, c1) = ((r0 + T).min(rows), (c0 + T).min(cols));
+                for c in c0..c1 {
+                    for r in r0..r1 {
+                        d[(r, c)] = f64::from(src[(r, c)]);
+                    }
+                }
+            }
+        }
+    }
+    if let Some(abs) = abs {
+        let mut a = matrix(abs, rows, cols);
+        a.zip_mut_with(&d, |a, d| *a = d.abs());
+    }
+}
+
+/// Calls `visit` with consecutive blocks of group `g`'s output of `pass`, in increasing row
+/// order, computed in f64 from the case's inputs (and, with `magnitude`, their `Σ|a·b|`).
+///
+/// Group `g` of fwd and dgrad is rows `off[g]..off[g + 1]`; of wgrad it is `drhs[g]`, all `K`
+/// rows (zero for an empty expert). Reads `case` only; uses this thread's buffers.
+///
+/// # Panics
+/// When a backward pass is asked of a case without `dout` (validation refuses it), or from
+/// inside `visit` (the buffers are in use).
+pub fn group_blocks(
+    case: &GroupedGemmCase,
+    off: &[usize],
+    pass: Pass,
+    g: usize,
+    magnitude: bool,
+    visit: &mut dyn FnMut(Block<'_>),
+) {
+    SCRATCH.with(|scratch| {
+        let sc = &mut *scratch.borrow_mut();
+        let (lo, hi) = (off[g], off[g + 1]);
+        let dout = || {
+            case.dout
+                .as_ref()
+                .expect("validated: a backward pass has dout")
+                .slice(s![lo..hi, ..])
+        };
+        let weight = case.rhs.index_axis(Axis(0), g);
+        // The right operand, whole: rhs_g (fwd), rhs_gᵀ (dgrad), dout_g (wgrad).
+        let right = match pass {
+            Pass::Fwd => weight,
+            Pass::Dgrad => weight.reversed_axes(),
+            Pass::Wgrad => dout(),
+        };
+        widen(right, &mut sc.b, magnitude.then_some(&mut sc.b_abs));
+        // The left operand, by blocks of output rows: lhs_g (fwd), dout_g (dgrad), lhs_gᵀ
+        // (wgrad, whose output rows are the K columns of lhs).
+        let left = match pass {
+            Pass::Fwd => case.lhs.slice(s![lo..hi, ..]),
+            Pass::Dgrad => dout(),
+            Pass::Wgrad => case.lhs.slice(s![lo..hi, ..]).reversed_axes(),
+        };
+        let (rows, depth) = left.dim();
+        let cols = right.ncols();
+        let first_row = if pass == Pass::Wgrad { 0 } else { lo };
+        let mut start = 0;
+        while start < rows {
+            let end = (start + BLOCK).min(rows);
+            let a = left.slice(s![start..end, ..]);
+            widen(a, &mut sc.a, magnitude.then_some(&mut sc.a_abs));
+            let n = end - start;
+            let b = ArrayView2::from_shape((depth, cols), &sc.b[..depth * cols])
+                .expect("the buffer holds the operand");
+            let a64 = ArrayView2::from_shape((n, depth), &sc.a[..n * depth])
+                .expect("the buffer holds the block");
+            gemm(a64, b, matrix(&mut sc.value, n, cols));
+            if magnitude {
+                let b = ArrayView2::from_shape((depth, cols), &sc.b_abs[..depth * cols])
+                    .expect("the buffer holds the operand");
+                let a = ArrayView2::from_shape((n, depth), &sc.a_abs[..n * depth])
+                    .expect("the buffer holds the block");
+                gemm(a, b, matrix(&mut sc.magnitude, n, cols));
+            }
+            let len = n * cols;
+            visit(Block {
+                first: first_row + start,
+                value: ArrayView2::from_shape((n, cols), &sc.value[..len])
+                    .expect("the buffer holds the block"),
+                magnitude: magnitude.then(|| {
+                    ArrayView2::from_shape((n, cols), &sc.magnitude[..len])
+                        .expect("the buffer holds the block")
+                }),
+            });
+            start = end;
+        }
+    });
+}
+
+/// The multiply-adds of group `g` of `pass` (at least 1: an empty group still has its
+/// outputs to look at), the cost the work is scheduled by.
+pub fn group_work(case: &GroupedGemmCase, off: &[usize], pass: Pass, g: usize) -> usize {
+    let (rows, k, n) = (off[g + 1] - off[g], case.k(), case.n());
+    match pass {
+        // An empty expert's drhs is K × N zeros to compare.
+        Pass::Wgrad => (rows * k * n).max(k * n),
+        _ => rows * k * n,
+    }
+    .max(1)
+}
+
+/// The reference's values of the asked passes (no magnitudes), computed expert by expert in
+/// parallel: what the reference returns when it runs as an implementation. Tail rows are 0.
+///
+/// # Panics
+/// As [`group_blocks`] (call it on a validated case).
+pub fn reference_values(case: &GroupedGemmCase, passes: Passes) -> GemmOutputs {
+    let off = offsets(&case.group_sizes);
+    let (m, k, n, groups) = (case.m(), case.k(), case.n(), case.groups());
+    let rows_of = |pass: Pass, cols: usize| {
+        let mut all = Array2::<f64>::zeros((m, cols));
+        let parts = crate::par::map_by_cost(
+            (0..groups).collect(),
+            |g| group_work(case, &off, pass, *g),
+            |g| {
+                let mut part = Array2::<f64>::zeros((off[g + 1] - off[g], cols));
+                group_blocks(case, &off, pass, g, false, &mut |b| {
+                    let at = b.first - off[g];
+                    part.slice_mut(s![at..at + b.value.nrows(), ..])
+                        .assign(&b.value);
+                });
+                part
+            },
+        );
+        for (g, part) in parts.into_iter().enumerate() {
+            all.slice_mut(s![off[g]..off[g + 1], ..]).assign(&part);
+        }
+        all
+    };
+    let wgrad = || {
+        let mut drhs = Array3::<f64>::zeros((groups, k, n));
+        // Each expert writes its own slice of drhs.
+        crate::par::map_by_cost(
+            drhs.outer_iter_mut().enumerate().collect(),
+            |(g, _)| group_work(case, &off, Pass::Wgrad, *g),
+            |(g, mut dst)| {
+                group_blocks(case, &off, Pass::Wgrad, g, false, &mut |b| {
+                    dst.slice_mut(s![b.first..b.first + b.value.nrows(), ..])
+                        .assign(&b.value);
+                });
+            },
+        );
+        drhs
+    };
+    GemmOutputs {
+        out: passes.fwd.then(|| rows_of(Pass::Fwd, n)),
+        dlhs: (passes.dgrad && case.dout.is_some()).then(|| rows_of(Pass::Dgrad, k)),
+        drhs: (passes.wgrad && case.dout.is_some()).then(wgrad),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::Format;
+    use crate::gemm::case::TailContract;
+    use crate::gemm::grouped::reference;
+
+    /// A case with groups larger than a block, empty experts, a tail, small-integer values
+    /// (every sum exact, so every summation order gives the same bits).
+    fn case(sizes: &[usize], m: usize, k: usize, n: usize) -> GroupedGemmCase {
+        let g = sizes.len();
+        GroupedGemmCase {
+            lhs: Array2::from_shape_fn((m, k), |(i, j)| ((i * 5 + j * 3) % 7) as f32 - 3.0),
+            rhs: Array3::from_shape_fn((g, k, n), |(e, i, j)| {
+                ((e * 3 + i + j * 2) % 5) as f32 - 2.0
+            }),
+            group_sizes: sizes.to_vec(),
+            dout: Some(Array2::from_shape_fn((m, n), |(i, j)| {
+                ((i + 2 * j) % 9) as f32 - 4.0
+            })),
+            dtype: Format::Bf16,
+            out_dtype: Format::F32,
+            tail: TailContract::Zero,
+        }
+    }
+
+    /// Streamed values and magnitudes equal the whole-tensor reference's exactly, block by
+    /// block, on shapes with groups over a block, empty experts, a tail, K = 0 and M = 0.
+    #[test]
+    fn blocks_are_the_whole_reference() {
+        let shapes: [(&[usize], usize, usize, usize); 4] = [
+            (&[0, 300, 1, 0, 9, 600, 0], 1000, 300, 27),
+            (&[2, 0, 1], 4, 0, 3),
+            (&[0, 0], 0, 4, 3),
+            (&[517], 600, 5, 1),
+        ];
+        for (sizes, m, k, n) in shapes {
+            let c = case(sizes, m, k, n);
+            let whole = reference(&c, Passes::ALL).unwrap();
+            assert_eq!(reference_values(&c, Passes::ALL), whole.value, "{sizes:?}");
+            let off = offsets(sizes);
+            for pass in Pass::ALL {
+                for g in 0..sizes.len() {
+                    let mut seen = 0;
+                    group_blocks(&c, &off, pass, g, true, &mut |b| {
+                        let rows = b.value.nrows();
+                        let (want, mag) = match pass {
+                            Pass::Fwd => (
+                                whole
+                                    .value
+                                    .out
+                                    .as_ref()
+                                    .unwrap()
+                                    .slice(s![b.first..b.first + rows, ..])
+                                    .to_owned(),
+                                whole
+                                    .magnitude
+                                    .out
+                                    .as_ref()
+                                    .unwrap()
+                                    .slice(s![b.first..b.first + rows, ..])
+                                    .to_owned(),
+                            ),
+                            Pass::Dgrad => (
+                                whole
+                                    .value
+                                    .dlhs
+                                    .as_ref()
+                                    .unwrap()
+                                    .slice(s![b.first..b.first + rows, ..])
+                                    .to_owned(),
+                                whole
+                                    .magnitude
+                                    .dlhs
+                                    .as_ref()
+                                    .unwrap()
+                                    .slice(s![b.first..b.first + rows, ..])
+                                    .to_owned(),
+                            ),
+                            Pass::Wgrad => (
+                                whole
+                                    .value
+                                    .drhs
+                                    .as_ref()
+                                    .unwrap()
+                                    .slice(s![g, b.first..b.first + rows, ..])
+                                    .to_owned(),
+                                whole
+                                    .magnitude
+                                    .drhs
+                                    .as_ref()
+                                    .unwrap()
+                                    .slice(s![g, b.first..b.first + rows, ..])
+                                    .to_owned(),
+                            ),
+                        };
+                        assert!(rows <= BLOCK);
+                        assert_eq!(b.value, want, "{pass} group {g} from {}", b.first);
+                        assert_eq!(b.magnitude.unwrap(), mag, "{pass} group {g}");
+                        seen += rows;
+                    });
+                    let expect = if pass == Pass::Wgrad { k } else { sizes[g] };
+                    assert_eq!(seen, expect, "{pass} group {g}: every row once");
+                }
+            }
+        }
+    }
+
+    /// The streamed comparison reports what the whole-tensor one does, element for element:
+    /// on right outputs, and on outputs with an error in one element of a large group, a NaN,
+    /// a non-zero tail row, a non-zero empty expert's drhs and a missing pass.
+    #[test]
+    fn streamed_comparison_is_the_whole_comparison() {
+        use crate::gemm::bound::{Accumulator, Precision};
+        use crate::gemm::compare::{compare_outputs, compare_streamed};
+        let c = case(&[0, 300, 1, 0, 9, 600, 0], 1000, 300, 27);
+        let whole = reference(&c, Passes::ALL).unwrap();
+        let precision = Precision {
+            input: Format::Bf16,
+            accumulator: Accumulator::any_order(Format::F32),
+            output: Format::F32,
+        };
+        let same = |got: &GemmOutputs, passes: Passes| {
+            let a = compare_outputs(&c, passes, &precision, &whole, got);
+            let b = compare_streamed(&c, passes, &precision, got);
+            // Debug text, since NaN statistics are not equal to themselves.
+            assert_eq!(format!("{a:?}"), format!("{b:?}"));
+            a
+        };
+        let right = whole.value.clone();
+        assert!(same(&right, Passes::ALL).passed());
+        let mut wrong = right.clone();
+        wrong.out.as_mut().unwrap()[(500, 3)] += 1.0;
+        wrong.dlhs.as_mut().unwrap()[(2, 7)] = f64::NAN;
+        wrong.dlhs.as_mut().unwrap()[(995, 0)] = 1e-30;
+        wrong.drhs.as_mut().unwrap()[(3, 299, 26)] = 1e-30;
+        let r = same(&wrong, Passes::ALL);
+        assert!(!r.passed());
+        for p in &r.passes {
+            assert!(p.failed_elements() > 0, "{:?} caught", p.pass);
+        }
+        wrong.drhs = None;
+        let r = same(&wrong, Passes::ALL);
+        assert!(r.passes[2].error.is_some());
+    }
+}
