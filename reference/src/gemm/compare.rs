@@ -285,6 +285,9 @@ pub fn compare_streamed(
     })
 }
 
+/// `visit(first, want, magnitude)`: one row block of the reference, from row `first`.
+type BlockVisit<'v> = dyn FnMut(usize, ArrayView2<f64>, ArrayView2<f64>) + 'v;
+
 /// Where the reference side of a comparison comes from.
 #[derive(Clone, Copy)]
 enum Source<'a> {
@@ -303,7 +306,7 @@ impl Source<'_> {
         off: &[usize],
         pass: Pass,
         g: usize,
-        visit: &mut dyn FnMut(usize, ArrayView2<f64>, ArrayView2<f64>),
+        visit: &mut BlockVisit<'_>,
     ) {
         match self {
             Source::Whole(r) => {
@@ -448,7 +451,7 @@ fn pass_report(
             // Every product is zero there, so the bound is 0: only an exact 0 passes.
             let mut acc = Acc::new(GroupId::Tail, out);
             let zeros = ndarray::Array2::<f64>::zeros((rows, whole.ncols()));
-            acc.push_rows(used, whole, zeros.view(), zeros.view(), &tail_bound);
+            acc.push_rows(used, whole, zeros.view(), zeros.view(), tail_bound);
             let (group, t, f) = acc.finish();
             stats.push(group);
             teeth = teeth.max(t);

@@ -267,7 +267,7 @@ mod tests {
             assert_eq!(reference_values(&c, Passes::ALL), whole.value, "{sizes:?}");
             let off = offsets(sizes);
             for pass in Pass::ALL {
-                for g in 0..sizes.len() {
+                for (g, &size) in sizes.iter().enumerate() {
                     let mut seen = 0;
                     group_blocks(&c, &off, pass, g, true, &mut |b| {
                         let rows = b.value.nrows();
@@ -326,7 +326,7 @@ mod tests {
                         assert_eq!(b.magnitude.unwrap(), mag, "{pass} group {g}");
                         seen += rows;
                     });
-                    let expect = if pass == Pass::Wgrad { k } else { sizes[g] };
+                    let expect = if pass == Pass::Wgrad { k } else { size };
                     assert_eq!(seen, expect, "{pass} group {g}: every row once");
                 }
             }

@@ -1,9 +1,10 @@
 //! `emulate`: a CPU model of a tiled grouped-GEMM kernel, with optional injected bugs.
 //!
 //! The model poisons every output with NaN, then for each group walks M tiles of `tile_m`
-//! rows and K blocks of `tile_k`: products are formed in f32, summed sequentially in f32
-//! within a block, and each block partial is added to an f32 accumulator. The result is
-//! rounded once to `case.out_dtype`. Zero-size work writes exact zeros where the contract
+//! rows and K blocks of `tile_k`: products are formed in f32 and summed in f32 within a block
+//! (one f32 GEMM of depth `tile_k` through matrixmultiply's sgemm, in its order, with FMA
+//! where the CPU has it), and each block partial is added to an f32 accumulator. The result is
+//! rounded once to `case.out_dtype`. Groups run in parallel. Zero-size work writes exact zeros where the contract
 //! demands (tail rows of `out`/`dlhs`, `drhs` of empty experts, `out` when `K = 0`).
 //!
 //! [`Bug`] injects one realistic kernel defect; `moecheck selftest` checks that the
@@ -16,7 +17,9 @@ use moecheck_reference::gemm::{
 use moecheck_reference::op::{Implementation, RunError};
 
 use crate::impls::{model_name, PlantedBug};
-use ndarray::{Array2, Array3};
+use moecheck_reference::par::map_by_cost;
+use ndarray::linalg::general_mat_mul;
+use ndarray::{s, Array2, Array3, ArrayView2, ArrayViewMut2, Axis};
 
 /// A defect that can be injected into [`Emulate`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -166,6 +169,48 @@ impl Emulate {
         }
     }
 
+    /// `a·b` as the kernel accumulates it: for each K block of `tile_k` products a partial
+    /// sum in f32 (one f32 GEMM of depth `tile_k`, summed in any order inside the block), the
+    /// partials added in f32 in block order. Under `LowPrecisionAccumulator` every addition is
+    /// rounded to bf16 instead ([`Emulate::dot`], element by element).
+    fn blocked(&self, a: ArrayView2<f32>, b: ArrayView2<f32>) -> Array2<f32> {
+        let (rows, depth) = a.dim();
+        let cols = b.ncols();
+        if self.has(Bug::LowPrecisionAccumulator) {
+            return Array2::from_shape_fn((rows, cols), |(r, c)| {
+                self.dot(depth, |i| a[(r, i)] * b[(i, c)])
+            });
+        }
+        let tile = self.tile_k.max(1);
+        let mut acc = Array2::<f32>::zeros((rows, cols));
+        let mut part = Array2::<f32>::zeros((rows, cols));
+        let mut start = 0;
+        while start < depth {
+            let end = (start + tile).min(depth);
+            general_mat_mul(
+                1.0,
+                &a.slice(s![.., start..end]),
+                &b.slice(s![start..end, ..]),
+                0.0,
+                &mut part,
+            );
+            acc += &part;
+            start = end;
+        }
+        acc
+    }
+
+    /// Writes `part` into `dst`, rounded once to the case's output format.
+    fn store(&self, dst: &mut ArrayViewMut2<f64>, part: &Array2<f32>, case: &GroupedGemmCase) {
+        match case.out_dtype {
+            // Every f32 is an f32 and an f64 value: nothing to round.
+            Format::F32 | Format::F64 => dst.zip_mut_with(part, |d, v| *d = f64::from(*v)),
+            out => dst.zip_mut_with(part, |d, v| {
+                *d = round_to(f64::from(*v), out, Overflow::Ieee)
+            }),
+        }
+    }
+
     /// Which expert's weights group `g` reads (compacted under `GroupOffsetAfterEmpty`).
     fn expert_of(&self, sizes: &[usize], g: usize) -> usize {
         if self.has(Bug::GroupOffsetAfterEmpty) {
@@ -201,120 +246,123 @@ impl Implementation<Gemm> for Emulate {
         let g_count = case.groups();
         let off = case.offsets();
         let used = off[g_count];
-        let out_fmt = case.out_dtype;
-        let round = |x: f32| round_to(x as f64, out_fmt, Overflow::Ieee);
-        let lhs = &case.lhs;
-        let rhs = &case.rhs;
-        let sizes = &case.group_sizes;
+        let (lhs, rhs, sizes) = (&case.lhs, &case.rhs, &case.group_sizes);
         let tail_zero = !self.has(Bug::TailRowsUninitialised);
+        let klim = self.k_limit(k);
         let mut result = GemmOutputs::default();
+        let dout = || {
+            case.dout
+                .as_ref()
+                .ok_or_else(|| RunError("dout is missing".into()))
+        };
+        // Rows of group `g` the kernel writes: its M tiles (the last partial one dropped
+        // under `PartialMTileDropped`).
+        let written = |g: usize| {
+            let (lo, hi) = (off[g], off[g + 1]);
+            let tiles = self.m_tiles(lo, hi);
+            (lo, tiles.last().map_or(lo, |t| t.1))
+        };
 
         if passes.fwd {
             let mut out = Array2::<f64>::from_elem((m, n), f64::NAN);
             let k_zero_poison = k == 0 && self.has(Bug::KZeroGarbage);
-            let klim = self.k_limit(k);
-            for g in 0..g_count {
-                let e = self.expert_of(sizes, g);
-                for (lo, hi) in self.m_tiles(off[g], off[g + 1]) {
-                    for r in lo..hi {
-                        for c in 0..n {
-                            if k_zero_poison {
-                                continue;
-                            }
-                            let v = if e < g_count {
-                                self.dot(klim, |i| lhs[(r, i)] * rhs[(e, i, c)])
-                            } else {
-                                0.0
-                            };
-                            out[(r, c)] = round(v);
-                        }
-                    }
+            if !k_zero_poison {
+                let parts = map_by_cost(
+                    (0..g_count).collect(),
+                    |&g| (off[g + 1] - off[g]) * n,
+                    |g| {
+                        let (lo, hi) = written(g);
+                        let e = self.expert_of(sizes, g);
+                        let w = rhs.index_axis(Axis(0), e);
+                        self.blocked(lhs.slice(s![lo..hi, ..klim]), w.slice(s![..klim, ..]))
+                    },
+                );
+                for (g, part) in parts.into_iter().enumerate() {
+                    let lo = off[g];
+                    self.store(
+                        &mut out.slice_mut(s![lo..lo + part.nrows(), ..]),
+                        &part,
+                        case,
+                    );
                 }
-            }
-            if tail_zero && !k_zero_poison {
-                out.slice_mut(ndarray::s![used.., ..]).fill(0.0);
+                if tail_zero {
+                    out.slice_mut(s![used.., ..]).fill(0.0);
+                }
             }
             result.out = Some(out);
         }
 
-        if passes.needs_dout() {
-            let dout = case
-                .dout
-                .as_ref()
-                .ok_or_else(|| RunError("dout is missing".into()))?;
-            if passes.dgrad {
-                let mut dlhs = Array2::<f64>::from_elem((m, k), f64::NAN);
-                let klim = self.k_limit(k);
-                for g in 0..g_count {
+        if passes.dgrad {
+            let dout = dout()?;
+            let mut dlhs = Array2::<f64>::from_elem((m, k), f64::NAN);
+            let parts = map_by_cost(
+                (0..g_count).collect(),
+                |&g| (off[g + 1] - off[g]) * k,
+                |g| {
+                    let (lo, hi) = written(g);
                     let e = self.expert_of(sizes, g);
-                    for (lo, hi) in self.m_tiles(off[g], off[g + 1]) {
-                        for r in lo..hi {
-                            for kk in 0..klim {
-                                let v = if e < g_count {
-                                    self.dot(n, |i| dout[(r, i)] * rhs[(e, kk, i)])
-                                } else {
-                                    0.0
-                                };
-                                dlhs[(r, kk)] = round(v);
-                            }
-                        }
-                    }
-                }
-                if tail_zero {
-                    dlhs.slice_mut(ndarray::s![used.., ..]).fill(0.0);
-                }
-                result.dlhs = Some(dlhs);
+                    let w = rhs.index_axis(Axis(0), e);
+                    // Columns past the last full K block stay unwritten under the bug.
+                    self.blocked(dout.slice(s![lo..hi, ..]), w.slice(s![..klim, ..]).t())
+                },
+            );
+            for (g, part) in parts.into_iter().enumerate() {
+                let lo = off[g];
+                let mut dst = dlhs.slice_mut(s![lo..lo + part.nrows(), ..klim]);
+                self.store(&mut dst, &part, case);
             }
-            if passes.wgrad {
-                let mut drhs = Array3::<f64>::from_elem((g_count, k, n), f64::NAN);
-                let klim = self.k_limit(k);
-                for g in 0..g_count {
-                    let (lo, hi) = (off[g], off[g + 1]);
-                    if lo == hi {
-                        if !self.has(Bug::EmptyExpertWgradNotZeroed) {
-                            for kk in 0..k {
-                                for c in 0..n {
-                                    drhs[(g, kk, c)] = 0.0;
-                                }
-                            }
-                        }
-                        continue;
-                    }
-                    // Rows of the group that this kernel reads: its M tiles, plus the tail
-                    // for the last expert under `WgradReadsTail`.
-                    let mut rows: Vec<usize> = self
-                        .m_tiles(lo, hi)
-                        .into_iter()
-                        .flat_map(|(a, b)| a..b)
-                        .collect();
-                    if self.has(Bug::WgradReadsTail) && g + 1 == g_count {
-                        rows.extend(used..m);
-                    }
-                    for kk in 0..klim {
-                        for c in 0..n {
-                            let v =
-                                self.dot(rows.len(), |i| lhs[(rows[i], kk)] * dout[(rows[i], c)]);
-                            drhs[(g, kk, c)] = round(v);
-                        }
-                    }
-                }
-                if self.has(Bug::WgradReadsTail) && g_count > 0 && off[g_count - 1] == used {
-                    // The last expert is empty: the tail is still summed into it.
-                    let g = g_count - 1;
-                    let rows: Vec<usize> = (used..m).collect();
-                    if !rows.is_empty() {
-                        for kk in 0..k {
-                            for c in 0..n {
-                                let v = self
-                                    .dot(rows.len(), |i| lhs[(rows[i], kk)] * dout[(rows[i], c)]);
-                                drhs[(g, kk, c)] = round(v);
-                            }
-                        }
-                    }
-                }
-                result.drhs = Some(drhs);
+            if tail_zero {
+                dlhs.slice_mut(s![used.., ..]).fill(0.0);
             }
+            result.dlhs = Some(dlhs);
+        }
+
+        if passes.wgrad {
+            let dout = dout()?;
+            let mut drhs = Array3::<f64>::from_elem((g_count, k, n), f64::NAN);
+            // Rows each expert's kernel reads: its M tiles, plus the tail for the last expert
+            // under `WgradReadsTail` (even when that expert is empty).
+            let rows_of = |g: usize| -> Vec<usize> {
+                let (lo, hi) = written(g);
+                let mut rows: Vec<usize> = (lo..hi).collect();
+                if self.has(Bug::WgradReadsTail) && g + 1 == g_count {
+                    rows.extend(used..m);
+                }
+                rows
+            };
+            let parts = map_by_cost(
+                (0..g_count).collect(),
+                |&g| (off[g + 1] - off[g]) * k * n,
+                |g| {
+                    let rows = rows_of(g);
+                    let empty = off[g] == off[g + 1];
+                    if empty && rows.is_empty() {
+                        return None;
+                    }
+                    let a = lhs.select(Axis(0), &rows);
+                    let b = dout.select(Axis(0), &rows);
+                    // An empty expert that reads the tail writes every k; others stop at klim.
+                    let cols = if empty { k } else { klim };
+                    Some(self.blocked(a.slice(s![.., ..cols]).t(), b.view()))
+                },
+            );
+            for (g, part) in parts.into_iter().enumerate() {
+                let mut dst = drhs.index_axis_mut(Axis(0), g);
+                match part {
+                    Some(p) => {
+                        let rows = p.nrows();
+                        self.store(&mut dst.slice_mut(s![..rows, ..]), &p, case);
+                    }
+                    None if !self.has(Bug::EmptyExpertWgradNotZeroed) => dst.fill(0.0),
+                    None => {}
+                }
+            }
+            result.drhs = Some(drhs);
         }
         Ok(result)
     }
 }
+
+#[cfg(test)]
+#[path = "emulate_tests.rs"]
+mod tests;
