@@ -4,10 +4,17 @@
 //!
 //! The estimates are per-element costs measured with `/usr/bin/time -f %M` on release builds
 //! (2026-12-03), rounded up:
-//! * `gemm` (reference, emulate): about 52 bytes per element of `lhs`, `rhs` and `out`
-//!   together (inputs in f32; the reference's values and magnitudes, the outputs and the
-//!   bounds in f64), measured at 16 experts, M = 2048, K = 1024, N = 512 (600 MB) and at 64
-//!   experts, M = 4096, K = 2048, N = 1024 (7.3 GB); the guard counts 64.
+//! * `gemm`, counted per array: the inputs in f32 (4 bytes per element of `lhs`, `rhs`, and
+//!   `dout` when a backward pass is asked), each asked output in f64 as the implementation
+//!   returns it (8 bytes per element of `out`, `dlhs`, `drhs`), the emulation's f32 partial
+//!   sums of one pass (4 bytes per element of the larger of `out` and `dlhs`), and with
+//!   `--verify fast` f64 copies of the inputs (8 bytes per input element); plus 256 MiB. Full
+//!   verification holds no reference array (it is streamed, `moecheck_reference::gemm::stream`).
+//!   Measured at 64 experts, M = 4096, K = 2048, N = 1024, three passes: 1.81 GB (reference)
+//!   and 1.82 GB (emulate), estimate 2.06 GB.
+//! * `gemm --dtype fp8`: about 52 bytes per element of `lhs`, `rhs` and `out` together (the
+//!   FP8 references are held whole), measured at 16 experts, M = 2048, K = 1024, N = 512
+//!   (600 MB) and 64 experts, M = 4096, K = 2048, N = 1024 (7.3 GB); the guard counts 64.
 //! * `moe`: about 100 bytes per expert-weight element and 600 per element of `x` (the
 //!   per-token copies of the layer's forward and backward), measured at 2048 tokens, hidden
 //!   512, 32 experts, ffn 256 (0.94 GB) and 8192 tokens, hidden 128, 8 experts, ffn 64
@@ -17,6 +24,8 @@
 //! `memory.current` when that is smaller.
 
 use std::fs;
+
+use moecheck_reference::gemm::{Passes, Verify};
 
 /// Bytes of memory available to this process, if the machine says.
 pub fn available() -> Option<u64> {
@@ -64,8 +73,38 @@ pub fn elements(dims: &[usize]) -> u64 {
         .fold(1u64, |acc, &d| acc.saturating_mul(d as u64))
 }
 
-/// The estimated peak of `moecheck gemm` (module docs) for `M x K`, `G x K x N`, `M x N`.
-pub fn gemm_bytes(m: usize, k: usize, n: usize, groups: usize) -> u64 {
+/// The estimated peak of `moecheck gemm` (module docs) for `M x K`, `G x K x N`, `M x N`,
+/// the asked passes and the verification mode.
+pub fn gemm_bytes(
+    m: usize,
+    k: usize,
+    n: usize,
+    groups: usize,
+    passes: Passes,
+    verify: Verify,
+) -> u64 {
+    let (mk, gkn, mn) = (
+        elements(&[m, k]),
+        elements(&[groups, k, n]),
+        elements(&[m, n]),
+    );
+    let inputs = [mk, gkn, if passes.needs_dout() { mn } else { 0 }]
+        .into_iter()
+        .fold(0u64, u64::saturating_add);
+    let outputs = [(passes.fwd, mn), (passes.dgrad, mk), (passes.wgrad, gkn)]
+        .into_iter()
+        .filter(|(asked, _)| *asked)
+        .fold(0u64, |acc, (_, e)| acc.saturating_add(e));
+    let copies = if verify == Verify::Fast { 8 } else { 0 };
+    inputs
+        .saturating_mul(4 + copies)
+        .saturating_add(outputs.saturating_mul(8))
+        .saturating_add(mn.max(mk).saturating_mul(4))
+        .saturating_add(256 << 20)
+}
+
+/// The estimated peak of `moecheck gemm --dtype fp8` (module docs).
+pub fn fp8_gemm_bytes(m: usize, k: usize, n: usize, groups: usize) -> u64 {
     let per = elements(&[m, k])
         .saturating_add(elements(&[groups, k, n]))
         .saturating_add(elements(&[m, n]));
@@ -90,10 +129,15 @@ mod tests {
     #[test]
     fn estimates_cover_the_measured_peaks() {
         // Measured peaks (module docs) are below the estimates, and not far below.
-        let g = gemm_bytes(2048, 1024, 512, 16);
+        let g = fp8_gemm_bytes(2048, 1024, 512, 16);
         assert!(g > 600_000_000 && g < 900_000_000, "{g}");
-        let g = gemm_bytes(4096, 2048, 1024, 64);
-        assert!(g > 7_300_000_000 && g < 10_500_000_000, "{g}");
+        let g = gemm_bytes(4096, 2048, 1024, 64, Passes::ALL, Verify::Full);
+        assert!(g > 1_830_000_000 && g < 3_000_000_000, "{g}");
+        // Forward alone holds no dout, dlhs or drhs; fast verification adds f64 inputs.
+        let fwd = gemm_bytes(4096, 2048, 1024, 64, Passes::FWD, Verify::Full);
+        assert!(fwd < g / 2, "{fwd}");
+        let fast = gemm_bytes(4096, 2048, 1024, 64, Passes::ALL, Verify::Fast);
+        assert!(fast > g + 8 * 134_000_000, "{fast}");
         let m = moe_bytes(2048, 512, 32, 256, 0);
         assert!(m > 941_000_000 && m < 2_000_000_000, "{m}");
         let m = moe_bytes(8192, 128, 8, 64, 0);

@@ -136,13 +136,12 @@ impl GemmFlags {
     }
 
     /// Refuses a case larger than the memory available ([`memory`]), unless `--allow-large`.
-    fn guard_memory(&self) -> anyhow::Result<()> {
-        let need = memory::gemm_bytes(
-            self.tokens.saturating_mul(self.topk),
-            self.hidden,
-            self.ffn,
-            self.experts,
-        );
+    fn guard_memory(&self, verify: Option<Verify>) -> anyhow::Result<()> {
+        let m = self.tokens.saturating_mul(self.topk);
+        let need = match verify {
+            Some(v) => memory::gemm_bytes(m, self.hidden, self.ffn, self.experts, self.passes, v),
+            None => memory::fp8_gemm_bytes(m, self.hidden, self.ffn, self.experts),
+        };
         memory::guard(
             "--experts/--tokens/--topk/--hidden/--ffn",
             need,
@@ -171,8 +170,9 @@ pub fn run(a: GemmFlags) -> anyhow::Result<ExitCode> {
     }
     let spec = a.spec(a.dtype);
     spec.validate().map_err(|e| anyhow::anyhow!(e.as_flag()))?;
-    a.guard_memory()?;
-    match a.verify.unwrap_or_else(|| Verify::default_for(spec.work())) {
+    let verify = a.verify.unwrap_or_else(|| Verify::default_for(spec.work()));
+    a.guard_memory(Some(verify))?;
+    match verify {
         Verify::Full => check::<Gemm>(&a, &spec),
         Verify::Fast => check::<GemmFast>(&a, &spec),
     }
@@ -209,7 +209,7 @@ fn run_fp8(a: GemmFlags) -> anyhow::Result<ExitCode> {
     spec.gemm
         .validate()
         .map_err(|e| anyhow::anyhow!(e.as_flag()))?;
-    a.guard_memory()?;
+    a.guard_memory(None)?;
     let imp =
         registry::build::<Fp8Gemm>(&a.imp.choice(a.declared())).map_err(anyhow::Error::msg)?;
     let run = pipeline::run(&spec, Some(imp.as_ref()), a.dump.as_deref())?;

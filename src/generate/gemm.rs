@@ -101,18 +101,22 @@ impl GemmSpec {
         if self.passes.is_empty() {
             return Err(ParamError::new("passes", "is empty"));
         }
-        let elems = [
-            self.tokens
-                .checked_mul(self.topk)
-                .and_then(|m| m.checked_mul(self.hidden.max(self.ffn))),
-            self.experts
+        // Sizes are 64-bit everywhere; only a shape whose element count overflows is refused
+        // here (what fits in memory is the memory guard's question).
+        let overflows = self
+            .tokens
+            .checked_mul(self.topk)
+            .and_then(|m| m.checked_mul(self.hidden.max(self.ffn)))
+            .is_none()
+            || self
+                .experts
                 .checked_mul(self.hidden)
-                .and_then(|x| x.checked_mul(self.ffn)),
-        ];
-        if elems.iter().any(|e| e.is_none_or(|e| e > 1 << 31)) {
+                .and_then(|x| x.checked_mul(self.ffn))
+                .is_none();
+        if overflows {
             return Err(ParamError::new(
                 "experts",
-                "the shape is too large (more than 2^31 elements in one array)",
+                "the shape is too large (its element count overflows 64 bits)",
             ));
         }
         Ok(())
@@ -218,24 +222,38 @@ fn shuffle<T>(v: &mut [T], rng: &mut ChaCha8Rng) {
 }
 
 /// Generates the case of `spec`, with `dout` (the backward passes may be asked).
+///
+/// The values are those of one ChaCha8 stream read in order — the group sizes, `lhs` row by
+/// row, the experts' scales, `rhs` expert by expert, `dout` — but the long arrays are filled
+/// in parallel: each value takes one `u64` of the stream (two 32-bit words), so a chunk
+/// starting at value `i` seeks to its word position instead of drawing everything before it.
+/// A test checks the result against drawing the stream sequentially.
 pub fn generate(spec: &GemmSpec) -> GroupedGemmCase {
     let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
     let sizes = group_sizes(spec, &mut rng);
     let (m, k, n, g) = (spec.rows(), spec.hidden, spec.ffn, spec.experts);
     let dtype = spec.dtype;
-    let value = |scale: f64, rng: &mut ChaCha8Rng| -> f32 {
-        let x: f64 = rng.random_range(-1.0..1.0);
-        round_to(x * scale, dtype, Overflow::Ieee) as f32
-    };
-    let lhs = ndarray::Array2::from_shape_simple_fn((m, k), || value(1.0, &mut rng));
+    let value = move |x: f64, scale: f64| round_to(x * scale, dtype, Overflow::Ieee) as f32;
+    let mut lhs = ndarray::Array2::<f32>::zeros((m, k));
+    let at = rng.get_word_pos();
+    fill(&rng, at, slice(&mut lhs), |x, _| value(x, 1.0));
+    rng.set_word_pos(at + 2 * (m * k) as u128);
     let scales: Vec<f64> = (0..g)
         .map(|_| 2f64.powi(rng.random_range(-6..=6)))
         .collect();
     let mut rhs = ndarray::Array3::<f32>::zeros((g, k, n));
-    for (e, mut w) in rhs.outer_iter_mut().enumerate() {
-        w.mapv_inplace(|_| value(scales[e], &mut rng));
-    }
-    let dout = ndarray::Array2::from_shape_simple_fn((m, n), || value(1.0, &mut rng));
+    let at = rng.get_word_pos();
+    let per_expert = (k * n).max(1);
+    fill(&rng, at, slice(&mut rhs), |x, i| {
+        value(x, scales[i / per_expert])
+    });
+    let mut dout = ndarray::Array2::<f32>::zeros((m, n));
+    fill(
+        &rng,
+        at + 2 * (g * k * n) as u128,
+        slice(&mut dout),
+        |x, _| value(x, 1.0),
+    );
     GroupedGemmCase {
         lhs,
         rhs,
@@ -245,6 +263,34 @@ pub fn generate(spec: &GemmSpec) -> GroupedGemmCase {
         out_dtype: spec.out_dtype,
         tail: spec.tail,
     }
+}
+
+/// A freshly made standard-layout array as one slice.
+fn slice<D: ndarray::Dimension>(a: &mut ndarray::Array<f32, D>) -> &mut [f32] {
+    a.as_slice_mut().expect("a new array is in standard layout")
+}
+
+/// `out[i] = value(x_i, i)` where `x_i`, uniform in (-1, 1), is the value drawn from `rng`'s
+/// stream at word position `start + 2i`; in parallel chunks, each seeking to its start.
+fn fill(rng: &ChaCha8Rng, start: u128, out: &mut [f32], value: impl Fn(f64, usize) -> f32 + Sync) {
+    const CHUNK: usize = 1 << 20;
+    let chunks: Vec<(usize, &mut [f32])> = out
+        .chunks_mut(CHUNK)
+        .enumerate()
+        .map(|(c, part)| (c * CHUNK, part))
+        .collect();
+    moecheck_reference::par::map_by_cost(
+        chunks,
+        |(_, part)| part.len(),
+        |(first, part)| {
+            let mut r = rng.clone();
+            r.set_word_pos(start + 2 * first as u128);
+            for (i, v) in part.iter_mut().enumerate() {
+                let x: f64 = r.random_range(-1.0..1.0);
+                *v = value(x, first + i);
+            }
+        },
+    );
 }
 
 #[cfg(test)]
@@ -278,6 +324,58 @@ mod tests {
         assert_eq!(case.group_sizes[15], 0);
         assert_eq!(case.rows_used(), 180);
         case.validate(Passes::ALL).unwrap();
+    }
+
+    /// The original, sequential generator: one stream drawn in order.
+    fn sequential(spec: &GemmSpec) -> GroupedGemmCase {
+        let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
+        let sizes = group_sizes(spec, &mut rng);
+        let (m, k, n, g) = (spec.rows(), spec.hidden, spec.ffn, spec.experts);
+        let dtype = spec.dtype;
+        let value = |scale: f64, rng: &mut ChaCha8Rng| -> f32 {
+            let x: f64 = rng.random_range(-1.0..1.0);
+            round_to(x * scale, dtype, Overflow::Ieee) as f32
+        };
+        let lhs = ndarray::Array2::from_shape_simple_fn((m, k), || value(1.0, &mut rng));
+        let scales: Vec<f64> = (0..g)
+            .map(|_| 2f64.powi(rng.random_range(-6..=6)))
+            .collect();
+        let mut rhs = ndarray::Array3::<f32>::zeros((g, k, n));
+        for (e, mut w) in rhs.outer_iter_mut().enumerate() {
+            w.mapv_inplace(|_| value(scales[e], &mut rng));
+        }
+        let dout = ndarray::Array2::from_shape_simple_fn((m, n), || value(1.0, &mut rng));
+        GroupedGemmCase {
+            lhs,
+            rhs,
+            group_sizes: sizes,
+            dout: Some(dout),
+            dtype,
+            out_dtype: spec.out_dtype,
+            tail: spec.tail,
+        }
+    }
+
+    /// Seeking chunk by chunk gives the sequential stream's values exactly, for arrays of
+    /// several parallel chunks and for empty ones, in every input format.
+    #[test]
+    fn parallel_generation_is_the_sequential_stream() {
+        for (tokens, hidden, ffn, dtype) in [
+            (100, 8, 4, Format::Bf16),
+            (3000, 700, 3, Format::F16),
+            (1, 1500, 1400, Format::F32),
+            (0, 5, 0, Format::Bf16),
+        ] {
+            let s = GemmSpec {
+                tokens,
+                hidden,
+                ffn,
+                dtype,
+                ..spec()
+            };
+            let (a, b) = (generate(&s), sequential(&s));
+            assert!(a == b, "{tokens} x {hidden} x {ffn} {dtype}");
+        }
     }
 
     #[test]

@@ -330,33 +330,27 @@ impl Implementation<Gemm> for Emulate {
                 }
                 rows
             };
-            let parts = map_by_cost(
-                (0..g_count).collect(),
-                |&g| (off[g + 1] - off[g]) * k * n,
-                |g| {
+            // Each expert writes its own slice of drhs.
+            map_by_cost(
+                drhs.outer_iter_mut().enumerate().collect(),
+                |&(g, _)| (off[g + 1] - off[g]) * k * n,
+                |(g, mut dst)| {
                     let rows = rows_of(g);
                     let empty = off[g] == off[g + 1];
                     if empty && rows.is_empty() {
-                        return None;
+                        if !self.has(Bug::EmptyExpertWgradNotZeroed) {
+                            dst.fill(0.0);
+                        }
+                        return;
                     }
                     let a = lhs.select(Axis(0), &rows);
                     let b = dout.select(Axis(0), &rows);
                     // An empty expert that reads the tail writes every k; others stop at klim.
                     let cols = if empty { k } else { klim };
-                    Some(self.blocked(a.slice(s![.., ..cols]).t(), b.view()))
+                    let part = self.blocked(a.slice(s![.., ..cols]).t(), b.view());
+                    self.store(&mut dst.slice_mut(s![..cols, ..]), &part, case);
                 },
             );
-            for (g, part) in parts.into_iter().enumerate() {
-                let mut dst = drhs.index_axis_mut(Axis(0), g);
-                match part {
-                    Some(p) => {
-                        let rows = p.nrows();
-                        self.store(&mut dst.slice_mut(s![..rows, ..]), &p, case);
-                    }
-                    None if !self.has(Bug::EmptyExpertWgradNotZeroed) => dst.fill(0.0),
-                    None => {}
-                }
-            }
             result.drhs = Some(drhs);
         }
         Ok(result)

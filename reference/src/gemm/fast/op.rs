@@ -8,7 +8,6 @@ use super::mode::Verification;
 use crate::gemm::bound::{Accumulator, Precision};
 use crate::gemm::case::{GemmOutputs, GroupedGemmCase, Passes};
 use crate::gemm::files::GemmJson;
-use crate::gemm::grouped::reference;
 use crate::gemm::op::Gemm;
 use crate::gemm::report::GemmDocument;
 use crate::op::{Comparison, Op};
@@ -50,7 +49,7 @@ impl Op for GemmFast {
     /// The reference as an implementation computes every element (it is what runs, not what
     /// checks); `expected` does not hold them.
     fn reference_outputs(case: &GroupedGemmCase, passes: Passes, _: FastExpected) -> GemmOutputs {
-        reference(case, passes).map(|r| r.value).unwrap_or_default()
+        crate::gemm::stream::reference_values(case, passes)
     }
 
     fn compare(
