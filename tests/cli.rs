@@ -454,6 +454,53 @@ fn bench_reports_a_ratio_and_rejects_bad_flags() {
         ));
 }
 
+/// `moecheck bench --end-to-end` runs each case as its own process: a passing case has its
+/// verdict, wall time and a peak memory of its own (not this process's); a case the memory
+/// guard refuses has no verdict, exit 2 and the guard's reason; a planted bug is a FAIL row
+/// (a verdict, not a bench error). `--case` alone is refused.
+#[test]
+fn bench_end_to_end_runs_each_case_as_a_user_would() {
+    let out = moecheck()
+        .args([
+            "bench",
+            "--end-to-end",
+            "--json",
+            "--case",
+            "gemm --experts 8 --tokens 64 --hidden 32 --ffn 16",
+            "--case",
+            "gemm --experts 8 --tokens 64 --hidden 33 --ffn 16 --inject partial-k-tile-ignored",
+            "--case",
+            "gemm --experts 100000000 --hidden 7000 --ffn 7000",
+        ])
+        .assert()
+        .code(0)
+        .get_output()
+        .stdout
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let cases = v["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 3);
+    assert!(v["dense_three_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(cases[0]["verdict"], "PASS", "{:?}", cases[0]);
+    assert_eq!(cases[0]["exit"], 0);
+    let peak = cases[0]["peak_bytes"].as_u64().unwrap();
+    assert!(peak > 1 << 20 && peak < 1 << 30, "{peak}");
+    assert!(cases[0]["wall_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(cases[1]["verdict"], "FAIL", "{:?}", cases[1]);
+    assert_eq!(cases[1]["exit"], 1);
+    assert_eq!(cases[2]["exit"], 2);
+    let why = cases[2]["verdict"].as_str().unwrap();
+    assert!(
+        why.contains("this case needs about") && why.contains("--allow-large"),
+        "{why}"
+    );
+    moecheck()
+        .args(["bench", "--case", "gemm"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--case needs --end-to-end"));
+}
+
 #[test]
 fn devices_explains_the_absence_of_a_gpu_in_one_line_and_exits_0() {
     let out = moecheck().arg("devices").output().unwrap();
@@ -766,7 +813,7 @@ fn size_guards_refuse_cases_larger_than_memory() {
         &[
             "gemm",
             "--experts",
-            "1000",
+            "4000",
             "--hidden",
             "2000",
             "--ffn",

@@ -10,6 +10,10 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
+/// Total cost below which the items run on the calling thread: starting threads costs tens of
+/// microseconds, more than the work of a small case (a property campaign runs thousands).
+pub const SERIAL_BELOW: usize = 1 << 20;
+
 /// `f(item)` for every item, on all available cores, largest `cost` first (see the module
 /// docs). The results come back in the order of `items`, whatever the schedule.
 ///
@@ -27,9 +31,16 @@ where
     let count = items.len();
     let mut order: Vec<(usize, T)> = items.into_iter().enumerate().collect();
     order.sort_by_key(|(i, item)| (std::cmp::Reverse(cost(item)), *i));
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(count);
+    let total = order
+        .iter()
+        .fold(0usize, |t, (_, item)| t.saturating_add(cost(item)));
+    let threads = if total < SERIAL_BELOW {
+        1
+    } else {
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(count)
+    };
     let mut results: Vec<Option<R>> = (0..count).map(|_| None).collect();
     if threads <= 1 {
         for (i, item) in order {
@@ -70,21 +81,35 @@ where
 mod tests {
     use super::*;
 
-    /// Results are in input order whatever the costs, with every item mapped exactly once.
+    /// Results are in input order whatever the costs, with every item mapped exactly once, on
+    /// the calling thread (small total cost) and on several.
     #[test]
     fn results_keep_the_input_order() {
         let items: Vec<usize> = (0..1000).map(|i| (i * 7919) % 1000).collect();
-        let calls = std::sync::atomic::AtomicUsize::new(0);
-        let out = map_by_cost(
-            items.clone(),
-            |x| *x,
-            |x| {
-                calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                x + 1
-            },
-        );
-        assert_eq!(out, items.iter().map(|x| x + 1).collect::<Vec<_>>());
-        assert_eq!(calls.into_inner(), 1000);
+        for scale in [1, 10_000] {
+            let calls = std::sync::atomic::AtomicUsize::new(0);
+            let here = std::thread::current().id();
+            let elsewhere = std::sync::atomic::AtomicBool::new(false);
+            let out = map_by_cost(
+                items.clone(),
+                |x| *x * scale,
+                |x| {
+                    calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if std::thread::current().id() != here {
+                        elsewhere.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    x + 1
+                },
+            );
+            assert_eq!(out, items.iter().map(|x| x + 1).collect::<Vec<_>>());
+            assert_eq!(calls.into_inner(), 1000);
+            let parallel = std::thread::available_parallelism().map_or(1, |n| n.get()) > 1;
+            assert_eq!(
+                elsewhere.into_inner(),
+                scale > 1 && parallel,
+                "scale {scale}"
+            );
+        }
         assert!(map_by_cost(Vec::<u8>::new(), |_| 0, |x| x).is_empty());
     }
 }

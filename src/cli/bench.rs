@@ -41,6 +41,17 @@ pub struct BenchArgs {
     /// first-touching a fresh (M, N) output) instead of GEMMs into preallocated outputs.
     #[arg(long)]
     pub alloc: bool,
+    /// Instead of the kernel benchmark: whole `moecheck gemm` runs, each in its own process,
+    /// with wall time, peak memory and verdict, beside three dense f64 GEMMs of the mid-size
+    /// case's FLOPs timed in the same run. By default the sizes with targets (E=64
+    /// M=4096 K=2048 N=1024; DeepSeek-V3's 256 x 7168 x 2048 at 4096 tokens x top-8, emulate
+    /// and FP8); a case refused by the memory guard shows its reason.
+    #[arg(long)]
+    pub end_to_end: bool,
+    /// With --end-to-end: a moecheck command line to run instead of the defaults
+    /// (repeatable), e.g. --case "gemm --experts 8 --impl emulate".
+    #[arg(long = "case", value_name = "ARGS")]
+    pub cases: Vec<String>,
     #[arg(long)]
     pub json: bool,
 }
@@ -82,6 +93,27 @@ fn load_average() -> f64 {
 const DEFAULT_EMPTY: usize = 16;
 
 pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
+    if a.end_to_end {
+        let cases = if a.cases.is_empty() {
+            super::bench_e2e::default_cases()
+        } else {
+            a.cases
+                .iter()
+                .map(|c| super::bench_e2e::E2eCase {
+                    args: c.split_whitespace().map(String::from).collect(),
+                    target: "-".into(),
+                })
+                .collect()
+        };
+        if let Some(c) = cases.iter().find(|c| c.args.is_empty()) {
+            anyhow::bail!("--case {:?}: empty command line", c.args.join(" "));
+        }
+        super::bench_e2e::run(&cases, a.json)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !a.cases.is_empty() {
+        anyhow::bail!("--case needs --end-to-end");
+    }
     if a.reps == 0 {
         anyhow::bail!("--reps must be at least 1");
     }

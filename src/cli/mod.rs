@@ -1,6 +1,7 @@
 //! Argument parsing and dispatch. Each subcommand lives in its own file.
 
 mod bench;
+mod bench_e2e;
 mod check;
 mod curves;
 mod devices;

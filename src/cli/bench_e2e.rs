@@ -1,0 +1,206 @@
+//! `moecheck bench --end-to-end`: whole `moecheck gemm` runs as a user starts them, each in
+//! its own process, with wall time, peak memory (the child's maximum resident set, from
+//! `wait4`) and verdict, beside three dense f64 GEMMs of the mid-size case's FLOPs measured in
+//! the same run. The default cases are the sizes issue 13 sets targets for; `--case` replaces
+//! them.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use ndarray::Array2;
+
+/// One end-to-end case: a `moecheck` command line and the target it is held to.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct E2eCase {
+    pub args: Vec<String>,
+    pub target: String,
+}
+
+/// The mid size of issue 13: E = 64, M = 4096 rows, K = 2048, N = 1024.
+const MID: &str = "gemm --experts 64 --tokens 512 --topk 8 --hidden 2048 --ffn 1024";
+/// DeepSeek-V3's expert GEMM: 256 experts, 4096 tokens × top-8, 7168 × 2048 weights.
+const DEEPSEEK: &str = "gemm --experts 256 --tokens 4096 --topk 8 --hidden 7168 --ffn 2048";
+
+/// The cases of issue 13's targets.
+pub fn default_cases() -> Vec<E2eCase> {
+    let case = |base: &str, more: &str, target: &str| E2eCase {
+        args: format!("{base} {more}")
+            .split_whitespace()
+            .map(String::from)
+            .collect(),
+        target: target.into(),
+    };
+    vec![
+        case(
+            MID,
+            "--impl reference --verify full",
+            "<= 4x three dense GEMMs, <= 1.5 GB",
+        ),
+        case(MID, "--impl emulate --verify full", "-"),
+        case(MID, "--impl emulate --verify fast", "-"),
+        case(
+            DEEPSEEK,
+            "--impl emulate --verify fast",
+            "<= 90 s, <= 16 GiB",
+        ),
+        case(
+            DEEPSEEK,
+            "--impl emulate --verify full",
+            "<= 6 min, <= 16 GiB",
+        ),
+        case(DEEPSEEK, "--dtype fp8 --impl emulate", "<= 5 min"),
+        // What fits on a 24 GiB machine today: the forward pass alone, checked in full.
+        case(DEEPSEEK, "--impl emulate --passes fwd --verify full", "-"),
+    ]
+}
+
+/// What one case did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct E2eResult {
+    pub command: String,
+    pub target: String,
+    /// The exit status (2: refused, e.g. by the memory guard).
+    pub exit: Option<i32>,
+    /// PASS / FAIL / INCONCLUSIVE from the report, or why there is none.
+    pub verdict: String,
+    pub wall_s: f64,
+    /// The child's peak resident memory in bytes.
+    pub peak_bytes: u64,
+    /// `wall_s` over the three dense GEMMs' time (timed after every case ran).
+    pub dense_ratio: f64,
+}
+
+/// Runs `case` as a child of this executable and measures it.
+fn run_case(case: &E2eCase) -> anyhow::Result<E2eResult> {
+    let exe = std::env::current_exe()?;
+    let start = Instant::now();
+    let mut child = Command::new(exe)
+        .args(&case.args)
+        .arg("--json")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("piped")));
+    let err = drain(Box::new(child.stderr.take().expect("piped")));
+    let (status, peak) = wait_with_peak(child.id())?;
+    let wall_s = start.elapsed().as_secs_f64();
+    let (out, err) = (
+        out.join().unwrap_or_default(),
+        err.join().unwrap_or_default(),
+    );
+    let verdict = serde_json::from_str::<serde_json::Value>(&out)
+        .ok()
+        .and_then(|v| v.get("verdict")?.as_str().map(str::to_uppercase))
+        .unwrap_or_else(|| {
+            let last = err.trim().lines().last().unwrap_or("no report").trim();
+            format!("none: {last}")
+        });
+    Ok(E2eResult {
+        command: format!("moecheck {}", case.args.join(" ")),
+        target: case.target.clone(),
+        exit: status,
+        verdict,
+        wall_s,
+        peak_bytes: peak,
+        dense_ratio: f64::NAN,
+    })
+}
+
+/// Waits for process `pid` (a child of this one): its exit code (None when killed by a
+/// signal) and peak resident set in bytes.
+fn wait_with_peak(pid: u32) -> anyhow::Result<(Option<i32>, u64)> {
+    let mut status = 0;
+    // SAFETY: plain FFI call with valid out-pointers; `pid` is our own unwaited child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut usage) };
+    if r < 0 {
+        anyhow::bail!("wait4: {}", std::io::Error::last_os_error());
+    }
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    // Linux reports ru_maxrss in KiB.
+    Ok((code, (usage.ru_maxrss.max(0) as u64) * 1024))
+}
+
+/// Seconds for three dense f64 GEMMs `(M × K)·(K × N)` (the FLOPs of the three passes of a
+/// grouped GEMM with every row routed): three times the median of five timed calls.
+pub fn dense_three(m: usize, k: usize, n: usize) -> f64 {
+    let a = Array2::<f64>::from_shape_fn((m, k), |(i, j)| ((i * 7 + j * 13) % 17) as f64 - 8.0);
+    let b = Array2::<f64>::from_shape_fn((k, n), |(i, j)| ((i * 3 + j * 5) % 11) as f64 - 5.0);
+    let mut c = Array2::<f64>::zeros((m, n));
+    let mut times: Vec<f64> = (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            ndarray::linalg::general_mat_mul(1.0, &a, &b, 0.0, &mut c);
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    3.0 * times[2]
+}
+
+/// Runs every case, then times the dense GEMMs (after the cases: a child's peak memory
+/// counts what this process held when it started the child), and prints the table (or the
+/// whole document with `json`).
+pub fn run(cases: &[E2eCase], json: bool) -> anyhow::Result<()> {
+    let mut results = Vec::new();
+    let bar = moecheck::progress::Progress::steps(cases.len() as u64, "cases");
+    for case in cases {
+        bar.stage(&format!("moecheck {}", case.args.join(" ")));
+        results.push(run_case(case)?);
+        bar.step();
+    }
+    bar.done();
+    let dense3 = dense_three(4096, 2048, 1024);
+    for r in &mut results {
+        r.dense_ratio = r.wall_s / dense3;
+    }
+    if json {
+        let doc = serde_json::json!({ "dense_three_s": dense3, "cases": results });
+        moecheck::outln!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    moecheck::outln!(
+        "three dense f64 GEMMs of 4096 x 2048 x 1024 (the mid case's FLOPs): {dense3:.2} s"
+    );
+    moecheck::outln!(
+        "{:>9} {:>9} {:>8}  {:<12} {:<36} command",
+        "wall s",
+        "peak GiB",
+        "x dense",
+        "verdict",
+        "target"
+    );
+    for r in &results {
+        moecheck::outln!(
+            "{:>9.1} {:>9.2} {:>8.1}  {:<12} {:<36} {}",
+            r.wall_s,
+            r.peak_bytes as f64 / (1u64 << 30) as f64,
+            r.dense_ratio,
+            short(&r.verdict),
+            r.target,
+            r.command
+        );
+        if r.verdict.starts_with("none") {
+            moecheck::outln!("          {}", r.verdict);
+        }
+    }
+    Ok(())
+}
+
+/// The verdict column: the verdict, or `refused`/`error` when there is none.
+fn short(verdict: &str) -> &str {
+    if verdict.starts_with("none") {
+        "no verdict"
+    } else {
+        verdict
+    }
+}
