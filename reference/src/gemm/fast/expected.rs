@@ -13,24 +13,25 @@ use crate::Error;
 /// are rows `row0..row0 + rows` of the pass's output seen as a matrix ([`flat_shape`]).
 pub(super) struct Block<'a> {
     pub group: usize,
-    pub a: ArrayView2<'a, f64>,
-    pub b: ArrayView2<'a, f64>,
+    pub a: ArrayView2<'a, f32>,
+    pub b: ArrayView2<'a, f32>,
     pub row0: usize,
 }
 
-/// The case's inputs in f64.
-pub(super) struct Inputs {
-    lhs: Array2<f64>,
-    rhs: ndarray::Array3<f64>,
-    dout: Option<Array2<f64>>,
+/// The case's inputs, where they lie (in f32); each block is widened to f64 when its turn
+/// comes, so no whole-case f64 copy is made.
+pub(super) struct Inputs<'c> {
+    lhs: ArrayView2<'c, f32>,
+    rhs: ndarray::ArrayView3<'c, f32>,
+    dout: Option<ArrayView2<'c, f32>>,
 }
 
-impl Inputs {
-    pub fn of(case: &GroupedGemmCase) -> Inputs {
+impl<'c> Inputs<'c> {
+    pub fn of(case: &'c GroupedGemmCase) -> Inputs<'c> {
         Inputs {
-            lhs: case.lhs.mapv(f64::from),
-            rhs: case.rhs.mapv(f64::from),
-            dout: case.dout.as_ref().map(|d| d.mapv(f64::from)),
+            lhs: case.lhs.view(),
+            rhs: case.rhs.view(),
+            dout: case.dout.as_ref().map(|d| d.view()),
         }
     }
 
@@ -39,26 +40,22 @@ impl Inputs {
     ///
     /// # Panics
     /// When a backward pass is asked of a case without `dout` (validation refuses it).
-    pub fn blocks(&self, pass: Pass, off: &[usize]) -> Vec<Block<'_>> {
-        let k = self.lhs.ncols();
+    pub fn blocks(&self, pass: Pass, off: &[usize]) -> Vec<Block<'c>> {
+        let (lhs, rhs, dout) = (self.lhs, self.rhs, self.dout);
+        let k = lhs.ncols();
         (0..off.len() - 1)
             .map(|g| {
                 let (lo, hi) = (off[g], off[g + 1]);
                 let dout = || {
-                    self.dout
-                        .as_ref()
-                        .expect("validated: dout is present")
-                        .slice(s![lo..hi, ..])
+                    dout.expect("validated: dout is present")
+                        .slice_move(s![lo..hi, ..])
                 };
-                let w = self.rhs.index_axis(Axis(0), g);
+                let w = rhs.index_axis_move(Axis(0), g);
+                let rows = lhs.slice_move(s![lo..hi, ..]);
                 let (a, b, row0) = match pass {
-                    Pass::Fwd => (self.lhs.slice(s![lo..hi, ..]), w, lo),
+                    Pass::Fwd => (rows, w, lo),
                     Pass::Dgrad => (dout(), w.reversed_axes(), lo),
-                    Pass::Wgrad => (
-                        self.lhs.slice(s![lo..hi, ..]).reversed_axes(),
-                        dout(),
-                        g * k,
-                    ),
+                    Pass::Wgrad => (rows.reversed_axes(), dout(), g * k),
                 };
                 Block {
                     group: g,
@@ -136,11 +133,12 @@ pub fn fast_expected(case: &GroupedGemmCase, passes: Passes) -> Result<FastExpec
             let vectors = Array2::from_shape_fn((VECTORS, shape.1), |(v, j)| {
                 sign(seed_of(p, v, 0x7665_6374), j as u64)
             });
-            let blocks = inputs
-                .blocks(pass, &off)
-                .iter()
-                .map(|b| block_expected(b, &vectors, p))
-                .collect();
+            // Experts in parallel, largest first; each widens its own operands.
+            let blocks = crate::par::map_by_cost(
+                inputs.blocks(pass, &off),
+                |b| b.a.len() * b.b.ncols() + b.b.len(),
+                |b| block_expected(&b, &vectors, p),
+            );
             PassExpected {
                 pass,
                 shape,
@@ -153,7 +151,7 @@ pub fn fast_expected(case: &GroupedGemmCase, passes: Passes) -> Result<FastExpec
 }
 
 fn block_expected(block: &Block, vectors: &Array2<f64>, pass: usize) -> BlockExpected {
-    let (a, b) = (block.a, block.b);
+    let (a, b) = (block.a.mapv(f64::from), block.b.mapv(f64::from));
     let abs_a = a.mapv(f64::abs);
     let abs_b = b.mapv(f64::abs);
     let magnitude = abs_a.dot(&abs_b.sum_axis(Axis(1)));
