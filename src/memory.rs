@@ -101,12 +101,13 @@ pub fn gemm_bytes(
         .into_iter()
         .filter(|(asked, _)| *asked)
         .fold(0u64, |acc, (_, e)| acc.saturating_add(e));
-    // Fast verification widens one expert's operands at a time per core (with their absolute
-    // values): at most a whole `K x N` weight and the rows of `lhs`, four f64 copies, two cores.
+    // Fast verification widens one expert's operands at a time per core, each with its
+    // absolute values (two f64 copies): a whole `K x N` weight per core (two cores), and the
+    // expert's rows of `lhs` or `dout`, which over the cores together are at most all `M`.
     let fast = if verify == Verify::Fast {
-        elements(&[k, n])
-            .saturating_add(mk)
-            .saturating_mul(4 * 8 * 2)
+        mk.max(mn)
+            .saturating_mul(2 * 8)
+            .saturating_add(elements(&[k, n]).saturating_mul(2 * 8 * 2))
     } else {
         0
     };

@@ -104,12 +104,17 @@ pub fn run<O: Backends>(
             bail!("{reason}");
         }
     }
-    progress.stage("computing the f64 reference");
+    // For the grouped GEMM this is only the validation: its reference is computed during the
+    // check, expert by expert (`moecheck_reference::gemm::stream`).
+    progress.stage("preparing the f64 reference");
     let start = Instant::now();
     let expected = O::expected(case, ask).context("generated case")?;
     let reference_seconds = start.elapsed().as_secs_f64();
     let checked = imp.map(|i| {
-        progress.stage(&format!("running {} and checking it", i.name()));
+        progress.stage(&format!(
+            "running {} and checking it against the f64 reference",
+            i.name()
+        ));
         let implemented = Implemented {
             name: i.name(),
             is_model: i.is_model(),
