@@ -4,14 +4,15 @@
 //!
 //! The estimates are per-element costs measured with `/usr/bin/time -f %M` on release builds
 //! (2026-12-03), rounded up:
-//! * `gemm`, counted per array: the inputs in f32 (4 bytes per element of `lhs`, `rhs`, and
-//!   `dout` when a backward pass is asked), each asked output in f64 as the implementation
-//!   returns it (8 bytes per element of `out`, `dlhs`, `drhs`), the emulation's f32 partial
-//!   sums of one pass (4 bytes per element of the larger of `out` and `dlhs`), and with
-//!   `--verify fast` one expert's operands widened to f64 per core; plus 256 MiB. Full
-//!   verification holds no reference array (it is streamed, `moecheck_reference::gemm::stream`).
-//!   Measured at 64 experts, M = 4096, K = 2048, N = 1024, three passes: 1.81 GB (reference)
-//!   and 1.82 GB (emulate), estimate 2.06 GB.
+//! * `gemm`, counted per array: the inputs in f32 (4 bytes per element of `lhs`, `rhs` and
+//!   `dout`, which the generated case always has), each asked output in f64 as the
+//!   implementation returns it (8 bytes per element of `out`, `dlhs`, `drhs`), what the check
+//!   holds per core while it widens one expert at a time (`gemm_bytes` spells it out per
+//!   verification mode), and the emulated kernel's f32 partial sums; plus 256 MiB. No
+//!   reference array is held (it is streamed, `moecheck_reference::gemm::stream`). Measured:
+//!   64 experts, M = 4096, K = 2048, N = 1024, three passes, 1.72 GiB (reference) to 1.84 GiB
+//!   (emulate, fast), estimate about 2.2 GiB; DeepSeek-V3's forward pass (256 experts, M =
+//!   32768, K = 7168, N = 2048), emulate, full, 16.2 GiB, estimate about 17.3 GiB.
 //! * `gemm --dtype fp8`: about 52 bytes per element of `lhs`, `rhs` and `out` together (the
 //!   FP8 references are held whole), measured at 16 experts, M = 2048, K = 1024, N = 512
 //!   (600 MB) and 64 experts, M = 4096, K = 2048, N = 1024 (7.3 GB); the guard counts 64.
@@ -89,34 +90,66 @@ pub fn gemm_bytes(
     passes: Passes,
     verify: Verify,
 ) -> u64 {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    gemm_bytes_on(cores, m, k, n, groups, passes, verify)
+}
+
+/// [`gemm_bytes`] on a machine with `cores` cores.
+fn gemm_bytes_on(
+    cores: usize,
+    m: usize,
+    k: usize,
+    n: usize,
+    groups: usize,
+    passes: Passes,
+    verify: Verify,
+) -> u64 {
     let (mk, gkn, mn) = (
         elements(&[m, k]),
         elements(&[groups, k, n]),
         elements(&[m, n]),
     );
-    let inputs = [mk, gkn, if passes.needs_dout() { mn } else { 0 }]
-        .into_iter()
-        .fold(0u64, u64::saturating_add);
-    let outputs = [(passes.fwd, mn), (passes.dgrad, mk), (passes.wgrad, gkn)]
-        .into_iter()
-        .filter(|(asked, _)| *asked)
-        .fold(0u64, |acc, (_, e)| acc.saturating_add(e));
-    // Fast verification widens one expert's operands at a time per core, each with its
-    // absolute values (two f64 copies): a whole `K x N` weight per core (two cores), and the
-    // expert's rows of `lhs` or `dout`, which over the cores together are at most all `M`.
-    let fast = if verify == Verify::Fast {
-        mk.max(mn)
-            .saturating_mul(2 * 8)
-            .saturating_add(elements(&[k, n]).saturating_mul(2 * 8 * 2))
-    } else {
-        0
+    let kn = elements(&[k, n]);
+    let cores = cores as u64;
+    let add = |terms: &[u64]| terms.iter().fold(0u64, |a, t| a.saturating_add(*t));
+    let mul = |a: u64, b: u64| a.saturating_mul(b);
+    // The generated case always holds dout, whichever passes are asked.
+    let inputs = mul(add(&[mk, gkn, mn]), 4);
+    let outputs = mul(
+        add(&[
+            if passes.fwd { mn } else { 0 },
+            if passes.dgrad { mk } else { 0 },
+            if passes.wgrad { gkn } else { 0 },
+        ]),
+        8,
+    );
+    // The check widens one expert at a time per core, with absolute values (two f64 copies):
+    // full verification the whole weight (or wgrad's rows of dout) and 256-row blocks; fast
+    // verification both operands whole, whose rows over the cores are at most all M.
+    let check = match verify {
+        Verify::Full => add(&[
+            mul(mul(add(&[kn, mul(512, k.max(n) as u64)]), 16), cores),
+            if passes.wgrad { mul(mn, 16) } else { 0 },
+        ]),
+        Verify::Fast => add(&[mul(mul(kn, 16), cores), mul(add(&[mk, mn]), 16)]),
     };
-    inputs
-        .saturating_mul(4)
-        .saturating_add(fast)
-        .saturating_add(outputs.saturating_mul(8))
-        .saturating_add(mn.max(mk).saturating_mul(4))
-        .saturating_add(256 << 20)
+    // The emulated kernel, one pass at a time: f32 partial sums and accumulators of the rows
+    // of every expert (fwd, dgrad), or of one weight per core and copies of an expert's rows
+    // (wgrad).
+    let emulate = [
+        (passes.fwd, mul(mn, 12)),
+        (passes.dgrad, mul(mk, 12)),
+        (
+            passes.wgrad,
+            add(&[mul(mul(kn, 8), cores), mul(add(&[mk, mn]), 4)]),
+        ),
+    ]
+    .into_iter()
+    .filter(|(asked, _)| *asked)
+    .map(|(_, b)| b)
+    .max()
+    .unwrap_or(0);
+    add(&[inputs, outputs, check, emulate, 256 << 20])
 }
 
 /// The estimated peak of `moecheck gemm --dtype fp8` (module docs).
@@ -144,16 +177,21 @@ mod tests {
 
     #[test]
     fn estimates_cover_the_measured_peaks() {
-        // Measured peaks (module docs) are below the estimates, and not far below.
+        // Measured peaks (module docs, two cores) are below the estimates, and not far below.
         let g = fp8_gemm_bytes(2048, 1024, 512, 16);
         assert!(g > 600_000_000 && g < 900_000_000, "{g}");
-        let g = gemm_bytes(4096, 2048, 1024, 64, Passes::ALL, Verify::Full);
-        assert!(g > 1_830_000_000 && g < 3_000_000_000, "{g}");
-        // Forward alone holds no dout, dlhs or drhs; fast verification widens per expert.
-        let fwd = gemm_bytes(4096, 2048, 1024, 64, Passes::FWD, Verify::Full);
-        assert!(fwd < g / 2, "{fwd}");
-        let fast = gemm_bytes(4096, 2048, 1024, 64, Passes::ALL, Verify::Fast);
-        assert!(fast > g && fast < g + 1_500_000_000, "{fast}");
+        let g = gemm_bytes_on(2, 4096, 2048, 1024, 64, Passes::ALL, Verify::Full);
+        assert!(g > 1_980_000_000 && g < 3_000_000_000, "{g}");
+        let fast = gemm_bytes_on(2, 4096, 2048, 1024, 64, Passes::ALL, Verify::Fast);
+        assert!(fast > 1_980_000_000 && fast < 3_000_000_000, "{fast}");
+        // Forward alone holds no dlhs or drhs (1.1 GB in f64).
+        let fwd = gemm_bytes_on(2, 4096, 2048, 1024, 64, Passes::FWD, Verify::Full);
+        assert!(fwd < g - 1_000_000_000, "{fwd}");
+        // DeepSeek-V3's forward pass ran at a 17.4 GB (16.2 GiB) peak, verified in full.
+        let ds = gemm_bytes_on(2, 32768, 7168, 2048, 256, Passes::FWD, Verify::Full);
+        // More cores hold more experts at once.
+        assert!(gemm_bytes_on(16, 32768, 7168, 2048, 256, Passes::FWD, Verify::Full) > ds);
+        assert!(ds > 17_400_000_000 && ds < 20_000_000_000, "{ds}");
         let m = moe_bytes(2048, 512, 32, 256, 0);
         assert!(m > 941_000_000 && m < 2_000_000_000, "{m}");
         let m = moe_bytes(8192, 128, 8, 64, 0);

@@ -135,12 +135,14 @@ impl GemmFlags {
         }
     }
 
-    /// Refuses a case larger than the memory available ([`memory`]), unless `--allow-large`.
+    /// Refuses a case larger than the memory available ([`memory`]), unless `--allow-large`;
+    /// `verify` is `None` for the FP8 GEMM.
     fn guard_memory(&self, verify: Option<Verify>) -> anyhow::Result<()> {
         let m = self.tokens.saturating_mul(self.topk);
+        let (k, n, g) = (self.hidden, self.ffn, self.experts);
         let need = match verify {
-            Some(v) => memory::gemm_bytes(m, self.hidden, self.ffn, self.experts, self.passes, v),
-            None => memory::fp8_gemm_bytes(m, self.hidden, self.ffn, self.experts),
+            Some(v) => memory::gemm_bytes(m, k, n, g, self.passes, v),
+            None => memory::fp8_gemm_bytes(m, k, n, g),
         };
         memory::guard(
             "--experts/--tokens/--topk/--hidden/--ffn",

@@ -269,8 +269,8 @@ pub fn compare_outputs_with_bound(
 }
 
 /// [`compare_outputs`] with the reference computed expert by expert as the comparison reaches
-/// it ([`super::stream`]), in parallel over experts: memory beyond `case` and `got` is a few
-/// row blocks per core. The report is the same as [`compare_outputs`]'s (a test checks it).
+/// it ([`super::stream`]), in parallel over experts: memory beyond `case` and `got` is one
+/// expert's widened operand and a few row blocks per core. The report is the same as [`compare_outputs`]'s (a test checks it).
 ///
 /// # Panics
 /// When `case` is invalid for `passes` (validate it first).

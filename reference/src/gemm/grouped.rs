@@ -70,7 +70,7 @@ fn fwd_groups(
     offsets: &[usize],
     out: ArrayViewMut2<f64>,
 ) {
-    run_jobs(row_jobs(out, offsets, CHUNK), |job| {
+    run_jobs(row_jobs(out, offsets, CHUNK, lhs.ncols()), |job| {
         let a = lhs.slice(s![job.start..job.start + job.dst.nrows(), ..]);
         gemm(a, rhs.index_axis(Axis(0), job.g), job.dst);
     });
@@ -90,10 +90,13 @@ pub fn grouped_dgrad(
     let mut dlhs = Array2::<f64>::zeros((dout.nrows(), rhs.shape()[1]));
     // One job per group: `rhs_gᵀ` has no contiguous rows, so this is matrixmultiply, which
     // packs the whole weight once per call; splitting a group would pack it once per chunk.
-    run_jobs(row_jobs(dlhs.view_mut(), offsets, usize::MAX), |job| {
-        let a = dout.slice(s![job.start..job.start + job.dst.nrows(), ..]);
-        gemm(a, rhs.index_axis(Axis(0), job.g).t(), job.dst);
-    });
+    run_jobs(
+        row_jobs(dlhs.view_mut(), offsets, usize::MAX, dout.ncols()),
+        |job| {
+            let a = dout.slice(s![job.start..job.start + job.dst.nrows(), ..]);
+            gemm(a, rhs.index_axis(Axis(0), job.g).t(), job.dst);
+        },
+    );
     dlhs
 }
 
@@ -118,7 +121,7 @@ pub fn grouped_wgrad(
         while size > 0 && dst.nrows() > 0 {
             let rows = CHUNK.min(dst.nrows());
             let (head, rest) = dst.split_at(Axis(0), rows);
-            let cost = size * head.nrows();
+            let cost = size * head.nrows() * head.ncols();
             jobs.push(Job {
                 g,
                 start,
@@ -147,7 +150,14 @@ struct Job<'a> {
 }
 
 /// Splits `dst` into the row blocks of the non-empty groups, at most `chunk` rows each.
-fn row_jobs<'a>(mut dst: ArrayViewMut2<'a, f64>, offsets: &[usize], chunk: usize) -> Vec<Job<'a>> {
+/// A job's cost is its multiply-adds (`rows · columns · depth`), which also decides whether the
+/// work is large enough to spread over threads ([`crate::par::SERIAL_BELOW`]).
+fn row_jobs<'a>(
+    mut dst: ArrayViewMut2<'a, f64>,
+    offsets: &[usize],
+    chunk: usize,
+    depth: usize,
+) -> Vec<Job<'a>> {
     let mut jobs = Vec::new();
     for g in 0..offsets.len() - 1 {
         let mut start = offsets[g];
@@ -157,7 +167,7 @@ fn row_jobs<'a>(mut dst: ArrayViewMut2<'a, f64>, offsets: &[usize], chunk: usize
             jobs.push(Job {
                 g,
                 start,
-                cost: rows,
+                cost: rows * head.ncols() * depth,
                 dst: head,
             });
             dst = rest;

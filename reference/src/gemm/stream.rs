@@ -7,8 +7,10 @@
 //! of every input. Here the inputs of one expert are widened to f64 in per-thread buffers that
 //! are reused from expert to expert, `y` and `s` are computed for a block of at most
 //! [`BLOCK`] rows through [`super::kernel::gemm`], and the block is handed to the comparison
-//! before the next one is computed. Memory beyond the case and the outputs under test is a
-//! few blocks per core, whatever the size of the case.
+//! before the next one is computed. Memory beyond the case and the outputs under test is, per
+//! core, one expert's right operand widened with its absolute values (a `K × N` weight, or
+//! wgrad's rows of `dout`) and a few blocks; the buffers are kept for the thread's life and
+//! reused (the calling thread's too, when the work is too small to spread).
 //!
 //! The values are the same bit for bit as [`super::grouped`]'s for fwd and wgrad (the kernel's
 //! summation order depends only on the reduction index, not on how rows are blocked). dgrad
@@ -185,22 +187,25 @@ pub fn reference_values(case: &GroupedGemmCase, passes: Passes) -> GemmOutputs {
     let (m, k, n, groups) = (case.m(), case.k(), case.n(), case.groups());
     let rows_of = |pass: Pass, cols: usize| {
         let mut all = Array2::<f64>::zeros((m, cols));
-        let parts = crate::par::map_by_cost(
-            (0..groups).collect(),
-            |g| group_work(case, &off, pass, *g),
-            |g| {
-                let mut part = Array2::<f64>::zeros((off[g + 1] - off[g], cols));
+        // Each expert writes its own rows (tail rows stay 0).
+        let mut rest = all.view_mut();
+        let mut views = Vec::with_capacity(groups);
+        for g in 0..groups {
+            let (head, tail) = rest.split_at(Axis(0), off[g + 1] - off[g]);
+            views.push((g, head));
+            rest = tail;
+        }
+        crate::par::map_by_cost(
+            views,
+            |&(g, _)| group_work(case, &off, pass, g),
+            |(g, mut dst)| {
                 group_blocks(case, &off, pass, g, false, &mut |b| {
                     let at = b.first - off[g];
-                    part.slice_mut(s![at..at + b.value.nrows(), ..])
+                    dst.slice_mut(s![at..at + b.value.nrows(), ..])
                         .assign(&b.value);
                 });
-                part
             },
         );
-        for (g, part) in parts.into_iter().enumerate() {
-            all.slice_mut(s![off[g]..off[g + 1], ..]).assign(&part);
-        }
         all
     };
     let wgrad = || {

@@ -269,7 +269,7 @@ impl Implementation<Gemm> for Emulate {
             if !k_zero_poison {
                 let parts = map_by_cost(
                     (0..g_count).collect(),
-                    |&g| (off[g + 1] - off[g]) * n,
+                    |&g| (off[g + 1] - off[g]) * n * k,
                     |g| {
                         let (lo, hi) = written(g);
                         let e = self.expert_of(sizes, g);
@@ -297,7 +297,7 @@ impl Implementation<Gemm> for Emulate {
             let mut dlhs = Array2::<f64>::from_elem((m, k), f64::NAN);
             let parts = map_by_cost(
                 (0..g_count).collect(),
-                |&g| (off[g + 1] - off[g]) * k,
+                |&g| (off[g + 1] - off[g]) * k * n,
                 |g| {
                     let (lo, hi) = written(g);
                     let e = self.expert_of(sizes, g);
