@@ -276,56 +276,28 @@ mod tests {
                     let mut seen = 0;
                     group_blocks(&c, &off, pass, g, true, &mut |b| {
                         let rows = b.value.nrows();
-                        let (want, mag) = match pass {
-                            Pass::Fwd => (
-                                whole
-                                    .value
-                                    .out
-                                    .as_ref()
-                                    .unwrap()
-                                    .slice(s![b.first..b.first + rows, ..])
-                                    .to_owned(),
-                                whole
-                                    .magnitude
-                                    .out
-                                    .as_ref()
-                                    .unwrap()
-                                    .slice(s![b.first..b.first + rows, ..])
-                                    .to_owned(),
-                            ),
-                            Pass::Dgrad => (
-                                whole
-                                    .value
-                                    .dlhs
-                                    .as_ref()
-                                    .unwrap()
-                                    .slice(s![b.first..b.first + rows, ..])
-                                    .to_owned(),
-                                whole
-                                    .magnitude
-                                    .dlhs
-                                    .as_ref()
-                                    .unwrap()
-                                    .slice(s![b.first..b.first + rows, ..])
-                                    .to_owned(),
-                            ),
-                            Pass::Wgrad => (
-                                whole
-                                    .value
-                                    .drhs
-                                    .as_ref()
-                                    .unwrap()
-                                    .slice(s![g, b.first..b.first + rows, ..])
-                                    .to_owned(),
-                                whole
-                                    .magnitude
-                                    .drhs
-                                    .as_ref()
-                                    .unwrap()
-                                    .slice(s![g, b.first..b.first + rows, ..])
-                                    .to_owned(),
-                            ),
+                        // The same rows of the whole pass's output (of drhs[g] for wgrad).
+                        let rows_of = |o: &GemmOutputs| match pass {
+                            Pass::Fwd => o
+                                .out
+                                .as_ref()
+                                .unwrap()
+                                .slice(s![b.first..b.first + rows, ..])
+                                .to_owned(),
+                            Pass::Dgrad => o
+                                .dlhs
+                                .as_ref()
+                                .unwrap()
+                                .slice(s![b.first..b.first + rows, ..])
+                                .to_owned(),
+                            Pass::Wgrad => o
+                                .drhs
+                                .as_ref()
+                                .unwrap()
+                                .slice(s![g, b.first..b.first + rows, ..])
+                                .to_owned(),
                         };
+                        let (want, mag) = (rows_of(&whole.value), rows_of(&whole.magnitude));
                         assert!(rows <= BLOCK);
                         assert_eq!(b.value, want, "{pass} group {g} from {}", b.first);
                         assert_eq!(b.magnitude.unwrap(), mag, "{pass} group {g}");
