@@ -98,7 +98,61 @@ pub fn gemm(a: ArrayView2<f64>, b: ArrayView2<f64>, c: ArrayViewMut2<f64>) {
 ///
 /// # Panics
 /// If the shapes disagree, or `isa` is not supported by this CPU.
-pub fn gemm_with(isa: Isa, a: ArrayView2<f64>, b: ArrayView2<f64>, mut c: ArrayViewMut2<f64>) {
+pub fn gemm_with(isa: Isa, a: ArrayView2<f64>, b: ArrayView2<f64>, c: ArrayViewMut2<f64>) {
+    run(isa, a, b, c, None)
+}
+
+/// `c ← a·b` and `s ← |a|·|b|` (every product's magnitude, `s[i, j] = Σ_p |a[i, p]|·|b[p, j]|`)
+/// in one sweep over the operands: the values a bound scales with, without absolute-value
+/// copies of the operands and without reading them twice.
+///
+/// Both sums run in the order of [`gemm`], with the same tiles: `c` is bit for bit what
+/// [`gemm`] returns, and `s` what [`gemm`] returns for `|a|` and `|b|` (the absolute values are
+/// taken in registers; `|x|` is exact).
+///
+/// # Panics
+/// If the shapes disagree.
+///
+/// ```
+/// use ndarray::{array, Array2};
+/// use moecheck_reference::gemm::kernel::gemm_magnitude;
+/// let a = array![[1.0, -2.0]];
+/// let b = array![[5.0], [8.0]];
+/// let (mut c, mut s) = (Array2::zeros((1, 1)), Array2::zeros((1, 1)));
+/// gemm_magnitude(a.view(), b.view(), c.view_mut(), s.view_mut());
+/// assert_eq!((c[(0, 0)], s[(0, 0)]), (-11.0, 21.0));
+/// ```
+pub fn gemm_magnitude(
+    a: ArrayView2<f64>,
+    b: ArrayView2<f64>,
+    c: ArrayViewMut2<f64>,
+    s: ArrayViewMut2<f64>,
+) {
+    gemm_magnitude_with(Isa::detect(), a, b, c, s)
+}
+
+/// [`gemm_magnitude`] on a chosen path.
+///
+/// # Panics
+/// If the shapes disagree, or `isa` is not supported by this CPU.
+pub fn gemm_magnitude_with(
+    isa: Isa,
+    a: ArrayView2<f64>,
+    b: ArrayView2<f64>,
+    c: ArrayViewMut2<f64>,
+    s: ArrayViewMut2<f64>,
+) {
+    run(isa, a, b, c, Some(s))
+}
+
+/// Checks the shapes and runs the kernel, with the magnitudes into `mag` when given.
+fn run(
+    isa: Isa,
+    a: ArrayView2<f64>,
+    b: ArrayView2<f64>,
+    mut c: ArrayViewMut2<f64>,
+    mut mag: Option<ArrayViewMut2<f64>>,
+) {
     let (m, k) = a.dim();
     let n = b.ncols();
     assert_eq!(
@@ -108,13 +162,15 @@ pub fn gemm_with(isa: Isa, a: ArrayView2<f64>, b: ArrayView2<f64>, mut c: ArrayV
         a.dim(),
         b.dim()
     );
-    assert_eq!(
-        c.dim(),
-        (m, n),
-        "gemm: c is {:?}, expected {:?}",
-        c.dim(),
-        (m, n)
-    );
+    for out in std::iter::once(&c).chain(mag.as_ref()) {
+        assert_eq!(
+            out.dim(),
+            (m, n),
+            "gemm: c is {:?}, expected {:?}",
+            out.dim(),
+            (m, n)
+        );
+    }
     assert!(
         Isa::available().contains(&isa),
         "gemm: {isa:?} not supported here"
@@ -124,13 +180,29 @@ pub fn gemm_with(isa: Isa, a: ArrayView2<f64>, b: ArrayView2<f64>, mut c: ArrayV
     }
     if k == 0 {
         c.fill(0.0);
+        if let Some(s) = mag.as_mut() {
+            s.fill(0.0);
+        }
         return;
     }
     let rows_contiguous = |cols: usize, stride: isize| cols == 1 || stride == 1;
-    if !rows_contiguous(n, b.strides()[1]) || !rows_contiguous(n, c.strides()[1]) {
+    let contiguous = rows_contiguous(n, b.strides()[1])
+        && rows_contiguous(n, c.strides()[1])
+        && mag
+            .as_ref()
+            .is_none_or(|s| rows_contiguous(n, s.strides()[1]));
+    if !contiguous {
         ndarray::linalg::general_mat_mul(1.0, &a, &b, 0.0, &mut c);
+        if let Some(s) = mag.as_mut() {
+            let (aa, ba) = (a.mapv(f64::abs), b.mapv(f64::abs));
+            ndarray::linalg::general_mat_mul(1.0, &aa, &ba, 0.0, s);
+        }
         return;
     }
+    let (s_ptr, lds) = match mag.as_mut() {
+        Some(s) => (s.as_mut_ptr(), s.strides()[0]),
+        None => (std::ptr::null_mut(), 0),
+    };
     let shape = Shape {
         m,
         n,
@@ -142,18 +214,26 @@ pub fn gemm_with(isa: Isa, a: ArrayView2<f64>, b: ArrayView2<f64>, mut c: ArrayV
         ldb: b.strides()[0],
         c: c.as_mut_ptr(),
         ldc: c.strides()[0],
+        s: s_ptr,
+        lds,
     };
     // SAFETY: the pointers and strides come from live views of the shapes checked above, `c`
-    // is borrowed mutably for the call, `b` and `c` have unit column stride (or one column),
-    // and `body` only touches `a[i, p]`, `b[p, j]`, `c[i, j]` with `i < m`, `j < n`, `p < k`.
-    // The target-feature paths run only when `Isa::available` found the features.
+    // (and `s`, when not null) are borrowed mutably for the call, `b`, `c` and `s` have unit
+    // column stride (or one column), and `body` only touches `a[i, p]`, `b[p, j]`, `c[i, j]`,
+    // `s[i, j]` with `i < m`, `j < n`, `p < k` (`s` only when it is not null). The
+    // target-feature paths run only when `Isa::available` found the features.
     unsafe {
-        match isa {
-            Isa::Portable => body::<4, 8, 4, false>(&shape),
+        match (isa, mag.is_some()) {
+            (Isa::Portable, false) => body::<4, 8, 4, false, false>(&shape),
+            (Isa::Portable, true) => body::<4, 8, 4, false, true>(&shape),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => body_avx2(&shape),
+            (Isa::Avx2, false) => body_avx2(&shape),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => body_avx512(&shape),
+            (Isa::Avx2, true) => body_avx2_magnitude(&shape),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx512, false) => body_avx512(&shape),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx512, true) => body_avx512_magnitude(&shape),
             #[cfg(not(target_arch = "x86_64"))]
             _ => unreachable!("only Portable is available off x86-64"),
         }
@@ -161,7 +241,8 @@ pub fn gemm_with(isa: Isa, a: ArrayView2<f64>, b: ArrayView2<f64>, mut c: ArrayV
 }
 
 /// Raw view of one `c ← a·b` problem: `a[i, p] = *a.offset(i·rsa + p·csa)`,
-/// `b[p, j] = *b.offset(p·ldb + j)`, `c[i, j] = *c.offset(i·ldc + j)`.
+/// `b[p, j] = *b.offset(p·ldb + j)`, `c[i, j] = *c.offset(i·ldc + j)`, and the magnitudes
+/// `s[i, j] = *s.offset(i·lds + j)` when `s` is not null.
 struct Shape {
     m: usize,
     n: usize,
@@ -173,20 +254,39 @@ struct Shape {
     ldb: isize,
     c: *mut f64,
     ldc: isize,
+    s: *mut f64,
+    lds: isize,
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
 unsafe fn body_avx512(s: &Shape) {
     // SAFETY: as for `body`; the caller checked the features.
-    unsafe { body::<8, 24, 8, true>(s) }
+    unsafe { body::<8, 24, 8, true, false>(s) }
+}
+
+/// Two accumulators per element: half the rows of [`body_avx512`]'s tile, so the 24
+/// accumulators, the band's row and its absolute value fit the 32 registers.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn body_avx512_magnitude(s: &Shape) {
+    // SAFETY: as for `body`; the caller checked the features.
+    unsafe { body::<4, 24, 8, true, true>(s) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn body_avx2(s: &Shape) {
     // SAFETY: as for `body`; the caller checked the features.
-    unsafe { body::<4, 12, 4, true>(s) }
+    unsafe { body::<4, 12, 4, true, false>(s) }
+}
+
+/// Two accumulators per element, in 16 registers.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn body_avx2_magnitude(s: &Shape) {
+    // SAFETY: as for `body`; the caller checked the features.
+    unsafe { body::<2, 12, 4, true, true>(s) }
 }
 
 /// The blocked loops: `KC`-deep bands of `b`, `MC` rows of `a` at a time, then `MR × w` tiles
@@ -195,7 +295,15 @@ unsafe fn body_avx2(s: &Shape) {
 /// # Safety
 /// `s` must describe valid, non-overlapping `a`, `b`, `c` with `m, n, k >= 1`.
 #[inline(always)]
-unsafe fn body<const MR: usize, const NR: usize, const W: usize, const FMA: bool>(s: &Shape) {
+unsafe fn body<
+    const MR: usize,
+    const NR: usize,
+    const W: usize,
+    const FMA: bool,
+    const MAG: bool,
+>(
+    s: &Shape,
+) {
     let at = |i: usize, p: usize| (i as isize) * s.rsa + (p as isize) * s.csa;
     let mut pc = 0;
     while pc < s.k {
@@ -227,15 +335,21 @@ unsafe fn body<const MR: usize, const NR: usize, const W: usize, const FMA: bool
                         ldb: s.ldb,
                         c: unsafe { s.c.offset(ir as isize * s.ldc + jr as isize) },
                         ldc: s.ldc,
+                        s: if MAG {
+                            unsafe { s.s.offset(ir as isize * s.lds + jr as isize) }
+                        } else {
+                            std::ptr::null_mut()
+                        },
+                        lds: s.lds,
                         first,
                     };
                     unsafe {
                         if w == NR {
-                            tile_rows::<MR, NR, FMA>(mr, &t)
+                            tile_rows::<MR, NR, FMA, MAG>(mr, &t)
                         } else if w == W {
-                            tile_rows::<MR, W, FMA>(mr, &t)
+                            tile_rows::<MR, W, FMA, MAG>(mr, &t)
                         } else {
-                            tile_rows::<MR, 1, FMA>(mr, &t)
+                            tile_rows::<MR, 1, FMA, MAG>(mr, &t)
                         }
                     }
                     ir += MR;
@@ -258,52 +372,84 @@ struct Tile {
     ldb: isize,
     c: *mut f64,
     ldc: isize,
+    /// The magnitudes' tile (used only by `MAG` tiles).
+    s: *mut f64,
+    lds: isize,
     first: bool,
 }
 
 /// Dispatches `mr in 1..=MR` to a tile with that many rows as a constant.
 #[inline(always)]
-unsafe fn tile_rows<const MR: usize, const NR: usize, const FMA: bool>(mr: usize, t: &Tile) {
+unsafe fn tile_rows<const MR: usize, const NR: usize, const FMA: bool, const MAG: bool>(
+    mr: usize,
+    t: &Tile,
+) {
     unsafe {
         match mr {
-            1 => tile::<1, NR, FMA>(t),
-            2 => tile::<2, NR, FMA>(t),
-            3 => tile::<3, NR, FMA>(t),
-            4 => tile::<4, NR, FMA>(t),
-            5 if MR >= 5 => tile::<5, NR, FMA>(t),
-            6 if MR >= 6 => tile::<6, NR, FMA>(t),
-            7 if MR >= 7 => tile::<7, NR, FMA>(t),
-            8 if MR >= 8 => tile::<8, NR, FMA>(t),
+            1 => tile::<1, NR, FMA, MAG>(t),
+            2 => tile::<2, NR, FMA, MAG>(t),
+            3 if MR >= 3 => tile::<3, NR, FMA, MAG>(t),
+            4 if MR >= 4 => tile::<4, NR, FMA, MAG>(t),
+            5 if MR >= 5 => tile::<5, NR, FMA, MAG>(t),
+            6 if MR >= 6 => tile::<6, NR, FMA, MAG>(t),
+            7 if MR >= 7 => tile::<7, NR, FMA, MAG>(t),
+            8 if MR >= 8 => tile::<8, NR, FMA, MAG>(t),
             _ => unreachable!("tile with {mr} rows, at most {MR}"),
         }
     }
 }
 
 /// `c[i, j] (=|+=) Σ_{p < kc} a[i, p]·b[p, j]` for `i < R`, `j < C`, accumulated in registers
-/// in increasing `p`; `=` for the first band, `+=` for later ones.
+/// in increasing `p`; `=` for the first band, `+=` for later ones. With `MAG`, the same for
+/// `s[i, j]` and `|a[i, p]|·|b[p, j]|`, in the same order.
 #[inline(always)]
-unsafe fn tile<const R: usize, const C: usize, const FMA: bool>(t: &Tile) {
+unsafe fn tile<const R: usize, const C: usize, const FMA: bool, const MAG: bool>(t: &Tile) {
+    let step = |a: f64, b: f64, x: f64| if FMA { a.mul_add(b, x) } else { a * b + x };
     let mut acc = [[0.0f64; C]; R];
+    let mut mag = [[0.0f64; C]; R];
     for p in 0..t.kc {
         // SAFETY: row p of the band, columns [jr, jr + C) are inside b (C <= n - jr).
         let bv: [f64; C] =
             unsafe { std::ptr::read_unaligned(t.b.offset(p as isize * t.ldb) as *const [f64; C]) };
-        for (i, row) in acc.iter_mut().enumerate() {
+        let babs = bv.map(f64::abs);
+        for (i, (row, mrow)) in acc.iter_mut().zip(mag.iter_mut()).enumerate() {
             let av = unsafe { *t.a.offset(i as isize * t.rsa + p as isize * t.csa) };
             for (x, bj) in row.iter_mut().zip(bv) {
-                *x = if FMA {
-                    av.mul_add(bj, *x)
-                } else {
-                    av * bj + *x
-                };
+                *x = step(av, bj, *x);
+            }
+            if MAG {
+                let aa = av.abs();
+                for (x, bj) in mrow.iter_mut().zip(babs) {
+                    *x = step(aa, bj, *x);
+                }
             }
         }
     }
+    // SAFETY: rows i < R, columns [jr, jr + C) of the tile are inside c (and s).
+    unsafe {
+        store::<R, C>(&acc, t.c, t.ldc, t.first);
+        if MAG {
+            store::<R, C>(&mag, t.s, t.lds, t.first);
+        }
+    }
+}
+
+/// Writes (`first`) or adds a tile's sums into the `R × C` window at `c` (row stride `ldc`).
+///
+/// # Safety
+/// The window must lie inside a live, mutably borrowed array.
+#[inline(always)]
+unsafe fn store<const R: usize, const C: usize>(
+    acc: &[[f64; C]; R],
+    c: *mut f64,
+    ldc: isize,
+    first: bool,
+) {
     for (i, row) in acc.iter().enumerate() {
-        let cp = unsafe { t.c.offset(i as isize * t.ldc) } as *mut [f64; C];
-        // SAFETY: row i of the tile, columns [jr, jr + C) are inside c.
+        let cp = unsafe { c.offset(i as isize * ldc) } as *mut [f64; C];
+        // SAFETY: row i of the window, by the caller's contract.
         unsafe {
-            if t.first {
+            if first {
                 std::ptr::write_unaligned(cp, *row);
             } else {
                 let mut old: [f64; C] = std::ptr::read_unaligned(cp);
@@ -428,6 +574,55 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// The fused kernel's values are [`gemm`]'s bit for bit and its magnitudes are [`gemm`] of
+    /// the absolute values, on every path, on inexact values, edge shapes, across KC and MC
+    /// blocks, and through the strided fallback.
+    #[test]
+    fn magnitudes_are_the_gemm_of_absolute_values() {
+        let real = |rows: usize, cols: usize, seed: usize| {
+            Array2::from_shape_fn((rows, cols), |(i, j)| {
+                ((i * 31 + j * 17 + seed * 7) as f64).sin() * 10f64.powi((i + j) as i32 % 5 - 2)
+            })
+        };
+        let shapes = [
+            (1, 1, 1),
+            (9, 5, 25),
+            (13, 257, 49),
+            (257, 9, 23),
+            (3, 0, 4),
+            (0, 3, 4),
+        ];
+        for isa in Isa::available() {
+            for (m, k, n) in shapes {
+                let (a, b) = (real(m, k, 1), real(k, n, 2));
+                let mut want = Array2::from_elem((m, n), f64::NAN);
+                let mut want_mag = want.clone();
+                gemm_with(isa, a.view(), b.view(), want.view_mut());
+                gemm_with(
+                    isa,
+                    a.mapv(f64::abs).view(),
+                    b.mapv(f64::abs).view(),
+                    want_mag.view_mut(),
+                );
+                let (mut c, mut s) = (Array2::from_elem((m, n), f64::NAN), want.clone());
+                s.fill(f64::NAN);
+                gemm_magnitude_with(isa, a.view(), b.view(), c.view_mut(), s.view_mut());
+                let bits = |x: &Array2<f64>| x.mapv(f64::to_bits);
+                assert_eq!(bits(&c), bits(&want), "{isa:?} values {m}x{k}x{n}");
+                assert_eq!(bits(&s), bits(&want_mag), "{isa:?} magnitudes {m}x{k}x{n}");
+            }
+            // The strided fallback (b transposed), exact values.
+            let (a, bt) = (int_matrix(10, 30, 3), int_matrix(26, 30, 4));
+            let (mut c, mut s) = (Array2::zeros((10, 26)), Array2::zeros((10, 26)));
+            gemm_magnitude_with(isa, a.view(), bt.t(), c.view_mut(), s.view_mut());
+            assert_eq!(c, naive(a.view(), bt.t()));
+            assert_eq!(
+                s,
+                naive(a.mapv(f64::abs).view(), bt.t().mapv(f64::abs).view())
+            );
         }
     }
 

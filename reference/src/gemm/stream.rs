@@ -5,10 +5,11 @@
 //! magnitude `s = Σ|a·b|` its bound scales with. Held whole they are two f64 copies of every
 //! output (for `drhs` of 256 experts at 7168 × 2048, 60 GB), plus f64 and absolute-value copies
 //! of every input. Here the inputs of one expert are widened to f64 in per-thread buffers that
-//! are reused from expert to expert, `y` and `s` are computed for a block of at most
-//! [`BLOCK`] rows through [`super::kernel::gemm`], and the block is handed to the comparison
+//! are reused from expert to expert, `y` and `s` are computed together for a block of at most
+//! [`BLOCK`] rows through [`super::kernel::gemm_magnitude`] (one read of the operands, the
+//! absolute values taken in registers), and the block is handed to the comparison
 //! before the next one is computed. Memory beyond the case and the outputs under test is, per
-//! core, one expert's right operand widened with its absolute values (a `K × N` weight, or
+//! core, one expert's right operand widened (a `K × N` weight, or
 //! wgrad's rows of `dout`) and a few blocks; the buffers are kept for the thread's life and
 //! reused (the calling thread's too, when the work is too small to spread).
 //!
@@ -23,7 +24,7 @@ use std::cell::RefCell;
 use ndarray::{s, Array2, Array3, ArrayView2, ArrayViewMut2, Axis};
 
 use super::case::{offsets, GemmOutputs, GroupedGemmCase, Pass, Passes};
-use super::kernel::gemm;
+use super::kernel::{gemm, gemm_magnitude};
 
 /// Most output rows computed at once per core (of `out`/`dlhs`, or `k` rows of `drhs[g]`).
 pub const BLOCK: usize = 256;
@@ -36,13 +37,11 @@ pub struct Block<'a> {
     pub magnitude: Option<ArrayView2<'a, f64>>,
 }
 
-/// Per-thread buffers: the widened operands, their absolute values, and the two products.
+/// Per-thread buffers: the widened operands and the two products.
 #[derive(Default)]
 struct Scratch {
     a: Vec<f64>,
-    a_abs: Vec<f64>,
     b: Vec<f64>,
-    b_abs: Vec<f64>,
     value: Vec<f64>,
     magnitude: Vec<f64>,
 }
@@ -60,9 +59,8 @@ fn matrix(buf: &mut Vec<f64>, rows: usize, cols: usize) -> ArrayViewMut2<'_, f64
     ArrayViewMut2::from_shape((rows, cols), &mut buf[..len]).expect("the buffer holds rows·cols")
 }
 
-/// Widens `src` into `dst` (and `|src|` into `abs` when given), both laid out row-major with
-/// the shape of `src`.
-fn widen(src: ArrayView2<f32>, dst: &mut Vec<f64>, abs: Option<&mut Vec<f64>>) {
+/// Widens `src` into `dst`, laid out row-major with the shape of `src`.
+fn widen(src: ArrayView2<f32>, dst: &mut Vec<f64>) {
     let (rows, cols) = src.dim();
     let mut d = matrix(dst, rows, cols);
     if src.strides()[1] == 1 || rows < 2 || cols < 2 {
@@ -81,10 +79,6 @@ fn widen(src: ArrayView2<f32>, dst: &mut Vec<f64>, abs: Option<&mut Vec<f64>>) {
                 }
             }
         }
-    }
-    if let Some(abs) = abs {
-        let mut a = matrix(abs, rows, cols);
-        a.zip_mut_with(&d, |a, d| *a = d.abs());
     }
 }
 
@@ -121,7 +115,7 @@ pub fn group_blocks(
             Pass::Dgrad => weight.reversed_axes(),
             Pass::Wgrad => dout(),
         };
-        widen(right, &mut sc.b, magnitude.then_some(&mut sc.b_abs));
+        widen(right, &mut sc.b);
         // The left operand, by blocks of output rows: lhs_g (fwd), dout_g (dgrad), lhs_gᵀ
         // (wgrad, whose output rows are the K columns of lhs).
         let left = match pass {
@@ -136,19 +130,17 @@ pub fn group_blocks(
         while start < rows {
             let end = (start + BLOCK).min(rows);
             let a = left.slice(s![start..end, ..]);
-            widen(a, &mut sc.a, magnitude.then_some(&mut sc.a_abs));
+            widen(a, &mut sc.a);
             let n = end - start;
             let b = ArrayView2::from_shape((depth, cols), &sc.b[..depth * cols])
                 .expect("the buffer holds the operand");
             let a64 = ArrayView2::from_shape((n, depth), &sc.a[..n * depth])
                 .expect("the buffer holds the block");
-            gemm(a64, b, matrix(&mut sc.value, n, cols));
             if magnitude {
-                let b = ArrayView2::from_shape((depth, cols), &sc.b_abs[..depth * cols])
-                    .expect("the buffer holds the operand");
-                let a = ArrayView2::from_shape((n, depth), &sc.a_abs[..n * depth])
-                    .expect("the buffer holds the block");
-                gemm(a, b, matrix(&mut sc.magnitude, n, cols));
+                let c = matrix(&mut sc.value, n, cols);
+                gemm_magnitude(a64, b, c, matrix(&mut sc.magnitude, n, cols));
+            } else {
+                gemm(a64, b, matrix(&mut sc.value, n, cols));
             }
             let len = n * cols;
             visit(Block {
