@@ -6,7 +6,9 @@
 //! format, DeepGEMM's `calc_diff`, NaN/Inf counts and the worst element, so one bad small group
 //! cannot hide behind a large good one.
 
-use ndarray::{s, ArrayView2, Axis};
+use std::borrow::Cow;
+
+use ndarray::{s, ArrayView1, ArrayView2, Axis};
 use serde::{Deserialize, Serialize};
 
 use super::bound::{ErrorBound, Precision};
@@ -82,16 +84,10 @@ impl Acc {
         }
     }
 
-    fn push(&mut self, row: usize, col: usize, got: f64, want: f64, bound: f64) {
-        let group = self.group;
-        self.teeth = self.teeth.max(zero_ratio(want, bound));
-        self.fit.push(got, want);
-        self.acc
-            .push(|| GemmAt { group, row, col }, got, want, bound);
-    }
-
     /// Judges the rows `first..first + want.nrows()` of `got` against a block of the
-    /// reference (`want`, `mag` are the block's rows).
+    /// reference (`want`, `mag` are the block's rows): each element's bound, the bound's
+    /// teeth and the output fit, then the statistics a row at a time through
+    /// [`StatsAcc::push_slice`].
     fn push_rows(
         &mut self,
         first: usize,
@@ -100,13 +96,27 @@ impl Acc {
         mag: ArrayView2<f64>,
         bound: &ErrorBound,
     ) {
+        let group = self.group;
+        let mut bounds = Vec::with_capacity(want.ncols());
         for (i, (w, s)) in want.outer_iter().zip(mag.outer_iter()).enumerate() {
-            let r = first + i;
-            let g = got.row(r);
-            for c in 0..w.len() {
-                let (y, m) = (w[c], s[c]);
-                self.push(r, c, g[c], y, bound.at(m, y));
+            let row = first + i;
+            let (g, w, s) = (contiguous(got.row(row)), contiguous(w), contiguous(s));
+            bounds.clear();
+            bounds.extend(w.iter().zip(s.iter()).map(|(&y, &m)| bound.at(m, y)));
+            let mut teeth = self.teeth;
+            for (&y, &b) in w.iter().zip(&bounds) {
+                teeth = teeth.max(zero_ratio(y, b));
             }
+            self.teeth = teeth;
+            if self.fit.looking() {
+                for (&x, &y) in g.iter().zip(w.iter()) {
+                    self.fit.push(x, y);
+                }
+            } else {
+                self.fit.count_nonzero(&g);
+            }
+            self.acc
+                .push_slice(|col| GemmAt { group, row, col }, &g, &w, &bounds);
         }
     }
 
@@ -117,6 +127,14 @@ impl Acc {
             stats: self.acc.finish(),
         };
         (stats, self.teeth, self.fit)
+    }
+}
+
+/// A row as a slice: borrowed where it is contiguous, copied otherwise.
+fn contiguous(row: ArrayView1<'_, f64>) -> Cow<'_, [f64]> {
+    match row.to_slice() {
+        Some(s) => Cow::Borrowed(s),
+        None => Cow::Owned(row.to_vec()),
     }
 }
 

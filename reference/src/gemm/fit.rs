@@ -35,6 +35,18 @@ impl Fit {
         }
     }
 
+    /// Whether the outputs still fit some format: once they fit none, [`Fit::push`] only
+    /// counts non-zero outputs, which [`Fit::count_nonzero`] does for a whole row.
+    pub(super) fn looking(&self) -> bool {
+        self.got.iter().any(|&g| g)
+    }
+
+    /// [`Fit::push`] for outputs `got` once [`Fit::looking`] is false.
+    pub(super) fn count_nonzero(&mut self, got: &[f64]) {
+        self.nonzero += got.iter().filter(|x| x.is_finite() && **x != 0.0).count();
+    }
+
+    #[inline]
     pub(super) fn push(&mut self, got: f64, want: f64) {
         let fits = |x: f64, f: Format| {
             !x.is_finite()

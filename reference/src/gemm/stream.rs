@@ -74,7 +74,8 @@ fn widen(src: ArrayView2<f32>, dst: &mut Vec<f64>) {
                 let (r1, c1) = ((r0 + T).min(rows), (c0 + T).min(cols));
                 for c in c0..c1 {
                     for r in r0..r1 {
-                        d[(r, c)] = f64::from(src[(r, c)]);
+                        // SAFETY: r < rows and c < cols, the shape of both views.
+                        unsafe { *d.uget_mut((r, c)) = f64::from(*src.uget((r, c))) };
                     }
                 }
             }
