@@ -134,6 +134,96 @@ impl AccumModel {
     }
 }
 
+impl AccumModel {
+    /// Every `Σ_i a[i]·b[i·cols + c]` for `c < cols` (`i < a.len()`, `b` row-major with `cols`
+    /// columns) under this model and `variant`, handed to `sink(c, sum)` in increasing `c`:
+    /// [`ROW_LANES`] columns at a time through [`AccumModel::dot_lanes`], the last ones
+    /// through [`AccumModel::dot_variant`]; each sum has the bits `dot_variant` gives it.
+    ///
+    /// # Panics
+    /// If `b` is shorter than `a.len()·cols`.
+    pub fn row_sums(
+        self,
+        variant: AccumVariant,
+        a: &[f32],
+        b: &[f32],
+        cols: usize,
+        mut sink: impl FnMut(usize, f32),
+    ) {
+        let depth = a.len();
+        assert!(b.len() >= depth * cols, "row_sums: b is too short");
+        let mut c = 0;
+        while c + ROW_LANES <= cols {
+            let sums = self.dot_lanes::<ROW_LANES>(variant, depth, |i| {
+                let bi: &[f32; ROW_LANES] = b[i * cols + c..][..ROW_LANES]
+                    .try_into()
+                    .expect("ROW_LANES elements");
+                bi.map(|x| a[i] * x)
+            });
+            for (l, sum) in sums.into_iter().enumerate() {
+                sink(c + l, sum);
+            }
+            c += ROW_LANES;
+        }
+        for c in c..cols {
+            sink(
+                c,
+                self.dot_variant(variant, depth, |i| a[i] * b[i * cols + c]),
+            );
+        }
+    }
+
+    /// [`AccumModel::dot_variant`] for `L` independent sums at once: lane `l` of the result is
+    /// `dot_variant(variant, n, |i| p(i)[l])` bit for bit. The same operations run in the
+    /// same order, lane by lane, in plain loops the compiler turns into vector instructions
+    /// (the model check's time goes here: one truncating addition per product, per variant).
+    pub fn dot_lanes<const L: usize>(
+        self,
+        variant: AccumVariant,
+        n: usize,
+        p: impl Fn(usize) -> [f32; L],
+    ) -> [f32; L] {
+        let AccumVariant { bits, block } = variant;
+        let block = block.max(1);
+        let add = |mut a: [f32; L], b: [f32; L]| {
+            for (x, y) in a.iter_mut().zip(b) {
+                *x += y;
+            }
+            a
+        };
+        let fast = |lo: usize, hi: usize| {
+            let mut acc = [0.0f32; L];
+            let mut i = lo;
+            while i < hi {
+                let end = (i + block).min(hi);
+                let part = (i..end).fold([0.0f32; L], |a, j| add(a, p(j)));
+                for (x, y) in acc.iter_mut().zip(part) {
+                    *x = truncate_bits(*x + y, bits);
+                }
+                i = end;
+            }
+            acc
+        };
+        match self {
+            AccumModel::Exact => (0..n).fold([0.0f32; L], |acc, i| add(acc, p(i))),
+            AccumModel::Fast => fast(0, n),
+            AccumModel::FastPromote => {
+                let mut acc = [0.0f32; L];
+                let mut start = 0;
+                while start < n {
+                    let end = (start + PROMOTE_INTERVAL).min(n);
+                    acc = add(acc, fast(start, end));
+                    start = end;
+                }
+                acc
+            }
+        }
+    }
+}
+
+/// Output columns [`AccumModel::row_sums`] computes at once.
+pub const ROW_LANES: usize = 16;
+
 /// One plausible fast accumulator: how many significant bits it keeps and how many
 /// consecutive products it sums (in f32) before each addition into it. The model's nominal
 /// accumulator ([`AccumVariant::NOMINAL`]) keeps [`FAST_BITS`] and adds every product on its
@@ -178,6 +268,7 @@ impl std::fmt::Display for AccumModel {
 
 /// `x` truncated toward zero to `bits` significant bits (normal f32; subnormals keep the
 /// same absolute quantum as the smallest normal binade; NaN and ±inf unchanged).
+#[inline]
 pub fn truncate_bits(x: f32, bits: u32) -> f32 {
     if !x.is_finite() || bits >= 24 {
         return x;

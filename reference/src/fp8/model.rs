@@ -44,7 +44,7 @@
 //! bits (or none of the truncation) fails it, which is why it only runs where the
 //! recipe-exact comparison could not decide.
 
-use ndarray::Array2;
+use ndarray::{s, Array2};
 use serde::{Deserialize, Serialize};
 
 use super::accum::{AccumModel, AccumVariant};
@@ -201,50 +201,72 @@ impl<'a> Model<'a> {
 
     /// The model's output for group `e` of `pass` under `v`, flattened in the order of
     /// [`block`]; `None` when the pass lacks its operand.
+    ///
+    /// Every element is `dot_variant` of its products, computed a row at a time by
+    /// [`AccumModel::row_sums`] (the same bits), with the right operand laid out so that a
+    /// row's output columns are contiguous.
     fn block(&self, pass: Pass, e: usize, v: AccumVariant) -> Option<Vec<f64>> {
         let g = &self.case.gemm;
         let (k, n) = (g.k(), g.n());
         let off = g.offsets();
         let (lo, hi) = (off[e], off[e + 1]);
-        let (l, r) = (&self.lhs, &self.rhs);
+        // out[row, c] = finish(Σ_i left[row][i]·right[i][c], sa(row), sb(c)) for the rows and
+        // columns of this pass, `right` row-major with `cols` columns.
         let mut out = Vec::new();
+        let mut run = |left: &[Vec<f32>],
+                       cols: usize,
+                       right: &[f32],
+                       scale: &dyn Fn(usize, usize) -> (f32, f32)| {
+            out.reserve(left.len() * cols);
+            for (r, a) in left.iter().enumerate() {
+                self.acc.row_sums(v, a, right, cols, |c, sum| {
+                    let (sa, sb) = scale(r, c);
+                    out.push(self.finish(sum, sa, sb));
+                });
+            }
+        };
+        let (l, r) = (&self.lhs, &self.rhs);
+        let row = |a: &Array2<f32>, i: usize| a.row(i).to_vec();
         match pass {
             Pass::Fwd => {
                 let sb = if k > 0 { r.sinv[e * k] } else { 1.0 };
-                for row in lo..hi {
-                    for c in 0..n {
-                        let sum = self
-                            .acc
-                            .dot_variant(v, k, |i| l.vals[(row, i)] * r.vals[(e * k + i, c)]);
-                        out.push(self.finish(sum, l.sinv[row], sb));
-                    }
-                }
+                let rows: Vec<Vec<f32>> = (lo..hi).map(|i| row(&l.vals, i)).collect();
+                let weight = r.vals.slice(s![e * k..(e + 1) * k, ..]).to_owned();
+                let weight = weight.as_slice().expect("owned, standard layout");
+                run(&rows, n, weight, &|i, _| (l.sinv[lo + i], sb));
             }
             Pass::Dgrad => {
                 let d = self.dout.as_ref()?;
-                for row in lo..hi {
-                    for c in 0..k {
-                        let sum = self
-                            .acc
-                            .dot_variant(v, n, |j| d.vals[(row, j)] * r.vals[(e * k + c, j)]);
-                        out.push(self.finish(sum, d.sinv[row], r.sinv[e * k + c]));
-                    }
-                }
+                let rows: Vec<Vec<f32>> = (lo..hi).map(|i| row(&d.vals, i)).collect();
+                // rhs_eᵀ: (N, K), so K output columns are contiguous.
+                let weight = r
+                    .vals
+                    .slice(s![e * k..(e + 1) * k, ..])
+                    .t()
+                    .as_standard_layout()
+                    .to_owned();
+                let weight = weight.as_slice().expect("owned, standard layout");
+                let sb = &r.sinv[e * k..(e + 1) * k];
+                run(&rows, k, weight, &|i, c| (d.sinv[lo + i], sb[c]));
             }
             Pass::Wgrad => {
                 let (lc, dc) = (&self.lhs_col, self.dout_col.as_ref()?);
-                for a in 0..k {
-                    for b in 0..n {
-                        let sum = self.acc.dot_variant(v, hi - lo, |i| {
-                            lc.vals[(a, lo + i)] * dc.vals[(b, lo + i)]
-                        });
-                        out.push(if hi > lo {
-                            self.finish(sum, lc.sinv[lo], dc.sinv[lo])
-                        } else {
-                            0.0
-                        });
-                    }
+                if hi == lo {
+                    return Some(vec![0.0; k * n]);
                 }
+                let rows: Vec<Vec<f32>> = (0..k)
+                    .map(|a| lc.vals.slice(s![a, lo..hi]).to_vec())
+                    .collect();
+                // dout_colᵀ of the group's tokens: (rows, N).
+                let grads = dc
+                    .vals
+                    .slice(s![.., lo..hi])
+                    .t()
+                    .as_standard_layout()
+                    .to_owned();
+                let grads = grads.as_slice().expect("owned, standard layout");
+                let (sa, sb) = (lc.sinv[lo], dc.sinv[lo]);
+                run(&rows, n, grads, &|_, _| (sa, sb));
             }
         }
         Some(out)
@@ -299,42 +321,46 @@ pub fn model_check(
 ) -> ModelCheck {
     let model = Model::new(case, ops);
     let u_out = case.gemm.out_dtype.info().unit_roundoff();
-    let mut groups = Vec::new();
-    for &pass in passes {
-        for e in 0..case.gemm.groups() {
-            let (Some(want), Some(have)) =
-                (block(case, reference, pass, e), block(case, got, pass, e))
-            else {
-                continue;
-            };
-            let scale = norm(want.iter().copied());
-            if want.is_empty() || scale == 0.0 {
-                continue;
-            }
-            let Some(nominal) = model.block(pass, e, AccumVariant::NOMINAL) else {
-                continue;
-            };
-            let spread = AccumVariant::SPREAD
-                .iter()
-                .filter_map(|&v| model.block(pass, e, v))
-                .map(|m| dist(&m, &nominal) / scale)
-                .fold(0.0, f64::max);
-            let distance = if have.iter().all(|x| x.is_finite()) {
-                dist(&have, &nominal) / scale
-            } else {
-                f64::INFINITY
-            };
-            groups.push(ModelGroupCheck {
-                pass,
-                group: e,
-                elements: want.len(),
-                distance,
-                spread,
-                threshold: 2.0 * spread + 2.0 * u_out + 2f64.powi(-22),
-                zero_distance: norm(nominal.iter().copied()) / scale,
-            });
+    let g = &case.gemm;
+    let off = g.offsets();
+    let jobs: Vec<(Pass, usize)> = passes
+        .iter()
+        .flat_map(|&pass| (0..g.groups()).map(move |e| (pass, e)))
+        .collect();
+    // Products per job (each variant costs the same), the cost the groups run in parallel by.
+    let work = |&(_, e): &(Pass, usize)| {
+        let rows = off[e + 1] - off[e];
+        (rows * g.k() * g.n()).max(1)
+    };
+    let model = &model;
+    let groups = crate::par::map_by_cost(jobs, work, |(pass, e)| {
+        let (want, have) = (block(case, reference, pass, e)?, block(case, got, pass, e)?);
+        let scale = norm(want.iter().copied());
+        if want.is_empty() || scale == 0.0 {
+            return None;
         }
-    }
+        let nominal = model.block(pass, e, AccumVariant::NOMINAL)?;
+        let spread = AccumVariant::SPREAD
+            .iter()
+            .filter_map(|&v| model.block(pass, e, v))
+            .map(|m| dist(&m, &nominal) / scale)
+            .fold(0.0, f64::max);
+        let distance = if have.iter().all(|x| x.is_finite()) {
+            dist(&have, &nominal) / scale
+        } else {
+            f64::INFINITY
+        };
+        Some(ModelGroupCheck {
+            pass,
+            group: e,
+            elements: want.len(),
+            distance,
+            spread,
+            threshold: 2.0 * spread + 2.0 * u_out + 2f64.powi(-22),
+            zero_distance: norm(nominal.iter().copied()) / scale,
+        })
+    });
+    let groups = groups.into_iter().flatten().collect();
     ModelCheck { groups }
 }
 
@@ -467,5 +493,112 @@ mod tests {
         };
         let r = compare_fp8(&c, fwd, &fp8_precision(&c), &e, &got);
         assert!(r.model.is_none() && r.recipe_exact.inconclusive().is_none());
+    }
+
+    impl Model<'_> {
+        /// The model one element at a time, as it was before [`AccumModel::dot_lanes`]: the
+        /// oracle of `lanes_are_the_element_by_element_model`.
+        fn block_scalar(&self, pass: Pass, e: usize, v: AccumVariant) -> Option<Vec<f64>> {
+            let g = &self.case.gemm;
+            let (k, n) = (g.k(), g.n());
+            let off = g.offsets();
+            let (lo, hi) = (off[e], off[e + 1]);
+            let (l, r) = (&self.lhs, &self.rhs);
+            let mut out = Vec::new();
+            match pass {
+                Pass::Fwd => {
+                    let sb = if k > 0 { r.sinv[e * k] } else { 1.0 };
+                    for row in lo..hi {
+                        for c in 0..n {
+                            let sum = self
+                                .acc
+                                .dot_variant(v, k, |i| l.vals[(row, i)] * r.vals[(e * k + i, c)]);
+                            out.push(self.finish(sum, l.sinv[row], sb));
+                        }
+                    }
+                }
+                Pass::Dgrad => {
+                    let d = self.dout.as_ref()?;
+                    for row in lo..hi {
+                        for c in 0..k {
+                            let sum = self
+                                .acc
+                                .dot_variant(v, n, |j| d.vals[(row, j)] * r.vals[(e * k + c, j)]);
+                            out.push(self.finish(sum, d.sinv[row], r.sinv[e * k + c]));
+                        }
+                    }
+                }
+                Pass::Wgrad => {
+                    let (lc, dc) = (&self.lhs_col, self.dout_col.as_ref()?);
+                    for a in 0..k {
+                        for b in 0..n {
+                            let sum = self.acc.dot_variant(v, hi - lo, |i| {
+                                lc.vals[(a, lo + i)] * dc.vals[(b, lo + i)]
+                            });
+                            out.push(if hi > lo {
+                                self.finish(sum, lc.sinv[lo], dc.sinv[lo])
+                            } else {
+                                0.0
+                            });
+                        }
+                    }
+                }
+            }
+            Some(out)
+        }
+    }
+
+    /// The lane-wise model gives the element-by-element model's bits for every pass, every
+    /// accumulation model and variant, on groups that are empty, shorter and longer than the
+    /// lanes and the promotion interval, with column counts that leave a remainder.
+    #[test]
+    fn lanes_are_the_element_by_element_model() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        for (m, k, n, sizes) in [
+            (40, 37, 19, vec![0, 17, 3, 0, 20]),
+            (9, 300, 33, vec![9]),
+            (6, 16, 16, vec![2, 0, 4]),
+        ] {
+            let g = sizes.len();
+            let mut draw = |len: usize| -> Vec<f32> {
+                (0..len).map(|_| rng.random_range(-2.0f32..3.0)).collect()
+            };
+            for accumulation in [AccumModel::Exact, AccumModel::Fast, AccumModel::FastPromote] {
+                let c = Fp8GemmCase {
+                    gemm: GroupedGemmCase {
+                        lhs: Array2::from_shape_vec((m, k), draw(m * k)).unwrap(),
+                        rhs: Array3::from_shape_vec((g, k, n), draw(g * k * n)).unwrap(),
+                        group_sizes: sizes.clone(),
+                        dout: Some(Array2::from_shape_vec((m, n), draw(m * n)).unwrap()),
+                        dtype: Format::F32,
+                        out_dtype: Format::Bf16,
+                        tail: Default::default(),
+                    },
+                    recipe: Fp8Recipe {
+                        accumulation,
+                        ..Fp8Recipe::default()
+                    },
+                    given_scales: None,
+                };
+                let ops = super::super::quantize_operands(&c, Passes::ALL);
+                let model = Model::new(&c, &ops);
+                for v in std::iter::once(AccumVariant::NOMINAL).chain(AccumVariant::SPREAD) {
+                    for pass in Pass::ALL {
+                        for e in 0..g {
+                            let bits = |b: Option<Vec<f64>>| {
+                                b.map(|b| b.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
+                            };
+                            let lanes = model.block(pass, e, v);
+                            assert!(lanes.is_some(), "{pass}: every operand is there");
+                            assert_eq!(
+                                bits(lanes),
+                                bits(model.block_scalar(pass, e, v)),
+                                "{accumulation:?} {v:?} {pass} group {e} of {sizes:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -13,10 +13,12 @@
 //! selftest`'s FP8 section checks that the FP8 properties catch every one.
 
 use moecheck_reference::format::{round_to, Overflow};
+use moecheck_reference::fp8::AccumVariant;
 use moecheck_reference::fp8::{fp8_precision, Fp8Gemm, Fp8GemmCase, Fp8Operands};
 use moecheck_reference::gemm::{GemmOutputs, Passes, Precision};
 use moecheck_reference::op::{Implementation, RunError};
-use ndarray::{Array2, Array3};
+use moecheck_reference::par::map_by_cost;
+use ndarray::{s, Array2, Array3, ArrayViewMut2, Axis};
 
 use super::bug::Fp8Bug;
 use crate::impls::model_name;
@@ -51,6 +53,8 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
         fp8_precision(case)
     }
 
+    /// Experts in parallel; each output row through [`AccumModel::row_sums`] (the model's
+    /// sum of each element, a row's columns at a time).
     fn run(&self, case: &Fp8GemmCase, passes: Passes) -> Result<GemmOutputs, RunError> {
         let ops = self.operands_of(case, passes);
         let g = &case.gemm;
@@ -61,48 +65,71 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
         let fin = |sum: f32, sa: f32, sb: f32| {
             round_to(((sum * sa) * sb) as f64, out_fmt, Overflow::Ieee)
         };
+        let nominal = AccumVariant::NOMINAL;
+        // Expert e's K × N weight, row-major.
+        let weight = |e: usize| ops.rhs.values().slice(s![e * k..(e + 1) * k, ..]);
         let mut res = GemmOutputs::default();
         if passes.fwd {
             let mut out = Array2::<f64>::zeros((m, n));
-            for e in 0..gc {
-                for r in off[e]..off[e + 1] {
-                    for c in 0..n {
-                        let sum = acc.dot(k, |i| ops.lhs.value(r, i) * ops.rhs.value(e * k + i, c));
-                        out[(r, c)] = fin(sum, ops.lhs.sinv(r, 0), ops.rhs.sinv(e * k, c));
-                    }
+            by_expert(out.view_mut(), &off, |e, mut dst| {
+                let w = weight(e).as_standard_layout().into_owned();
+                let w = w.as_slice().expect("standard layout");
+                for (i, mut row) in dst.outer_iter_mut().enumerate() {
+                    let r = off[e] + i;
+                    let a = ops.lhs.values().row(r).to_vec();
+                    let sa = ops.lhs.sinv(r, 0);
+                    acc.row_sums(nominal, &a, w, n, |c, sum| {
+                        row[c] = fin(sum, sa, ops.rhs.sinv(e * k, c));
+                    });
                 }
-            }
+            });
             res.out = Some(out);
         }
         if let Some(d) = &ops.dout {
             if passes.dgrad {
                 let mut dlhs = Array2::<f64>::zeros((m, k));
-                for e in 0..gc {
-                    for r in off[e]..off[e + 1] {
-                        for c in 0..k {
-                            let sum = acc.dot(n, |j| d.value(r, j) * ops.rhs.value(e * k + c, j));
-                            dlhs[(r, c)] = fin(sum, d.sinv(r, 0), ops.rhs.sinv(e * k + c, 0));
-                        }
+                by_expert(dlhs.view_mut(), &off, |e, mut dst| {
+                    // rhs_eᵀ (N × K): a row's K outputs are contiguous columns.
+                    let wt = weight(e).t().as_standard_layout().into_owned();
+                    let wt = wt.as_slice().expect("standard layout");
+                    for (i, mut row) in dst.outer_iter_mut().enumerate() {
+                        let r = off[e] + i;
+                        let a = d.values().row(r).to_vec();
+                        let sa = d.sinv(r, 0);
+                        acc.row_sums(nominal, &a, wt, k, |c, sum| {
+                            row[c] = fin(sum, sa, ops.rhs.sinv(e * k + c, 0));
+                        });
                     }
-                }
+                });
                 res.dlhs = Some(dlhs);
             }
             if passes.wgrad {
                 let dc = ops.dout_col.as_ref().expect("dout column-wise copy");
+                let lc = &ops.lhs_col;
                 let mut drhs = Array3::<f64>::zeros((gc, k, n));
-                for e in 0..gc {
+                let experts: Vec<_> = drhs.outer_iter_mut().enumerate().collect();
+                let work =
+                    |(e, _): &(usize, ArrayViewMut2<f64>)| ((off[e + 1] - off[*e]) * k * n).max(1);
+                map_by_cost(experts, work, |(e, mut dst)| {
                     let (lo, hi) = (off[e], off[e + 1]);
-                    for a in 0..k {
-                        for b in 0..n {
-                            let sum = acc.dot(hi - lo, |i| {
-                                ops.lhs_col.value(lo + i, a) * dc.value(lo + i, b)
-                            });
-                            if hi > lo {
-                                drhs[(e, a, b)] = fin(sum, ops.lhs_col.sinv(lo, a), dc.sinv(lo, b));
-                            }
-                        }
+                    if hi == lo {
+                        return; // an empty expert's gradient is exactly 0
                     }
-                }
+                    // The group's tokens of dout (rows × N): its N outputs are contiguous.
+                    let grads = dc
+                        .values()
+                        .slice(s![lo..hi, ..])
+                        .as_standard_layout()
+                        .into_owned();
+                    let grads = grads.as_slice().expect("standard layout");
+                    for (a, mut row) in dst.outer_iter_mut().enumerate() {
+                        let left = lc.values().slice(s![lo..hi, a]).to_vec();
+                        let sa = lc.sinv(lo, a);
+                        acc.row_sums(nominal, &left, grads, n, |b, sum| {
+                            row[b] = fin(sum, sa, dc.sinv(lo, b));
+                        });
+                    }
+                });
                 res.drhs = Some(drhs);
             }
         } else if passes.needs_dout() {
@@ -114,6 +141,23 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
     fn internals(&self, case: &Fp8GemmCase, passes: Passes) -> Option<Fp8Operands> {
         Some(self.operands_of(case, passes).into_reference())
     }
+}
+
+/// Runs `f(e, rows)` for every expert `e` with its rows `off[e]..off[e + 1]` of `all`, the
+/// experts in parallel (tail rows are not visited).
+fn by_expert(
+    mut all: ArrayViewMut2<f64>,
+    off: &[usize],
+    f: impl Fn(usize, ArrayViewMut2<f64>) + Sync,
+) {
+    let mut views = Vec::with_capacity(off.len().saturating_sub(1));
+    for e in 0..off.len().saturating_sub(1) {
+        let (head, tail) = all.split_at(Axis(0), off[e + 1] - off[e]);
+        views.push((e, head));
+        all = tail;
+    }
+    let cols = views.first().map_or(0, |(_, v)| v.ncols());
+    map_by_cost(views, |(_, v)| (v.nrows() * cols).max(1), |(e, v)| f(e, v));
 }
 
 #[cfg(test)]
@@ -188,6 +232,115 @@ mod tests {
                 matches!(v, Verdict::Fail { .. }),
                 "{pass}: the compacted scale_inv was not caught: {v:?}"
             );
+        }
+    }
+
+    /// The emulation one element at a time, as it was before it ran experts in parallel and a
+    /// row's columns together: the oracle of `rows_in_lanes_are_the_element_by_element_model`.
+    fn run_scalar(em: &EmulateFp8, case: &Fp8GemmCase, passes: Passes) -> GemmOutputs {
+        let ops = em.operands_of(case, passes);
+        let g = &case.gemm;
+        let (m, k, n, gc) = (g.m(), g.k(), g.n(), g.groups());
+        let off = g.offsets();
+        let acc = case.recipe.accumulation;
+        let out_fmt = g.out_dtype;
+        let fin = |sum: f32, sa: f32, sb: f32| {
+            round_to(((sum * sa) * sb) as f64, out_fmt, Overflow::Ieee)
+        };
+        let mut res = GemmOutputs::default();
+        if passes.fwd {
+            let mut out = Array2::<f64>::zeros((m, n));
+            for e in 0..gc {
+                for r in off[e]..off[e + 1] {
+                    for c in 0..n {
+                        let sum = acc.dot(k, |i| ops.lhs.value(r, i) * ops.rhs.value(e * k + i, c));
+                        out[(r, c)] = fin(sum, ops.lhs.sinv(r, 0), ops.rhs.sinv(e * k, c));
+                    }
+                }
+            }
+            res.out = Some(out);
+        }
+        if let Some(d) = &ops.dout {
+            if passes.dgrad {
+                let mut dlhs = Array2::<f64>::zeros((m, k));
+                for e in 0..gc {
+                    for r in off[e]..off[e + 1] {
+                        for c in 0..k {
+                            let sum = acc.dot(n, |j| d.value(r, j) * ops.rhs.value(e * k + c, j));
+                            dlhs[(r, c)] = fin(sum, d.sinv(r, 0), ops.rhs.sinv(e * k + c, 0));
+                        }
+                    }
+                }
+                res.dlhs = Some(dlhs);
+            }
+            if passes.wgrad {
+                let dc = ops.dout_col.as_ref().expect("dout column-wise copy");
+                let mut drhs = Array3::<f64>::zeros((gc, k, n));
+                for e in 0..gc {
+                    let (lo, hi) = (off[e], off[e + 1]);
+                    for a in 0..k {
+                        for b in 0..n {
+                            let sum = acc.dot(hi - lo, |i| {
+                                ops.lhs_col.value(lo + i, a) * dc.value(lo + i, b)
+                            });
+                            if hi > lo {
+                                drhs[(e, a, b)] = fin(sum, ops.lhs_col.sinv(lo, a), dc.sinv(lo, b));
+                            }
+                        }
+                    }
+                }
+                res.drhs = Some(drhs);
+            }
+        } else if passes.needs_dout() {
+            panic!("dout is missing");
+        }
+        res
+    }
+
+    /// The emulation gives the element-by-element model's bits, for the clean model and every
+    /// planted bug, under every accumulation model, in every pass: an empty first expert,
+    /// experts of one row and of more rows than the lanes, column counts with a remainder, a
+    /// dropped tail row, values over 2^±12.
+    #[test]
+    fn rows_in_lanes_are_the_element_by_element_model() {
+        use crate::impls::PlantedBug;
+        for acc in AccumModel::ALL {
+            for pass in [Pass::Fwd, Pass::Wgrad] {
+                let mut case = long_case(pass, acc);
+                // Shorter reductions and wider outputs than long_case's, so lanes are used.
+                let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+                let (sizes, k, n) = (vec![0, 1, 21, 0, 18], 35, 37);
+                let m = 41;
+                let mut v = |len: usize, e: i32| -> Vec<f32> {
+                    (0..len)
+                        .map(|_| (rng.random_range(-1.0f64..1.0) * 2f64.powi(e)) as f32)
+                        .collect()
+                };
+                let g = &mut case.gemm;
+                g.lhs = Array2::from_shape_vec((m, k), v(m * k, 9)).unwrap();
+                g.rhs = Array3::from_shape_vec((5, k, n), v(5 * k * n, -7)).unwrap();
+                g.dout = Some(Array2::from_shape_vec((m, n), v(m * n, 12)).unwrap());
+                g.group_sizes = sizes;
+                let bugs = std::iter::once(None).chain(Fp8Bug::ALL.iter().copied().map(Some));
+                for bug in bugs {
+                    let em = EmulateFp8::with_bug(bug);
+                    let bits = |o: GemmOutputs| {
+                        let f = |a: Option<ndarray::ArrayD<f64>>| a.map(|a| a.mapv(f64::to_bits));
+                        (
+                            f(o.out.map(|a| a.into_dyn())),
+                            f(o.dlhs.map(|a| a.into_dyn())),
+                            f(o.drhs.map(|a| a.into_dyn())),
+                        )
+                    };
+                    let got = bits(em.run(&case, Passes::ALL).unwrap());
+                    assert!(got.0.is_some() && got.1.is_some() && got.2.is_some());
+                    assert_eq!(
+                        got,
+                        bits(run_scalar(&em, &case, Passes::ALL)),
+                        "{acc} {bug:?}"
+                    );
+                }
+            }
         }
     }
 }

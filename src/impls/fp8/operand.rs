@@ -32,8 +32,13 @@ impl KernelOperand {
     fn scope_of(&self, r: usize) -> Option<usize> {
         (0..self.read_sinv.len()).find(|&i| self.offsets[i] <= r && r < self.offsets[i + 1])
     }
+    #[cfg(test)]
     pub(super) fn value(&self, r: usize, c: usize) -> f32 {
         self.vals[(r, c)]
+    }
+    /// Every decoded value, row-major.
+    pub(super) fn values(&self) -> &Array2<f32> {
+        &self.vals
     }
     pub(super) fn sinv(&self, r: usize, c: usize) -> f32 {
         let i = self.scope_of(r).unwrap_or(0);
