@@ -2,9 +2,17 @@
 //! the elapsed time and the current stage (shown when the work is large enough to wait for),
 //! or a bar over a counted number of steps (benchmark repetitions, the cases of a property
 //! campaign with their ETA).
+//!
+//! While a stage runs the parallel loops of the reference ([`moecheck_reference::par`]: the
+//! implementation's experts, the check's groups, pass by pass), the spinner adds how far the
+//! current loop is and its time left, estimated from its rate so far.
 
 use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use moecheck_reference::par::{meter, Meter};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -13,13 +21,36 @@ use indicatif::{ProgressBar, ProgressStyle};
 pub const THRESHOLD: u64 = 50_000_000;
 
 /// A stage spinner, or nothing (small work, or stderr is not a terminal).
-pub struct Progress(Option<ProgressBar>);
+pub struct Progress(Option<ProgressBar>, Option<Ticker>);
+
+/// The thread that adds the parallel loop's progress to a spinner's stage.
+struct Ticker {
+    stage: Arc<Mutex<String>>,
+    stop: Arc<AtomicBool>,
+}
+
+/// `" — 42% of this step, about 1m 05s left"` once a loop has run a second and done
+/// something; empty before (no rate to go by yet) and when it is complete.
+pub fn meter_suffix(m: Meter) -> String {
+    if m.total == 0 || m.done == 0 || m.done >= m.total || m.elapsed < Duration::from_secs(1) {
+        return String::new();
+    }
+    let fraction = m.done as f64 / m.total as f64;
+    let left = m.elapsed.as_secs_f64() * (1.0 - fraction) / fraction;
+    let left = left.round() as u64;
+    let eta = if left >= 60 {
+        format!("{}m {:02}s", left / 60, left % 60)
+    } else {
+        format!("{left}s")
+    };
+    format!(" — {:.0}% of this step, about {eta} left", 100.0 * fraction)
+}
 
 impl Progress {
     /// A spinner for `work` units of work.
     pub fn new(work: u64) -> Progress {
         if work < THRESHOLD || !std::io::stderr().is_terminal() {
-            return Progress(None);
+            return Progress(None, None);
         }
         let pb = ProgressBar::new_spinner();
         pb.set_style(
@@ -27,7 +58,22 @@ impl Progress {
                 .expect("valid template"),
         );
         pb.enable_steady_tick(Duration::from_millis(120));
-        Progress(Some(pb))
+        let ticker = Ticker {
+            stage: Arc::new(Mutex::new(String::new())),
+            stop: Arc::new(AtomicBool::new(false)),
+        };
+        let (stage, stop, bar) = (ticker.stage.clone(), ticker.stop.clone(), pb.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(250));
+                let base = stage.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                bar.set_message(format!(
+                    "{base}{}",
+                    meter().map(meter_suffix).unwrap_or_default()
+                ));
+            }
+        });
+        Progress(Some(pb), Some(ticker))
     }
 
     /// A bar counting `len` steps (repetitions of a benchmark), on a terminal.
@@ -47,12 +93,12 @@ impl Progress {
 
     fn bar(len: u64, template: &str, msg: &str) -> Progress {
         if !std::io::stderr().is_terminal() {
-            return Progress(None);
+            return Progress(None, None);
         }
         let pb = ProgressBar::new(len);
         pb.set_style(ProgressStyle::with_template(template).expect("valid template"));
         pb.set_message(msg.to_string());
-        Progress(Some(pb))
+        Progress(Some(pb), None)
     }
 
     /// One step done.
@@ -75,6 +121,9 @@ impl Progress {
         if let Some(pb) = &self.0 {
             pb.set_message(msg.to_string());
         }
+        if let Some(t) = &self.1 {
+            *t.stage.lock().unwrap_or_else(|e| e.into_inner()) = msg.to_string();
+        }
     }
 
     /// Whether anything is drawn (a terminal, and work large enough).
@@ -84,6 +133,9 @@ impl Progress {
 
     /// Clears the spinner.
     pub fn done(&self) {
+        if let Some(t) = &self.1 {
+            t.stop.store(true, Ordering::Relaxed);
+        }
         if let Some(pb) = &self.0 {
             pb.finish_and_clear();
         }
@@ -93,5 +145,29 @@ impl Progress {
 impl Drop for Progress {
     fn drop(&mut self) {
         self.done();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(done: u64, total: u64, secs: u64) -> String {
+        meter_suffix(Meter {
+            done,
+            total,
+            elapsed: Duration::from_secs(secs),
+        })
+    }
+
+    #[test]
+    fn the_suffix_is_the_share_done_and_the_time_left_at_the_rate_so_far() {
+        assert_eq!(at(25, 100, 10), " — 25% of this step, about 30s left");
+        assert_eq!(at(1, 3, 65), " — 33% of this step, about 2m 10s left");
+        // Nothing to say yet, or any more.
+        assert_eq!(at(0, 100, 10), "");
+        assert_eq!(at(50, 100, 0), "");
+        assert_eq!(at(100, 100, 10), "");
+        assert_eq!(at(0, 0, 10), "");
     }
 }

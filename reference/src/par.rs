@@ -7,15 +7,63 @@
 //! the smallest, so the compute-bound large items run beside the memory-bound small ones
 //! rather than all small items together at the end.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// Total cost below which the items run on the calling thread: starting threads costs tens of
 /// microseconds, more than the work of a small case (a property campaign runs thousands).
 pub const SERIAL_BELOW: usize = 1 << 20;
 
+/// How far the outermost [`map_by_cost`] call running now has got: the cost of the items
+/// done, out of its total, and the time since it started. What a progress display reads
+/// ([`meter`]); calls made from inside a mapped item do not move it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Meter {
+    pub done: u64,
+    pub total: u64,
+    pub elapsed: Duration,
+}
+
+/// When the outermost call started, and its total cost.
+static STARTED: Mutex<Option<(Instant, u64)>> = Mutex::new(None);
+static DONE: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// Whether this thread is inside a [`map_by_cost`] call (its caller or one of its workers).
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The latest outermost [`map_by_cost`] call's progress (`None` before the first one).
+pub fn meter() -> Option<Meter> {
+    let started = *STARTED.lock().unwrap_or_else(|e| e.into_inner());
+    started.map(|(at, total)| Meter {
+        done: DONE.load(Ordering::Relaxed).min(total),
+        total,
+        elapsed: at.elapsed(),
+    })
+}
+
+/// Marks this thread as inside a call until dropped (restoring what it was).
+struct Inside(bool);
+
+impl Inside {
+    fn enter() -> Inside {
+        Inside(INSIDE.with(|i| i.replace(true)))
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        INSIDE.with(|i| i.set(self.0));
+    }
+}
+
 /// `f(item)` for every item, on all available cores, largest `cost` first (see the module
-/// docs). The results come back in the order of `items`, whatever the schedule.
+/// docs). The results come back in the order of `items`, whatever the schedule. The
+/// outermost call reports its progress to [`meter`].
 ///
 /// ```
 /// let squares = moecheck_reference::par::map_by_cost(vec![3usize, 1, 2], |x| *x, |x| x * x);
@@ -29,11 +77,26 @@ where
     F: Fn(T) -> R + Sync,
 {
     let count = items.len();
-    let mut order: Vec<(usize, T)> = items.into_iter().enumerate().collect();
-    order.sort_by_key(|(i, item)| (std::cmp::Reverse(cost(item)), *i));
+    let mut order: Vec<(usize, usize, T)> = items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| (i, cost(&item), item))
+        .collect();
+    order.sort_by_key(|&(i, c, _)| (std::cmp::Reverse(c), i));
     let total = order
         .iter()
-        .fold(0usize, |t, (_, item)| t.saturating_add(cost(item)));
+        .fold(0usize, |t, &(_, c, _)| t.saturating_add(c));
+    let outer = !INSIDE.with(Cell::get);
+    if outer {
+        DONE.store(0, Ordering::Relaxed);
+        *STARTED.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), total as u64));
+    }
+    let _inside = Inside::enter();
+    let advance = |c: usize| {
+        if outer {
+            DONE.fetch_add(c as u64, Ordering::Relaxed);
+        }
+    };
     let threads = if total < SERIAL_BELOW {
         1
     } else {
@@ -43,27 +106,32 @@ where
     };
     let mut results: Vec<Option<R>> = (0..count).map(|_| None).collect();
     if threads <= 1 {
-        for (i, item) in order {
+        for (i, c, item) in order {
             results[i] = Some(f(item));
+            advance(c);
         }
     } else {
         let queue = Mutex::new(VecDeque::from(order));
         let done = Mutex::new(Vec::with_capacity(count));
         std::thread::scope(|scope| {
             for worker in 0..threads {
-                let (queue, done, f) = (&queue, &done, &f);
-                scope.spawn(move || loop {
-                    let next = {
-                        let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
-                        if worker % 2 == 0 {
-                            q.pop_front()
-                        } else {
-                            q.pop_back()
-                        }
-                    };
-                    let Some((i, item)) = next else { break };
-                    let r = f(item);
-                    done.lock().unwrap_or_else(|e| e.into_inner()).push((i, r));
+                let (queue, done, f, advance) = (&queue, &done, &f, &advance);
+                scope.spawn(move || {
+                    let _inside = Inside::enter();
+                    loop {
+                        let next = {
+                            let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
+                            if worker % 2 == 0 {
+                                q.pop_front()
+                            } else {
+                                q.pop_back()
+                            }
+                        };
+                        let Some((i, c, item)) = next else { break };
+                        let r = f(item);
+                        done.lock().unwrap_or_else(|e| e.into_inner()).push((i, r));
+                        advance(c);
+                    }
                 });
             }
         });
@@ -111,5 +179,30 @@ mod tests {
             );
         }
         assert!(map_by_cost(Vec::<u8>::new(), |_| 0, |x| x).is_empty());
+    }
+
+    /// The outermost call's meter ends at its total; a call from inside an item does not
+    /// move it. (Tests run in parallel and share the meter, so only what this test's calls
+    /// alone decide is asserted, inside one item of a large outer call.)
+    #[test]
+    fn the_meter_follows_the_outermost_call() {
+        let items: Vec<usize> = vec![1 << 21, 3, 5];
+        let inner = map_by_cost(
+            items.clone(),
+            |x| *x,
+            |x| {
+                let before = INSIDE.with(Cell::get);
+                // A nested call: runs, but is not the outermost.
+                let nested = map_by_cost(vec![1usize, 2], |x| *x, |x| x * 2);
+                (before, nested, INSIDE.with(Cell::get), x)
+            },
+        );
+        for (before, nested, after, _) in &inner {
+            assert!(*before && *after, "items run inside the call");
+            assert_eq!(nested, &vec![2, 4]);
+        }
+        assert!(!INSIDE.with(Cell::get), "the caller is outside again");
+        let m = meter().expect("a call has run");
+        assert!(m.done <= m.total);
     }
 }
