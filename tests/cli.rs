@@ -457,7 +457,8 @@ fn bench_reports_a_ratio_and_rejects_bad_flags() {
 /// `moecheck bench --end-to-end` runs each case as its own process: a passing case has its
 /// verdict, wall time and a peak memory of its own (not this process's); a case the memory
 /// guard refuses has no verdict, exit 2 and the guard's reason; a planted bug is a FAIL row
-/// (a verdict, not a bench error). `--case` alone is refused.
+/// (a verdict, not a bench error). `--case` is split as a shell splits it; alone, or with an
+/// unclosed quote, it is refused.
 #[test]
 fn bench_end_to_end_runs_each_case_as_a_user_would() {
     let out = moecheck()
@@ -466,7 +467,8 @@ fn bench_end_to_end_runs_each_case_as_a_user_would() {
             "--end-to-end",
             "--json",
             "--case",
-            "gemm --experts 8 --tokens 64 --hidden 32 --ffn 16",
+            // Quoted as in a shell: the value is 8.
+            "gemm --experts '8' --tokens 64 --hidden 32 --ffn 16",
             "--case",
             "gemm --experts 8 --tokens 64 --hidden 33 --ffn 16 --inject partial-k-tile-ignored",
             "--case",
@@ -499,6 +501,12 @@ fn bench_end_to_end_runs_each_case_as_a_user_would() {
         .assert()
         .code(2)
         .stderr(predicate::str::contains("--case needs --end-to-end"));
+    // Split as a shell would: an unclosed quote is refused before anything runs.
+    moecheck()
+        .args(["bench", "--end-to-end", "--case", "gemm --dump \"/tmp/x"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("unbalanced quotes"));
 }
 
 #[test]

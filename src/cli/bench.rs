@@ -97,13 +97,19 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
         let cases = if a.cases.is_empty() {
             super::bench_e2e::default_cases()
         } else {
+            // Split as a shell would (quotes keep a path with spaces whole).
             a.cases
                 .iter()
-                .map(|c| super::bench_e2e::E2eCase {
-                    args: c.split_whitespace().map(String::from).collect(),
-                    target: "-".into(),
+                .map(|c| match shlex::split(c) {
+                    Some(args) => Ok(super::bench_e2e::E2eCase {
+                        args,
+                        target: "-".into(),
+                    }),
+                    None => Err(anyhow::anyhow!(
+                        "--case {c:?}: unbalanced quotes or a trailing backslash"
+                    )),
                 })
-                .collect()
+                .collect::<anyhow::Result<Vec<_>>>()?
         };
         if let Some(c) = cases.iter().find(|c| c.args.is_empty()) {
             anyhow::bail!("--case {:?}: empty command line", c.args.join(" "));

@@ -92,7 +92,15 @@ fn run_case(case: &E2eCase) -> anyhow::Result<E2eResult> {
     };
     let out = drain(Box::new(child.stdout.take().expect("piped")));
     let err = drain(Box::new(child.stderr.take().expect("piped")));
-    let (status, peak) = wait_with_peak(child.id())?;
+    let (status, peak) = match wait_with_peak(child.id()) {
+        Ok(waited) => waited,
+        Err(e) => {
+            // Not left running behind us.
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e);
+        }
+    };
     let wall_s = start.elapsed().as_secs_f64();
     let (out, err) = (
         out.join().unwrap_or_default(),
@@ -106,7 +114,11 @@ fn run_case(case: &E2eCase) -> anyhow::Result<E2eResult> {
             format!("none: {last}")
         });
     Ok(E2eResult {
-        command: format!("moecheck {}", case.args.join(" ")),
+        command: format!(
+            "moecheck {}",
+            shlex::try_join(case.args.iter().map(String::as_str))
+                .unwrap_or_else(|_| case.args.join(" "))
+        ),
         target: case.target.clone(),
         exit: status,
         verdict,
@@ -122,9 +134,16 @@ fn wait_with_peak(pid: u32) -> anyhow::Result<(Option<i32>, u64)> {
     let mut status = 0;
     // SAFETY: plain FFI call with valid out-pointers; `pid` is our own unwaited child.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let r = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut usage) };
-    if r < 0 {
-        anyhow::bail!("wait4: {}", std::io::Error::last_os_error());
+    loop {
+        let r = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut usage) };
+        if r >= 0 {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        // A signal handler ran (Ctrl-C is forwarded to children): wait again.
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            anyhow::bail!("wait4: {e}");
+        }
     }
     let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
     // Linux reports ru_maxrss in KiB.

@@ -6,137 +6,19 @@
 //! format, DeepGEMM's `calc_diff`, NaN/Inf counts and the worst element, so one bad small group
 //! cannot hide behind a large good one.
 
-use std::borrow::Cow;
-
-use ndarray::{s, ArrayView1, ArrayView2, Axis};
+use ndarray::{s, ArrayView2, Axis};
 use serde::{Deserialize, Serialize};
 
 use super::bound::{ErrorBound, Precision};
 use super::case::{GemmOutputs, GroupedGemmCase, Pass, Passes, TailContract};
 use super::fit::Fit;
 use super::grouped::ReferenceResult;
+pub(crate) use super::judge::zero_ratio;
+use super::judge::Acc;
+pub use super::judge::{GemmAt, GroupId, GroupStats, Worst};
 use super::stream::{group_blocks, group_work};
 use crate::format::Format;
-use crate::stats::{max_of, worst_slice, ElementStats, StatsAcc, WorstElement};
-
-/// Which rows an element belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum GroupId {
-    /// Expert `g`'s rows (fwd, dgrad) or its weight gradient (wgrad).
-    Expert(usize),
-    /// Rows `>= Σ group_sizes` (dropped tokens).
-    Tail,
-}
-
-impl std::fmt::Display for GroupId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            GroupId::Expert(g) => write!(f, "expert {g}"),
-            GroupId::Tail => f.write_str("tail"),
-        }
-    }
-}
-
-/// Where a grouped-GEMM element is: the group, and its row and column (for `drhs`, the `k`
-/// index of expert `group`'s weight gradient).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GemmAt {
-    pub group: GroupId,
-    /// Row of `out`/`dlhs` (global index), or the `k` index of `drhs[g]`.
-    pub row: usize,
-    /// Column.
-    pub col: usize,
-}
-
-/// The worst element of a group.
-pub type Worst = WorstElement<GemmAt>;
-
-/// Statistics of one group of one pass.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GroupStats {
-    pub group: GroupId,
-    #[serde(flatten)]
-    pub stats: ElementStats<GemmAt>,
-}
-
-impl GroupStats {
-    pub fn passed(&self) -> bool {
-        self.stats.passed()
-    }
-}
-
-/// Accumulates one group's statistics, and the bound's teeth ([`PassReport::zero_ratio`]).
-struct Acc {
-    group: GroupId,
-    acc: StatsAcc<GemmAt>,
-    teeth: f64,
-    fit: Fit,
-}
-
-impl Acc {
-    fn new(group: GroupId, out: Format) -> Acc {
-        Acc {
-            group,
-            acc: StatsAcc::new(out),
-            teeth: 0.0,
-            fit: Fit::for_output(out),
-        }
-    }
-
-    /// Judges the rows `first..first + want.nrows()` of `got` against a block of the
-    /// reference (`want`, `mag` are the block's rows): each element's bound, the bound's
-    /// teeth and the output fit, then the statistics a row at a time through
-    /// [`StatsAcc::push_slice`].
-    fn push_rows(
-        &mut self,
-        first: usize,
-        got: ArrayView2<f64>,
-        want: ArrayView2<f64>,
-        mag: ArrayView2<f64>,
-        bound: &ErrorBound,
-    ) {
-        let group = self.group;
-        let mut bounds = Vec::with_capacity(want.ncols());
-        for (i, (w, s)) in want.outer_iter().zip(mag.outer_iter()).enumerate() {
-            let row = first + i;
-            let (g, w, s) = (contiguous(got.row(row)), contiguous(w), contiguous(s));
-            bounds.clear();
-            bounds.extend(w.iter().zip(s.iter()).map(|(&y, &m)| bound.at(m, y)));
-            let mut teeth = self.teeth;
-            for (&y, &b) in w.iter().zip(&bounds) {
-                teeth = teeth.max(zero_ratio(y, b));
-            }
-            self.teeth = teeth;
-            if self.fit.looking() {
-                for (&x, &y) in g.iter().zip(w.iter()) {
-                    self.fit.push(x, y);
-                }
-            } else {
-                self.fit.count_nonzero(&g);
-            }
-            self.acc
-                .push_slice(|col| GemmAt { group, row, col }, &g, &w, &bounds);
-        }
-    }
-
-    /// The group's statistics, its `max |want| / bound` and what its outputs fit.
-    fn finish(self) -> (GroupStats, f64, Fit) {
-        let stats = GroupStats {
-            group: self.group,
-            stats: self.acc.finish(),
-        };
-        (stats, self.teeth, self.fit)
-    }
-}
-
-/// A row as a slice: borrowed where it is contiguous, copied otherwise.
-fn contiguous(row: ArrayView1<'_, f64>) -> Cow<'_, [f64]> {
-    match row.to_slice() {
-        Some(s) => Cow::Borrowed(s),
-        None => Cow::Owned(row.to_vec()),
-    }
-}
+use crate::stats::{max_of, worst_slice, ElementStats};
 
 /// The comparison of one pass.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -167,21 +49,6 @@ pub struct PassReport {
     /// writes that format, and should declare it (`--out-dtype`).
     #[serde(default)]
     pub looks_like: Option<Format>,
-}
-
-/// `|want| / bound` for one element, as [`PassReport::zero_ratio`] takes its maximum (full
-/// and fast verification alike).
-pub(crate) fn zero_ratio(want: f64, bound: f64) -> f64 {
-    let w = want.abs();
-    if w == 0.0 || !w.is_finite() {
-        0.0
-    } else if bound.is_infinite() || bound.is_nan() {
-        f64::MIN_POSITIVE
-    } else if bound > 0.0 {
-        w / bound
-    } else {
-        f64::INFINITY
-    }
 }
 
 impl PassReport {

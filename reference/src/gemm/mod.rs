@@ -31,6 +31,7 @@ pub mod fast;
 mod files;
 mod fit;
 mod grouped;
+mod judge;
 pub mod kernel;
 mod op;
 mod report;

@@ -1,0 +1,168 @@
+use super::*;
+use ndarray::{s, Array2};
+
+/// Small integers: every product and partial sum is exact, so any order must agree with a
+/// triple loop bit for bit.
+fn int_matrix(rows: usize, cols: usize, seed: usize) -> Array2<f64> {
+    Array2::from_shape_fn((rows, cols), |(i, j)| {
+        ((i * 7 + j * 13 + seed * 5) % 17) as f64 - 8.0
+    })
+}
+
+fn naive(a: ArrayView2<f64>, b: ArrayView2<f64>) -> Array2<f64> {
+    let (m, k) = a.dim();
+    Array2::from_shape_fn((m, b.ncols()), |(i, j)| {
+        (0..k).map(|p| a[(i, p)] * b[(p, j)]).sum()
+    })
+}
+
+fn check(isa: Isa, m: usize, k: usize, n: usize) {
+    let a = int_matrix(m, k, 1);
+    let b = int_matrix(k, n, 2);
+    let mut c = Array2::from_elem((m, n), f64::NAN);
+    gemm_with(isa, a.view(), b.view(), c.view_mut());
+    assert_eq!(c, naive(a.view(), b.view()), "{isa:?} m={m} k={k} n={n}");
+}
+
+const EDGES: [usize; 9] = [0, 1, 7, 8, 9, 23, 25, 127, 129];
+
+#[test]
+fn edge_sizes_match_triple_loops_on_every_path() {
+    for isa in Isa::available() {
+        for &m in &EDGES {
+            for &n in &EDGES {
+                check(isa, m, 5, n);
+            }
+            check(isa, m, 0, 9);
+            check(isa, 9, m, 3);
+        }
+        // Across KC (256) block edges, with column tails of every kind.
+        check(isa, 128, 257, 49);
+        check(isa, 257, 9, 25); // across MC (256)
+        check(isa, 65, 513, 31);
+        check(isa, 129, 128, 129);
+    }
+}
+
+#[test]
+fn strided_and_transposed_operands() {
+    for isa in Isa::available() {
+        // a transposed (unit row stride), c a column window of a wider array.
+        let at = int_matrix(300, 10, 3);
+        let b = int_matrix(300, 26, 4);
+        let mut wide = Array2::from_elem((10, 40), -1.0);
+        gemm_with(isa, at.t(), b.view(), wide.slice_mut(s![.., 5..31]));
+        assert_eq!(
+            wide.slice(s![.., 5..31]),
+            naive(at.t(), b.view()),
+            "{isa:?}"
+        );
+        assert!(wide.slice(s![.., ..5]).iter().all(|v| *v == -1.0));
+        assert!(wide.slice(s![.., 31..]).iter().all(|v| *v == -1.0));
+        // b transposed: not row-contiguous, the fallback path.
+        let bt = int_matrix(26, 300, 5);
+        let mut c = Array2::from_elem((10, 26), f64::NAN);
+        gemm_with(isa, at.t(), bt.t(), c.view_mut());
+        assert_eq!(c, naive(at.t(), bt.t()), "{isa:?} fallback");
+        // Negative strides.
+        let a = int_matrix(9, 30, 6);
+        let mut c = Array2::from_elem((9, 26), f64::NAN);
+        gemm_with(
+            isa,
+            a.slice(s![..;-1, ..]),
+            b.slice(s![..30, ..]),
+            c.view_mut(),
+        );
+        assert_eq!(c, naive(a.slice(s![..;-1, ..]), b.slice(s![..30, ..])));
+    }
+}
+
+/// Values that are not exact: every path stays within `γ(k, 2^-53)·Σ|a·b|` of an
+/// exactly-summed (two-sum compensated) reference.
+#[test]
+fn rounding_stays_inside_the_reference_bound() {
+    let (m, k, n) = (13, 700, 27);
+    let a = Array2::from_shape_fn((m, k), |(i, p)| ((i * 31 + p * 17) as f64).sin() * 1e3);
+    let b = Array2::from_shape_fn((k, n), |(p, j)| ((p * 7 + j * 11) as f64).cos() / 3.0);
+    let gamma = super::super::bound::gamma(k, 2f64.powi(-53));
+    for isa in Isa::available() {
+        let mut c = Array2::zeros((m, n));
+        gemm_with(isa, a.view(), b.view(), c.view_mut());
+        for i in 0..m {
+            for j in 0..n {
+                let (mut hi, mut lo, mut mag) = (0.0f64, 0.0f64, 0.0f64);
+                for p in 0..k {
+                    let x = a[(i, p)] * b[(p, j)];
+                    let err = a[(i, p)].mul_add(b[(p, j)], -x);
+                    // TwoSum: t + e == hi + x exactly.
+                    let t = hi + x;
+                    let bv = t - hi;
+                    lo += (hi - (t - bv)) + (x - bv) + err;
+                    hi = t;
+                    mag += x.abs();
+                }
+                let exact = hi + lo;
+                assert!(
+                    (c[(i, j)] - exact).abs() <= gamma * mag,
+                    "{isa:?} ({i},{j})"
+                );
+            }
+        }
+    }
+}
+
+/// The fused kernel's values are [`gemm`]'s bit for bit and its magnitudes are [`gemm`] of
+/// the absolute values, on every path, on inexact values, edge shapes, across KC and MC
+/// blocks, and through the strided fallback.
+#[test]
+fn magnitudes_are_the_gemm_of_absolute_values() {
+    let real = |rows: usize, cols: usize, seed: usize| {
+        Array2::from_shape_fn((rows, cols), |(i, j)| {
+            ((i * 31 + j * 17 + seed * 7) as f64).sin() * 10f64.powi((i + j) as i32 % 5 - 2)
+        })
+    };
+    let shapes = [
+        (1, 1, 1),
+        (9, 5, 25),
+        (13, 257, 49),
+        (257, 9, 23),
+        (3, 0, 4),
+        (0, 3, 4),
+    ];
+    for isa in Isa::available() {
+        for (m, k, n) in shapes {
+            let (a, b) = (real(m, k, 1), real(k, n, 2));
+            let mut want = Array2::from_elem((m, n), f64::NAN);
+            let mut want_mag = want.clone();
+            gemm_with(isa, a.view(), b.view(), want.view_mut());
+            gemm_with(
+                isa,
+                a.mapv(f64::abs).view(),
+                b.mapv(f64::abs).view(),
+                want_mag.view_mut(),
+            );
+            let (mut c, mut s) = (Array2::from_elem((m, n), f64::NAN), want.clone());
+            s.fill(f64::NAN);
+            gemm_magnitude_with(isa, a.view(), b.view(), c.view_mut(), s.view_mut());
+            let bits = |x: &Array2<f64>| x.mapv(f64::to_bits);
+            assert_eq!(bits(&c), bits(&want), "{isa:?} values {m}x{k}x{n}");
+            assert_eq!(bits(&s), bits(&want_mag), "{isa:?} magnitudes {m}x{k}x{n}");
+        }
+        // The strided fallback (b transposed), exact values.
+        let (a, bt) = (int_matrix(10, 30, 3), int_matrix(26, 30, 4));
+        let (mut c, mut s) = (Array2::zeros((10, 26)), Array2::zeros((10, 26)));
+        gemm_magnitude_with(isa, a.view(), bt.t(), c.view_mut(), s.view_mut());
+        assert_eq!(c, naive(a.view(), bt.t()));
+        assert_eq!(
+            s,
+            naive(a.mapv(f64::abs).view(), bt.t().mapv(f64::abs).view())
+        );
+    }
+}
+
+#[test]
+fn detection_is_consistent() {
+    let all = Isa::available();
+    assert_eq!(all.first(), Some(&Isa::Portable));
+    assert_eq!(all.last(), Some(&Isa::detect()));
+}
