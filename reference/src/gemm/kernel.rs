@@ -31,6 +31,14 @@
 
 use ndarray::{ArrayView2, ArrayViewMut2};
 
+/// What the right operand may be held in: f64, or f32 (the case's stored inputs), read where
+/// it lies and widened in registers. Widening is exact, so the sums are the same bits as for
+/// the operand widened to f64 beforehand; without the copy, an expert's weight is read once
+/// at half the bytes.
+pub trait Operand: Copy + Into<f64> + Send + Sync + 'static {}
+impl Operand for f32 {}
+impl Operand for f64 {}
+
 /// Depth of one accumulation block along `p` (the shared dimension).
 pub const KC: usize = 256;
 /// Rows of `a` walked per sweep over a `KC`-deep band of `b`.
@@ -90,7 +98,7 @@ impl Isa {
 /// gemm(a.view(), b.view(), c.view_mut());
 /// assert_eq!(c, array![[21.0, 24.0, 27.0], [47.0, 54.0, 61.0]]);
 /// ```
-pub fn gemm(a: ArrayView2<f64>, b: ArrayView2<f64>, c: ArrayViewMut2<f64>) {
+pub fn gemm<B: Operand>(a: ArrayView2<f64>, b: ArrayView2<B>, c: ArrayViewMut2<f64>) {
     gemm_with(Isa::detect(), a, b, c)
 }
 
@@ -98,7 +106,12 @@ pub fn gemm(a: ArrayView2<f64>, b: ArrayView2<f64>, c: ArrayViewMut2<f64>) {
 ///
 /// # Panics
 /// If the shapes disagree, or `isa` is not supported by this CPU.
-pub fn gemm_with(isa: Isa, a: ArrayView2<f64>, b: ArrayView2<f64>, c: ArrayViewMut2<f64>) {
+pub fn gemm_with<B: Operand>(
+    isa: Isa,
+    a: ArrayView2<f64>,
+    b: ArrayView2<B>,
+    c: ArrayViewMut2<f64>,
+) {
     run(isa, a, b, c, None)
 }
 
@@ -122,9 +135,9 @@ pub fn gemm_with(isa: Isa, a: ArrayView2<f64>, b: ArrayView2<f64>, c: ArrayViewM
 /// gemm_magnitude(a.view(), b.view(), c.view_mut(), s.view_mut());
 /// assert_eq!((c[(0, 0)], s[(0, 0)]), (-11.0, 21.0));
 /// ```
-pub fn gemm_magnitude(
+pub fn gemm_magnitude<B: Operand>(
     a: ArrayView2<f64>,
-    b: ArrayView2<f64>,
+    b: ArrayView2<B>,
     c: ArrayViewMut2<f64>,
     s: ArrayViewMut2<f64>,
 ) {
@@ -135,10 +148,10 @@ pub fn gemm_magnitude(
 ///
 /// # Panics
 /// If the shapes disagree, or `isa` is not supported by this CPU.
-pub fn gemm_magnitude_with(
+pub fn gemm_magnitude_with<B: Operand>(
     isa: Isa,
     a: ArrayView2<f64>,
-    b: ArrayView2<f64>,
+    b: ArrayView2<B>,
     c: ArrayViewMut2<f64>,
     s: ArrayViewMut2<f64>,
 ) {
@@ -146,10 +159,10 @@ pub fn gemm_magnitude_with(
 }
 
 /// Checks the shapes and runs the kernel, with the magnitudes into `mag` when given.
-fn run(
+fn run<B: Operand>(
     isa: Isa,
     a: ArrayView2<f64>,
-    b: ArrayView2<f64>,
+    b: ArrayView2<B>,
     mut c: ArrayViewMut2<f64>,
     mut mag: Option<ArrayViewMut2<f64>>,
 ) {
@@ -192,6 +205,7 @@ fn run(
             .as_ref()
             .is_none_or(|s| rows_contiguous(n, s.strides()[1]));
     if !contiguous {
+        let b = b.mapv(Into::<f64>::into);
         ndarray::linalg::general_mat_mul(1.0, &a, &b, 0.0, &mut c);
         if let Some(s) = mag.as_mut() {
             let (aa, ba) = (a.mapv(f64::abs), b.mapv(f64::abs));
@@ -224,8 +238,8 @@ fn run(
     // target-feature paths run only when `Isa::available` found the features.
     unsafe {
         match (isa, mag.is_some()) {
-            (Isa::Portable, false) => body::<4, 8, 4, false, false>(&shape),
-            (Isa::Portable, true) => body::<4, 8, 4, false, true>(&shape),
+            (Isa::Portable, false) => body::<B, 4, 8, 4, false, false>(&shape),
+            (Isa::Portable, true) => body::<B, 4, 8, 4, false, true>(&shape),
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx2, false) => body_avx2(&shape),
             #[cfg(target_arch = "x86_64")]
@@ -243,14 +257,14 @@ fn run(
 /// Raw view of one `c ← a·b` problem: `a[i, p] = *a.offset(i·rsa + p·csa)`,
 /// `b[p, j] = *b.offset(p·ldb + j)`, `c[i, j] = *c.offset(i·ldc + j)`, and the magnitudes
 /// `s[i, j] = *s.offset(i·lds + j)` when `s` is not null.
-struct Shape {
+struct Shape<B> {
     m: usize,
     n: usize,
     k: usize,
     a: *const f64,
     rsa: isize,
     csa: isize,
-    b: *const f64,
+    b: *const B,
     ldb: isize,
     c: *mut f64,
     ldc: isize,
@@ -260,33 +274,33 @@ struct Shape {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
-unsafe fn body_avx512(s: &Shape) {
+unsafe fn body_avx512<B: Operand>(s: &Shape<B>) {
     // SAFETY: as for `body`; the caller checked the features.
-    unsafe { body::<8, 24, 8, true, false>(s) }
+    unsafe { body::<B, 8, 24, 8, true, false>(s) }
 }
 
 /// Two accumulators per element: half the rows of [`body_avx512`]'s tile, so the 24
 /// accumulators, the band's row and its absolute value fit the 32 registers.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
-unsafe fn body_avx512_magnitude(s: &Shape) {
+unsafe fn body_avx512_magnitude<B: Operand>(s: &Shape<B>) {
     // SAFETY: as for `body`; the caller checked the features.
-    unsafe { body::<4, 24, 8, true, true>(s) }
+    unsafe { body::<B, 4, 24, 8, true, true>(s) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn body_avx2(s: &Shape) {
+unsafe fn body_avx2<B: Operand>(s: &Shape<B>) {
     // SAFETY: as for `body`; the caller checked the features.
-    unsafe { body::<4, 12, 4, true, false>(s) }
+    unsafe { body::<B, 4, 12, 4, true, false>(s) }
 }
 
 /// Two accumulators per element, in 16 registers.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn body_avx2_magnitude(s: &Shape) {
+unsafe fn body_avx2_magnitude<B: Operand>(s: &Shape<B>) {
     // SAFETY: as for `body`; the caller checked the features.
-    unsafe { body::<2, 12, 4, true, true>(s) }
+    unsafe { body::<B, 2, 12, 4, true, true>(s) }
 }
 
 /// The blocked loops: `KC`-deep bands of `b`, `MC` rows of `a` at a time, then `MR × w` tiles
@@ -296,13 +310,14 @@ unsafe fn body_avx2_magnitude(s: &Shape) {
 /// `s` must describe valid, non-overlapping `a`, `b`, `c` with `m, n, k >= 1`.
 #[inline(always)]
 unsafe fn body<
+    B: Operand,
     const MR: usize,
     const NR: usize,
     const W: usize,
     const FMA: bool,
     const MAG: bool,
 >(
-    s: &Shape,
+    s: &Shape<B>,
 ) {
     let at = |i: usize, p: usize| (i as isize) * s.rsa + (p as isize) * s.csa;
     let mut pc = 0;
@@ -345,11 +360,11 @@ unsafe fn body<
                     };
                     unsafe {
                         if w == NR {
-                            tile_rows::<MR, NR, FMA, MAG>(mr, &t)
+                            tile_rows::<B, MR, NR, FMA, MAG>(mr, &t)
                         } else if w == W {
-                            tile_rows::<MR, W, FMA, MAG>(mr, &t)
+                            tile_rows::<B, MR, W, FMA, MAG>(mr, &t)
                         } else {
-                            tile_rows::<MR, 1, FMA, MAG>(mr, &t)
+                            tile_rows::<B, MR, 1, FMA, MAG>(mr, &t)
                         }
                     }
                     ir += MR;
@@ -363,12 +378,12 @@ unsafe fn body<
 }
 
 /// One `mr × NR` tile over one `kc`-deep band, `c` pointing at its top-left element.
-struct Tile {
+struct Tile<B> {
     kc: usize,
     a: *const f64,
     rsa: isize,
     csa: isize,
-    b: *const f64,
+    b: *const B,
     ldb: isize,
     c: *mut f64,
     ldc: isize,
@@ -380,20 +395,26 @@ struct Tile {
 
 /// Dispatches `mr in 1..=MR` to a tile with that many rows as a constant.
 #[inline(always)]
-unsafe fn tile_rows<const MR: usize, const NR: usize, const FMA: bool, const MAG: bool>(
+unsafe fn tile_rows<
+    B: Operand,
+    const MR: usize,
+    const NR: usize,
+    const FMA: bool,
+    const MAG: bool,
+>(
     mr: usize,
-    t: &Tile,
+    t: &Tile<B>,
 ) {
     unsafe {
         match mr {
-            1 => tile::<1, NR, FMA, MAG>(t),
-            2 => tile::<2, NR, FMA, MAG>(t),
-            3 if MR >= 3 => tile::<3, NR, FMA, MAG>(t),
-            4 if MR >= 4 => tile::<4, NR, FMA, MAG>(t),
-            5 if MR >= 5 => tile::<5, NR, FMA, MAG>(t),
-            6 if MR >= 6 => tile::<6, NR, FMA, MAG>(t),
-            7 if MR >= 7 => tile::<7, NR, FMA, MAG>(t),
-            8 if MR >= 8 => tile::<8, NR, FMA, MAG>(t),
+            1 => tile::<B, 1, NR, FMA, MAG>(t),
+            2 => tile::<B, 2, NR, FMA, MAG>(t),
+            3 if MR >= 3 => tile::<B, 3, NR, FMA, MAG>(t),
+            4 if MR >= 4 => tile::<B, 4, NR, FMA, MAG>(t),
+            5 if MR >= 5 => tile::<B, 5, NR, FMA, MAG>(t),
+            6 if MR >= 6 => tile::<B, 6, NR, FMA, MAG>(t),
+            7 if MR >= 7 => tile::<B, 7, NR, FMA, MAG>(t),
+            8 if MR >= 8 => tile::<B, 8, NR, FMA, MAG>(t),
             _ => unreachable!("tile with {mr} rows, at most {MR}"),
         }
     }
@@ -403,14 +424,17 @@ unsafe fn tile_rows<const MR: usize, const NR: usize, const FMA: bool, const MAG
 /// in increasing `p`; `=` for the first band, `+=` for later ones. With `MAG`, the same for
 /// `s[i, j]` and `|a[i, p]|·|b[p, j]|`, in the same order.
 #[inline(always)]
-unsafe fn tile<const R: usize, const C: usize, const FMA: bool, const MAG: bool>(t: &Tile) {
+unsafe fn tile<B: Operand, const R: usize, const C: usize, const FMA: bool, const MAG: bool>(
+    t: &Tile<B>,
+) {
     let step = |a: f64, b: f64, x: f64| if FMA { a.mul_add(b, x) } else { a * b + x };
     let mut acc = [[0.0f64; C]; R];
     let mut mag = [[0.0f64; C]; R];
     for p in 0..t.kc {
         // SAFETY: row p of the band, columns [jr, jr + C) are inside b (C <= n - jr).
-        let bv: [f64; C] =
-            unsafe { std::ptr::read_unaligned(t.b.offset(p as isize * t.ldb) as *const [f64; C]) };
+        let raw: [B; C] =
+            unsafe { std::ptr::read_unaligned(t.b.offset(p as isize * t.ldb) as *const [B; C]) };
+        let bv: [f64; C] = raw.map(Into::into);
         let babs = bv.map(f64::abs);
         for (i, (row, mrow)) in acc.iter_mut().zip(mag.iter_mut()).enumerate() {
             let av = unsafe { *t.a.offset(i as isize * t.rsa + p as isize * t.csa) };

@@ -160,6 +160,41 @@ fn magnitudes_are_the_gemm_of_absolute_values() {
     }
 }
 
+/// A right operand held in f32 gives the bits of the same operand widened to f64 first, values
+/// and magnitudes, on every path, across KC and MC blocks and column tails, and through the
+/// strided fallback.
+#[test]
+fn f32_right_operands_are_widened_exactly() {
+    let real32 = |rows: usize, cols: usize, seed: usize| {
+        Array2::from_shape_fn((rows, cols), |(i, j)| {
+            (((i * 13 + j * 29 + seed) as f32).sin() * 3.0).powi(3)
+        })
+    };
+    for isa in Isa::available() {
+        for (m, k, n) in [(3, 7, 5), (257, 300, 49), (9, 1, 25), (17, 256, 1)] {
+            let a = real32(m, k, 1).mapv(f64::from);
+            let b32 = real32(k, n, 2);
+            let b64 = b32.mapv(f64::from);
+            let bits = |x: &Array2<f64>| x.mapv(f64::to_bits);
+            let (mut c32, mut c64) = (Array2::zeros((m, n)), Array2::zeros((m, n)));
+            gemm_with(isa, a.view(), b32.view(), c32.view_mut());
+            gemm_with(isa, a.view(), b64.view(), c64.view_mut());
+            assert_eq!(bits(&c32), bits(&c64), "{isa:?} {m}x{k}x{n}");
+            let (mut s32, mut s64) = (Array2::zeros((m, n)), Array2::zeros((m, n)));
+            gemm_magnitude_with(isa, a.view(), b32.view(), c32.view_mut(), s32.view_mut());
+            gemm_magnitude_with(isa, a.view(), b64.view(), c64.view_mut(), s64.view_mut());
+            assert_eq!(bits(&c32), bits(&c64), "{isa:?} {m}x{k}x{n} fused");
+            assert_eq!(bits(&s32), bits(&s64), "{isa:?} {m}x{k}x{n} magnitudes");
+        }
+        // Transposed f32: the fallback, exact values.
+        let (a, bt) = (int_matrix(10, 30, 3), int_matrix(26, 30, 4));
+        let bt32 = bt.mapv(|x| x as f32);
+        let mut c = Array2::zeros((10, 26));
+        gemm_with(isa, a.view(), bt32.t(), c.view_mut());
+        assert_eq!(c, naive(a.view(), bt.t()));
+    }
+}
+
 #[test]
 fn detection_is_consistent() {
     let all = Isa::available();

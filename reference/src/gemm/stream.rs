@@ -5,7 +5,9 @@
 //! magnitude `s = Σ|a·b|` its bound scales with. Held whole they are two f64 copies of every
 //! output (for `drhs` of 256 experts at 7168 × 2048, 60 GB), plus f64 and absolute-value copies
 //! of every input. Here the inputs of one expert are widened to f64 in per-thread buffers that
-//! are reused from expert to expert, `y` and `s` are computed together for a block of at most
+//! are reused from expert to expert (the right operand only where its rows are not contiguous,
+//! dgrad's transposed weight: elsewhere the kernel reads the f32 values where they lie and
+//! widens them in registers), `y` and `s` are computed together for a block of at most
 //! [`BLOCK`] rows through [`super::kernel::gemm_magnitude`] (one read of the operands, the
 //! absolute values taken in registers), and the block is handed to the comparison
 //! before the next one is computed. Memory beyond the case and the outputs under test is, per
@@ -24,7 +26,7 @@ use std::cell::RefCell;
 use ndarray::{s, Array2, Array3, ArrayView2, ArrayViewMut2, Axis};
 
 use super::case::{offsets, GemmOutputs, GroupedGemmCase, Pass, Passes};
-use super::kernel::{gemm, gemm_magnitude};
+use super::kernel::{gemm, gemm_magnitude, Operand};
 
 /// Most output rows computed at once per core (of `out`/`dlhs`, or `k` rows of `drhs[g]`).
 pub const BLOCK: usize = 256;
@@ -83,6 +85,19 @@ fn widen(src: ArrayView2<f32>, dst: &mut Vec<f64>) {
     }
 }
 
+/// `value ← a·b`, and `mag ← |a|·|b|` when asked.
+fn product<B: Operand>(
+    a: ArrayView2<f64>,
+    b: ArrayView2<B>,
+    value: ArrayViewMut2<f64>,
+    mag: Option<ArrayViewMut2<f64>>,
+) {
+    match mag {
+        Some(m) => gemm_magnitude(a, b, value, m),
+        None => gemm(a, b, value),
+    }
+}
+
 /// Calls `visit` with consecutive blocks of group `g`'s output of `pass`, in increasing row
 /// order, computed in f64 from the case's inputs (and, with `magnitude`, their `Σ|a·b|`).
 ///
@@ -116,7 +131,13 @@ pub fn group_blocks(
             Pass::Dgrad => weight.reversed_axes(),
             Pass::Wgrad => dout(),
         };
-        widen(right, &mut sc.b);
+        // Read where it lies when its rows are contiguous (fwd's weight, wgrad's rows of dout):
+        // the kernel widens it in registers. dgrad's transposed weight is widened into a
+        // contiguous copy first.
+        let in_place = right.ncols() < 2 || right.strides()[1] == 1;
+        if !in_place {
+            widen(right, &mut sc.b);
+        }
         // The left operand, by blocks of output rows: lhs_g (fwd), dout_g (dgrad), lhs_gᵀ
         // (wgrad, whose output rows are the K columns of lhs).
         let left = match pass {
@@ -133,15 +154,16 @@ pub fn group_blocks(
             let a = left.slice(s![start..end, ..]);
             widen(a, &mut sc.a);
             let n = end - start;
-            let b = ArrayView2::from_shape((depth, cols), &sc.b[..depth * cols])
-                .expect("the buffer holds the operand");
             let a64 = ArrayView2::from_shape((n, depth), &sc.a[..n * depth])
                 .expect("the buffer holds the block");
-            if magnitude {
-                let c = matrix(&mut sc.value, n, cols);
-                gemm_magnitude(a64, b, c, matrix(&mut sc.magnitude, n, cols));
+            let value = matrix(&mut sc.value, n, cols);
+            let mag = magnitude.then(|| matrix(&mut sc.magnitude, n, cols));
+            if in_place {
+                product(a64, right, value, mag);
             } else {
-                gemm(a64, b, matrix(&mut sc.value, n, cols));
+                let b = ArrayView2::from_shape((depth, cols), &sc.b[..depth * cols])
+                    .expect("the buffer holds the operand");
+                product(a64, b, value, mag);
             }
             let len = n * cols;
             visit(Block {
