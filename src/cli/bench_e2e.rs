@@ -39,6 +39,7 @@ pub fn default_cases() -> Vec<E2eCase> {
         ),
         case(MID, "--impl emulate --verify full", "-"),
         case(MID, "--impl emulate --verify fast", "-"),
+        case(MID, "--dtype fp8 --impl emulate", "-"),
         case(
             DEEPSEEK,
             "--impl emulate --verify fast",
