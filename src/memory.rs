@@ -126,15 +126,18 @@ fn gemm_bytes_on(
         ]),
         8,
     );
-    // The check widens one expert at a time per core: full verification the whole weight (or
-    // wgrad's rows of dout, one f64 copy) and a 256-row block of the left operand with its
-    // values and magnitudes; fast verification both operands whole with absolute values,
-    // whose rows over the cores are at most all M.
+    // The check works on one expert at a time per core. Full verification holds, per core,
+    // dgrad's transposed weight widened to f64 (fwd's weight and wgrad's rows of dout are read
+    // in place), a 256-row block of the left operand in f64 (its depth is K for fwd, N for
+    // dgrad, the expert's rows, at most M, for wgrad) and the block's values and magnitudes
+    // (at most max(K, N) columns). Fast verification holds both operands whole with absolute
+    // values, whose rows over the cores are at most all M.
+    let depth = k.max(n).max(if passes.wgrad { m } else { 0 }) as u64;
     let check = match verify {
-        Verify::Full => add(&[
-            mul(mul(add(&[kn, mul(768, k.max(n) as u64)]), 8), cores),
-            if passes.wgrad { mul(mn, 16) } else { 0 },
-        ]),
+        Verify::Full => mul(
+            mul(add(&[kn, mul(256, depth), mul(512, k.max(n) as u64)]), 8),
+            cores,
+        ),
         Verify::Fast => add(&[mul(mul(kn, 16), cores), mul(add(&[mk, mn]), 16)]),
     };
     // The emulated kernel, one pass at a time: f32 partial sums and accumulators of the rows

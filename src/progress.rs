@@ -27,6 +27,8 @@ pub struct Progress(Option<ProgressBar>, Option<Ticker>);
 struct Ticker {
     stage: Arc<Mutex<String>>,
     stop: Arc<AtomicBool>,
+    /// Joined by [`Progress::done`], so nothing draws after the spinner is cleared.
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// `" — 42% of this step, about 1m 05s left"` once a loop has run a second and done
@@ -58,21 +60,25 @@ impl Progress {
                 .expect("valid template"),
         );
         pb.enable_steady_tick(Duration::from_millis(120));
-        let ticker = Ticker {
-            stage: Arc::new(Mutex::new(String::new())),
-            stop: Arc::new(AtomicBool::new(false)),
-        };
-        let (stage, stop, bar) = (ticker.stage.clone(), ticker.stop.clone(), pb.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(250));
-                let base = stage.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                bar.set_message(format!(
-                    "{base}{}",
-                    meter().map(meter_suffix).unwrap_or_default()
-                ));
+        let stage = Arc::new(Mutex::new(String::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (st, sp, bar) = (stage.clone(), stop.clone(), pb.clone());
+        let thread = std::thread::spawn(move || loop {
+            std::thread::park_timeout(Duration::from_millis(250));
+            if sp.load(Ordering::Relaxed) {
+                break;
             }
+            let base = st.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            bar.set_message(format!(
+                "{base}{}",
+                meter().map(meter_suffix).unwrap_or_default()
+            ));
         });
+        let ticker = Ticker {
+            stage,
+            stop,
+            thread: Mutex::new(Some(thread)),
+        };
         Progress(Some(pb), Some(ticker))
     }
 
@@ -135,6 +141,11 @@ impl Progress {
     pub fn done(&self) {
         if let Some(t) = &self.1 {
             t.stop.store(true, Ordering::Relaxed);
+            let thread = t.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(thread) = thread {
+                thread.thread().unpark();
+                let _ = thread.join();
+            }
         }
         if let Some(pb) = &self.0 {
             pb.finish_and_clear();

@@ -141,7 +141,7 @@ fn wait_with_peak(pid: u32) -> anyhow::Result<(Option<i32>, u64)> {
             break;
         }
         let e = std::io::Error::last_os_error();
-        // A signal handler ran (Ctrl-C is forwarded to children): wait again.
+        // Interrupted by a signal whose handler returned: wait again.
         if e.kind() != std::io::ErrorKind::Interrupted {
             anyhow::bail!("wait4: {e}");
         }

@@ -25,7 +25,8 @@
 //!
 //! ## Instruction sets
 //! Chosen at run time: AVX-512F + FMA (8 × 24 register tile), AVX2 + FMA (4 × 12), otherwise
-//! portable Rust (4 × 8, no FMA). The tile loops are plain Rust over fixed-size arrays that the
+//! portable Rust (4 × 8, no FMA); with magnitudes, two accumulators per element, 4 × 24, 2 × 8
+//! and 2 × 8. The tile loops are plain Rust over fixed-size arrays that the
 //! compiler vectorises inside `#[target_feature]` functions; no intrinsics beyond feature
 //! detection are used.
 
@@ -199,18 +200,21 @@ fn run<B: Operand>(
         return;
     }
     let rows_contiguous = |cols: usize, stride: isize| cols == 1 || stride == 1;
-    let contiguous = rows_contiguous(n, b.strides()[1])
-        && rows_contiguous(n, c.strides()[1])
-        && mag
-            .as_ref()
-            .is_none_or(|s| rows_contiguous(n, s.strides()[1]));
-    if !contiguous {
+    if !rows_contiguous(n, b.strides()[1]) || !rows_contiguous(n, c.strides()[1]) {
         let b = b.mapv(Into::<f64>::into);
         ndarray::linalg::general_mat_mul(1.0, &a, &b, 0.0, &mut c);
         if let Some(s) = mag.as_mut() {
             let (aa, ba) = (a.mapv(f64::abs), b.mapv(f64::abs));
             ndarray::linalg::general_mat_mul(1.0, &aa, &ba, 0.0, s);
         }
+        return;
+    }
+    if let Some(s) = mag.as_mut().filter(|s| !rows_contiguous(n, s.strides()[1])) {
+        // Only the magnitudes' window is strided: computed into a contiguous copy, so that
+        // `c` still comes from the kernel (the same bits as `gemm`).
+        let mut tmp = ndarray::Array2::<f64>::zeros((m, n));
+        run(isa, a, b, c, Some(tmp.view_mut()));
+        s.assign(&tmp);
         return;
     }
     let (s_ptr, lds) = match mag.as_mut() {
@@ -239,7 +243,7 @@ fn run<B: Operand>(
     unsafe {
         match (isa, mag.is_some()) {
             (Isa::Portable, false) => body::<B, 4, 8, 4, false, false>(&shape),
-            (Isa::Portable, true) => body::<B, 4, 8, 4, false, true>(&shape),
+            (Isa::Portable, true) => body::<B, 2, 8, 4, false, true>(&shape),
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx2, false) => body_avx2(&shape),
             #[cfg(target_arch = "x86_64")]
@@ -295,12 +299,13 @@ unsafe fn body_avx2<B: Operand>(s: &Shape<B>) {
     unsafe { body::<B, 4, 12, 4, true, false>(s) }
 }
 
-/// Two accumulators per element, in 16 registers.
+/// Two accumulators per element: a 2 × 8 tile, whose 8 accumulators, the band's row and its
+/// absolute value (4) and the two broadcasts fit the 16 registers.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn body_avx2_magnitude<B: Operand>(s: &Shape<B>) {
     // SAFETY: as for `body`; the caller checked the features.
-    unsafe { body::<B, 2, 12, 4, true, true>(s) }
+    unsafe { body::<B, 2, 8, 4, true, true>(s) }
 }
 
 /// The blocked loops: `KC`-deep bands of `b`, `MC` rows of `a` at a time, then `MR × w` tiles

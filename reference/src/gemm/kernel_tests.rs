@@ -148,6 +148,28 @@ fn magnitudes_are_the_gemm_of_absolute_values() {
             assert_eq!(bits(&c), bits(&want), "{isa:?} values {m}x{k}x{n}");
             assert_eq!(bits(&s), bits(&want_mag), "{isa:?} magnitudes {m}x{k}x{n}");
         }
+        // Only the magnitudes strided: the values still come from the kernel, bit for bit.
+        let (a, b) = (real(9, 300, 5), real(300, 13, 6));
+        let mut want = Array2::zeros((9, 13));
+        gemm_with(isa, a.view(), b.view(), want.view_mut());
+        let mut want_mag = Array2::zeros((9, 13));
+        gemm_with(
+            isa,
+            a.mapv(f64::abs).view(),
+            b.mapv(f64::abs).view(),
+            want_mag.view_mut(),
+        );
+        let (mut c, mut wide) = (Array2::zeros((9, 13)), Array2::from_elem((9, 26), -1.0));
+        gemm_magnitude_with(
+            isa,
+            a.view(),
+            b.view(),
+            c.view_mut(),
+            wide.slice_mut(s![.., ..;2]),
+        );
+        assert_eq!(c.mapv(f64::to_bits), want.mapv(f64::to_bits), "{isa:?}");
+        assert_eq!(wide.slice(s![.., ..;2]), want_mag, "{isa:?}");
+        assert!(wide.slice(s![.., 1..;2]).iter().all(|v| *v == -1.0));
         // The strided fallback (b transposed), exact values.
         let (a, bt) = (int_matrix(10, 30, 3), int_matrix(26, 30, 4));
         let (mut c, mut s) = (Array2::zeros((10, 26)), Array2::zeros((10, 26)));

@@ -71,7 +71,7 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
         let mut res = GemmOutputs::default();
         if passes.fwd {
             let mut out = Array2::<f64>::zeros((m, n));
-            by_expert(out.view_mut(), &off, |e, mut dst| {
+            by_expert(out.view_mut(), &off, k, |e, mut dst| {
                 let w = weight(e).as_standard_layout().into_owned();
                 let w = w.as_slice().expect("standard layout");
                 for (i, mut row) in dst.outer_iter_mut().enumerate() {
@@ -88,7 +88,7 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
         if let Some(d) = &ops.dout {
             if passes.dgrad {
                 let mut dlhs = Array2::<f64>::zeros((m, k));
-                by_expert(dlhs.view_mut(), &off, |e, mut dst| {
+                by_expert(dlhs.view_mut(), &off, n, |e, mut dst| {
                     // rhs_eᵀ (N × K): a row's K outputs are contiguous columns.
                     let wt = weight(e).t().as_standard_layout().into_owned();
                     let wt = wt.as_slice().expect("standard layout");
@@ -144,10 +144,12 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
 }
 
 /// Runs `f(e, rows)` for every expert `e` with its rows `off[e]..off[e + 1]` of `all`, the
-/// experts in parallel (tail rows are not visited).
+/// experts in parallel by their products (`depth` per output element; tail rows are not
+/// visited).
 fn by_expert(
     mut all: ArrayViewMut2<f64>,
     off: &[usize],
+    depth: usize,
     f: impl Fn(usize, ArrayViewMut2<f64>) + Sync,
 ) {
     let mut views = Vec::with_capacity(off.len().saturating_sub(1));
@@ -157,7 +159,8 @@ fn by_expert(
         all = tail;
     }
     let cols = views.first().map_or(0, |(_, v)| v.ncols());
-    map_by_cost(views, |(_, v)| (v.nrows() * cols).max(1), |(e, v)| f(e, v));
+    let work = |(_, v): &(usize, ArrayViewMut2<f64>)| (v.nrows() * cols * depth).max(1);
+    map_by_cost(views, work, |(e, v)| f(e, v));
 }
 
 #[cfg(test)]
