@@ -12,7 +12,7 @@
 //! a GPU result. [`Fp8Bug`] injects one realistic FP8 defect; `moecheck
 //! selftest`'s FP8 section checks that the FP8 properties catch every one.
 
-use moecheck_reference::format::{round_to, Overflow};
+use moecheck_reference::format::{round_to, Format, Overflow};
 use moecheck_reference::fp8::AccumVariant;
 use moecheck_reference::fp8::{fp8_precision, Fp8Gemm, Fp8GemmCase, Fp8Operands};
 use moecheck_reference::gemm::{GemmOutputs, Passes, Precision};
@@ -61,10 +61,7 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
         let (m, k, n, gc) = (g.m(), g.k(), g.n(), g.groups());
         let off = g.offsets();
         let acc = case.recipe.accumulation;
-        let out_fmt = g.out_dtype;
-        let fin = |sum: f32, sa: f32, sb: f32| {
-            round_to(((sum * sa) * sb) as f64, out_fmt, Overflow::Ieee)
-        };
+        let fin = |sum: f32, sa: f32, sb: f32| finish(g.out_dtype, sum, sa, sb);
         let nominal = AccumVariant::NOMINAL;
         // Expert e's K × N weight, row-major.
         let weight = |e: usize| ops.rhs.values().slice(s![e * k..(e + 1) * k, ..]);
@@ -143,6 +140,12 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
     }
 }
 
+/// `fl_out(fl32(fl32(sum · sa) · sb))`: an FP8 GEMM's f32 sum scaled by the two `scale_inv`
+/// in the recipe's order and rounded once to the output format.
+fn finish(out: Format, sum: f32, sa: f32, sb: f32) -> f64 {
+    round_to(((sum * sa) * sb) as f64, out, Overflow::Ieee)
+}
+
 /// Runs `f(e, rows)` for every expert `e` with its rows `off[e]..off[e + 1]` of `all`, the
 /// experts in parallel by their products (`depth` per output element; tail rows are not
 /// visited).
@@ -166,7 +169,6 @@ fn by_expert(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use moecheck_reference::format::Format;
     use moecheck_reference::fp8::{AccumModel, Fp8Recipe};
     use moecheck_reference::gemm::{GroupedGemmCase, Pass, TailContract};
     use moecheck_reference::op::{verify, Verdict};
@@ -246,10 +248,7 @@ mod tests {
         let (m, k, n, gc) = (g.m(), g.k(), g.n(), g.groups());
         let off = g.offsets();
         let acc = case.recipe.accumulation;
-        let out_fmt = g.out_dtype;
-        let fin = |sum: f32, sa: f32, sb: f32| {
-            round_to(((sum * sa) * sb) as f64, out_fmt, Overflow::Ieee)
-        };
+        let fin = |sum: f32, sa: f32, sb: f32| finish(g.out_dtype, sum, sa, sb);
         let mut res = GemmOutputs::default();
         if passes.fwd {
             let mut out = Array2::<f64>::zeros((m, n));
