@@ -69,6 +69,39 @@ impl<L> ElementStats<L> {
     }
 }
 
+/// `1 / ulp(x)` of a format whose every ulp has a representable inverse (all but f64, whose
+/// smallest ulp is 2^-1074): a power of two, so `err · (1/ulp)` is `err / ulp` exactly (both
+/// are the correctly rounded value of the same real), without a division.
+#[derive(Clone, Copy)]
+struct InverseUlp {
+    emin: i32,
+    mantissa_bits: i32,
+    max: f64,
+}
+
+impl InverseUlp {
+    fn of(format: Format) -> Option<InverseUlp> {
+        let info = format.info();
+        let mantissa_bits = info.mantissa_bits as i32;
+        (mantissa_bits - info.emin <= 1023).then_some(InverseUlp {
+            emin: info.emin,
+            mantissa_bits,
+            max: info.max,
+        })
+    }
+
+    /// `1 / ulp(x, format)` for finite `x` (see [`ulp`]: the spacing at `max` above it, the
+    /// smallest subnormal's at 0).
+    #[inline]
+    fn at(self, x: f64) -> f64 {
+        let a = x.abs().min(self.max);
+        let biased = ((a.to_bits() >> 52) & 0x7ff) as i32;
+        let e = if biased == 0 { -1075 } else { biased - 1023 };
+        let k = self.mantissa_bits - e.max(self.emin);
+        f64::from_bits(((k + 1023) as u64) << 52)
+    }
+}
+
 /// Accumulates the statistics of one slice, element by element.
 pub struct StatsAcc<L> {
     stats: ElementStats<L>,
@@ -199,6 +232,7 @@ impl<L> StatsAcc<L> {
                     f64::INFINITY
                 };
             }
+            let inv = InverseUlp::of(self.out);
             let st = &mut self.stats;
             st.elements += n;
             st.checked += n;
@@ -208,7 +242,10 @@ impl<L> StatsAcc<L> {
                 if e > st.max_abs_err {
                     st.max_abs_err = e;
                 }
-                let u = e / ulp(w[i], self.out);
+                let u = match inv {
+                    Some(inv) => e * inv.at(w[i]),
+                    None => e / ulp(w[i], self.out),
+                };
                 if u.is_nan() || u > st.max_ulp {
                     st.max_ulp = u;
                 }
@@ -357,5 +394,20 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The inverse ulp is exactly `1 / ulp` for every format it applies to, over normal,
+    /// subnormal, zero, huge and over-`max` values.
+    #[test]
+    fn inverse_ulp_is_one_over_ulp() {
+        let mut values = vec![0.0, -0.0, 1.0, 3.0, 1e-45, 1e-40, 1e-10, 448.0, 500.0, 1e38, 1e300];
+        values.extend((0..2000).map(|i| (i as f64 * 0.37).sin() * 10f64.powi(i % 90 - 45)));
+        for f in [Format::F32, Format::Bf16, Format::F16, Format::E4m3, Format::E5m2] {
+            let inv = InverseUlp::of(f).expect("a representable inverse");
+            for &x in &values {
+                assert_eq!(inv.at(x), 1.0 / ulp(x, f), "{f} at {x}");
+            }
+        }
+        assert!(InverseUlp::of(Format::F64).is_none());
     }
 }
