@@ -127,8 +127,8 @@ fn gemm_bytes_on(
         8,
     );
     // The check works on one expert at a time per core. Full verification holds, per core,
-    // dgrad's transposed weight widened to f64 (fwd's weight and wgrad's rows of dout are read
-    // in place), a 256-row block of the left operand in f64 (its depth is K for fwd, N for
+    // dgrad's transposed weight (an f32 copy; fwd's weight and wgrad's rows of dout are read
+    // in place; counted at 8 bytes), a 256-row block of the left operand in f64 (its depth is K for fwd, N for
     // dgrad, the expert's rows, at most M, for wgrad) and the block's values and magnitudes
     // (at most max(K, N) columns). Fast verification holds both operands whole with absolute
     // values, whose rows over the cores are at most all M.

@@ -400,9 +400,17 @@ mod tests {
     /// subnormal, zero, huge and over-`max` values.
     #[test]
     fn inverse_ulp_is_one_over_ulp() {
-        let mut values = vec![0.0, -0.0, 1.0, 3.0, 1e-45, 1e-40, 1e-10, 448.0, 500.0, 1e38, 1e300];
+        let mut values = vec![
+            0.0, -0.0, 1.0, 3.0, 1e-45, 1e-40, 1e-10, 448.0, 500.0, 1e38, 1e300,
+        ];
         values.extend((0..2000).map(|i| (i as f64 * 0.37).sin() * 10f64.powi(i % 90 - 45)));
-        for f in [Format::F32, Format::Bf16, Format::F16, Format::E4m3, Format::E5m2] {
+        for f in [
+            Format::F32,
+            Format::Bf16,
+            Format::F16,
+            Format::E4m3,
+            Format::E5m2,
+        ] {
             let inv = InverseUlp::of(f).expect("a representable inverse");
             for &x in &values {
                 assert_eq!(inv.at(x), 1.0 / ulp(x, f), "{f} at {x}");

@@ -4,20 +4,20 @@
 //! Full verification needs, for every output element, the f64 value `y = Σ a·b` and the
 //! magnitude `s = Σ|a·b|` its bound scales with. Held whole they are two f64 copies of every
 //! output (for `drhs` of 256 experts at 7168 × 2048, 60 GB), plus f64 and absolute-value copies
-//! of every input. Here the inputs of one expert are widened to f64 in per-thread buffers that
-//! are reused from expert to expert (the right operand only where its rows are not contiguous,
-//! dgrad's transposed weight: elsewhere the kernel reads the f32 values where they lie and
-//! widens them in registers), `y` and `s` are computed together for a block of at most
-//! [`BLOCK`] rows through [`super::kernel::gemm_magnitude`] (one read of the operands, the
-//! absolute values taken in registers), and the block is handed to the comparison
-//! before the next one is computed. Memory beyond the case and the outputs under test is, per
-//! core, one expert's right operand widened (a `K × N` weight, or
-//! wgrad's rows of `dout`) and a few blocks; the buffers are kept for the thread's life and
+//! of every input. Here one expert at a time is computed in per-thread buffers that are reused
+//! from expert to expert: the right operand is read where it lies (fwd's weight, wgrad's rows
+//! of `dout`; the kernel widens the f32 values in registers) or, for dgrad, copied transposed
+//! in f32 so that its rows are contiguous; the left operand is widened to f64 a block of at
+//! most [`BLOCK`] rows at a time; `y` and `s` are computed together for that block through
+//! [`super::kernel::gemm_magnitude`] (one read of the operands, the absolute values taken in
+//! registers), and the block is handed to the comparison before the next one is computed.
+//! Memory beyond the case and the outputs under test is, per core, dgrad's transposed weight
+//! (a `K × N` f32 copy) and a few blocks; the buffers are kept for the thread's life and
 //! reused (the calling thread's too, when the work is too small to spread).
 //!
 //! The values are the same bit for bit as [`super::grouped`]'s for fwd and wgrad (the kernel's
 //! summation order depends only on the reduction index, not on how rows are blocked). dgrad
-//! widens `rhs_gᵀ` into a contiguous buffer, so it runs through the same kernel instead of
+//! copies `rhs_gᵀ` into a contiguous buffer, so it runs through the same kernel instead of
 //! matrixmultiply: its values may differ from [`super::grouped_dgrad`] in the last bits, and
 //! both are inside the reference's own error term of the bound.
 
@@ -39,11 +39,12 @@ pub struct Block<'a> {
     pub magnitude: Option<ArrayView2<'a, f64>>,
 }
 
-/// Per-thread buffers: the widened operands and the two products.
+/// Per-thread buffers: the left block widened, dgrad's weight transposed (still f32), and the
+/// two products.
 #[derive(Default)]
 struct Scratch {
     a: Vec<f64>,
-    b: Vec<f64>,
+    b: Vec<f32>,
     value: Vec<f64>,
     magnitude: Vec<f64>,
 }
@@ -53,20 +54,21 @@ thread_local! {
 }
 
 /// `buf` as a `(rows, cols)` matrix (grown when needed, never shrunk; not cleared).
-fn matrix(buf: &mut Vec<f64>, rows: usize, cols: usize) -> ArrayViewMut2<'_, f64> {
+fn matrix<T: Copy + Default>(buf: &mut Vec<T>, rows: usize, cols: usize) -> ArrayViewMut2<'_, T> {
     let len = rows * cols;
     if buf.len() < len {
-        buf.resize(len, 0.0);
+        buf.resize(len, T::default());
     }
     ArrayViewMut2::from_shape((rows, cols), &mut buf[..len]).expect("the buffer holds rows·cols")
 }
 
-/// Widens `src` into `dst`, laid out row-major with the shape of `src`.
-fn widen(src: ArrayView2<f32>, dst: &mut Vec<f64>) {
+/// Copies `src` into `dst` (widened to f64, or as f32), laid out row-major with the shape of
+/// `src`.
+fn widen<T: From<f32> + Copy + Default>(src: ArrayView2<f32>, dst: &mut Vec<T>) {
     let (rows, cols) = src.dim();
     let mut d = matrix(dst, rows, cols);
     if src.strides()[1] == 1 || rows < 2 || cols < 2 {
-        d.zip_mut_with(&src, |d, s| *d = f64::from(*s));
+        d.zip_mut_with(&src, |d, s| *d = T::from(*s));
     } else {
         // A transposed operand (dgrad's rhs_gᵀ, wgrad's lhs_gᵀ): copied by square tiles, so
         // both the strided reads and the writes stay in cache.
@@ -77,7 +79,7 @@ fn widen(src: ArrayView2<f32>, dst: &mut Vec<f64>) {
                 for c in c0..c1 {
                     for r in r0..r1 {
                         // SAFETY: r < rows and c < cols, the shape of both views.
-                        unsafe { *d.uget_mut((r, c)) = f64::from(*src.uget((r, c))) };
+                        unsafe { *d.uget_mut((r, c)) = T::from(*src.uget((r, c))) };
                     }
                 }
             }
@@ -132,8 +134,8 @@ pub fn group_blocks(
             Pass::Wgrad => dout(),
         };
         // Read where it lies when its rows are contiguous (fwd's weight, wgrad's rows of dout):
-        // the kernel widens it in registers. dgrad's transposed weight is widened into a
-        // contiguous copy first.
+        // the kernel widens it in registers. dgrad's transposed weight is copied (in f32) so
+        // that its rows are.
         let in_place = right.ncols() < 2 || right.strides()[1] == 1;
         if !in_place {
             widen(right, &mut sc.b);
