@@ -9,12 +9,10 @@
 //!   implementation returns it (8 bytes per element of `out`, `dlhs`, `drhs`), what the check
 //!   holds per core while it widens one expert at a time (`gemm_bytes` spells it out per
 //!   verification mode), and the emulated kernel's f32 partial sums; plus 256 MiB. The
-//!   figures below were measured while the check still held absolute-value copies of each
-//!   expert's operands (two more f64 copies per core); the estimate no longer counts them. No
-//!   reference array is held (it is streamed, `moecheck_reference::gemm::stream`). Measured:
-//!   64 experts, M = 4096, K = 2048, N = 1024, three passes, 1.72 GiB (reference) to 1.84 GiB
-//!   (emulate, fast), estimate about 2.2 GiB; DeepSeek-V3's forward pass (256 experts, M =
-//!   32768, K = 7168, N = 2048), emulate, full, 16.2 GiB, estimate about 17.3 GiB.
+//!   figures below were measured on 2026-12-03 at 22:17 (`moecheck bench --end-to-end`):
+//!   64 experts, M = 4096, K = 2048, N = 1024, three passes, 1.67 GiB (reference) to 1.84 GiB
+//!   (emulate, fast), estimate about 2.0 GiB (2.2 fast); DeepSeek-V3's forward pass (256 experts, M =
+//!   32768, K = 7168, N = 2048), emulate, full, 15.9 GiB, estimate about 16.9 GiB.
 //! * `gemm --dtype fp8`: about 74 bytes per element of `lhs`, `rhs` and `out` together (the
 //!   FP8 references are held whole), measured at 16 experts, M = 2048, K = 1024, N = 512
 //!   (0.85 GB) and 64 experts, M = 4096, K = 2048, N = 1024 (10.8 GB); the guard counts 80.
