@@ -13,10 +13,11 @@
 //!   64 experts, M = 4096, K = 2048, N = 1024, three passes, 1.67 GiB (reference) to 1.84 GiB
 //!   (emulate, fast), estimate about 2.0 GiB (2.2 fast); DeepSeek-V3's forward pass (256 experts, M =
 //!   32768, K = 7168, N = 2048), emulate, full, 15.9 GiB, estimate about 16.9 GiB.
-//! * `gemm --dtype fp8`: about 74 bytes per element of `lhs`, `rhs` and `out` together (the
+//! * `gemm --dtype fp8`: about 55 bytes per element of `lhs`, `rhs` and `out` together (the
 //!   FP8 references are held whole), measured at 16 experts, M = 2048, K = 1024, N = 512
-//!   (0.85 GB) and 64 experts, M = 4096, K = 2048, N = 1024 (10.8 GB); the guard counts 80.
-//!   (Until 2026-12-03 it counted 64, under the measured peaks.)
+//!   (0.63 GB) and 64 experts, M = 4096, K = 2048, N = 1024 (7.8 GB); the guard counts 64.
+//!   (Before the comparison with the unquantised GEMM stopped copying every element, the
+//!   peaks were 74 bytes per element, above the 64 counted then.)
 //! * `moe`: about 100 bytes per expert-weight element and 600 per element of `x` (the
 //!   per-token copies of the layer's forward and backward), measured at 2048 tokens, hidden
 //!   512, 32 experts, ffn 256 (0.94 GB) and 8192 tokens, hidden 128, 8 experts, ffn 64
@@ -162,7 +163,7 @@ pub fn fp8_gemm_bytes(m: usize, k: usize, n: usize, groups: usize) -> u64 {
     let per = elements(&[m, k])
         .saturating_add(elements(&[groups, k, n]))
         .saturating_add(elements(&[m, n]));
-    per.saturating_mul(80).saturating_add(64 << 20)
+    per.saturating_mul(64).saturating_add(64 << 20)
 }
 
 /// The estimated peak of `moecheck moe` (module docs).
@@ -184,9 +185,9 @@ mod tests {
     fn estimates_cover_the_measured_peaks() {
         // Measured peaks (module docs, two cores) are below the estimates, and not far below.
         let g = fp8_gemm_bytes(2048, 1024, 512, 16);
-        assert!(g > 851_000_000 && g < 1_100_000_000, "{g}");
+        assert!(g > 632_000_000 && g < 900_000_000, "{g}");
         let g = fp8_gemm_bytes(4096, 2048, 1024, 64);
-        assert!(g > 10_760_000_000 && g < 12_500_000_000, "{g}");
+        assert!(g > 7_760_000_000 && g < 10_000_000_000, "{g}");
         let g = gemm_bytes_on(2, 4096, 2048, 1024, 64, Passes::ALL, Verify::Full);
         assert!(g > 1_980_000_000 && g < 3_000_000_000, "{g}");
         let fast = gemm_bytes_on(2, 4096, 2048, 1024, 64, Passes::ALL, Verify::Fast);

@@ -8,7 +8,7 @@
 //! model's coefficient at the reduction depth `n`. Subnormal-range and saturated values can
 //! exceed it, which is why it is information and not a verdict.
 
-use ndarray::Array2;
+use ndarray::{s, Array2, Axis};
 use serde::{Deserialize, Serialize};
 
 use super::case::Fp8GemmCase;
@@ -32,18 +32,9 @@ pub struct HighPrecisionStats {
     pub max_envelope_ratio: f64,
 }
 
-/// The checked elements of one pass, flattened: what was got (`None` when the output is
-/// missing or ill-shaped), the unquantised value, its magnitude `Σ|a·b|`, and the envelope's
-/// coefficient of that magnitude.
-struct Flat {
-    got: Option<Vec<f64>>,
-    want: Vec<f64>,
-    magnitude: Vec<f64>,
-    coeff: Vec<f64>,
-}
-
 /// The statistics of every asked pass whose output `got` holds with the right shape, against
-/// `hp`, the unquantised f64 reference of `case.gemm` for `passes`.
+/// `hp`, the unquantised f64 reference of `case.gemm` for `passes`. Each pass is one walk over
+/// its checked elements; nothing is copied.
 pub fn high_precision(
     case: &Fp8GemmCase,
     passes: Passes,
@@ -52,10 +43,7 @@ pub fn high_precision(
 ) -> Vec<HighPrecisionStats> {
     passes
         .iter()
-        .filter_map(|pass| {
-            let flat = flatten(case, pass, hp, got);
-            flat.got.as_ref().map(|g| stats(pass, g, &flat))
-        })
+        .filter_map(|pass| pass_stats(case, pass, hp, got))
         .collect()
 }
 
@@ -65,86 +53,95 @@ fn envelope(case: &Fp8GemmCase, fa: Format, fb: Format, n: usize) -> f64 {
     ua + ub + ua * ub + case.recipe.accumulation.coefficient(n)
 }
 
-fn flatten(case: &Fp8GemmCase, pass: Pass, hp: &ReferenceResult, got: &GemmOutputs) -> Flat {
+/// One pass's statistics (`None` when `got` lacks it or has the wrong shape): its checked
+/// elements in order (fwd/dgrad: the rows used, row by row; wgrad: every expert's gradient).
+fn pass_stats(
+    case: &Fp8GemmCase,
+    pass: Pass,
+    hp: &ReferenceResult,
+    got: &GemmOutputs,
+) -> Option<HighPrecisionStats> {
     let r = &case.recipe;
+    let mut sums = Sums::default();
+    let mut push_all = |g: ndarray::ArrayViewD<f64>,
+                        w: ndarray::ArrayViewD<f64>,
+                        m: ndarray::ArrayViewD<f64>,
+                        coeff: f64| {
+        for ((g, w), m) in g.iter().zip(w.iter()).zip(m.iter()) {
+            sums.push(*g, *w, *m, coeff);
+        }
+    };
     match pass {
         Pass::Fwd | Pass::Dgrad => {
-            let pick = |o: &GemmOutputs| {
+            fn pick(o: &GemmOutputs, pass: Pass) -> Option<&Array2<f64>> {
                 if pass == Pass::Fwd {
-                    o.out.clone()
+                    o.out.as_ref()
                 } else {
-                    o.dlhs.clone()
+                    o.dlhs.as_ref()
                 }
-            };
+            }
+            fn rows(a: &Array2<f64>, used: usize) -> ndarray::ArrayViewD<'_, f64> {
+                a.slice(s![..used, ..]).into_dyn()
+            }
             let (fa, n) = if pass == Pass::Fwd {
                 (r.lhs.format, case.gemm.k())
             } else {
                 (r.dout.format, case.gemm.n())
             };
-            let want = pick(&hp.value).expect("asked pass");
-            let mag = pick(&hp.magnitude).expect("asked pass");
+            let want = pick(&hp.value, pass).expect("asked pass");
+            let mag = pick(&hp.magnitude, pass).expect("asked pass");
+            let got = pick(got, pass).filter(|a| a.shape() == want.shape())?;
             let used = case.gemm.rows_used();
-            let rows = |a: &Array2<f64>| {
-                a.rows()
-                    .into_iter()
-                    .take(used)
-                    .flatten()
-                    .copied()
-                    .collect::<Vec<_>>()
-            };
             let c = envelope(case, fa, r.rhs.format, n);
-            let magnitude = rows(&mag);
-            Flat {
-                got: pick(got)
-                    .filter(|a| a.shape() == want.shape())
-                    .map(|a| rows(&a)),
-                want: rows(&want),
-                coeff: vec![c; magnitude.len()],
-                magnitude,
-            }
+            push_all(rows(got, used), rows(want, used), rows(mag, used), c);
         }
         Pass::Wgrad => {
             let want = hp.value.drhs.as_ref().expect("asked pass");
             let mag = hp.magnitude.drhs.as_ref().expect("asked pass");
-            let (_, k, n) = want.dim();
-            let coeff = case
-                .gemm
-                .group_sizes
-                .iter()
-                .flat_map(|s| {
-                    std::iter::repeat_n(envelope(case, r.lhs.format, r.dout.format, *s), k * n)
-                })
-                .collect();
-            Flat {
-                got: got
-                    .drhs
-                    .as_ref()
-                    .filter(|a| a.shape() == want.shape())
-                    .map(|a| a.iter().copied().collect()),
-                want: want.iter().copied().collect(),
-                magnitude: mag.iter().copied().collect(),
-                coeff,
+            let got = got.drhs.as_ref().filter(|a| a.shape() == want.shape())?;
+            for (e, size) in case.gemm.group_sizes.iter().enumerate() {
+                let c = envelope(case, r.lhs.format, r.dout.format, *size);
+                push_all(expert(got, e), expert(want, e), expert(mag, e), c);
             }
         }
     }
+    Some(sums.finish(pass))
 }
 
-fn stats(pass: Pass, g: &[f64], f: &Flat) -> HighPrecisionStats {
-    let w = &f.want;
-    let (mut num, mut den, mut xy, mut sq, mut max_abs, mut outside, mut ratio) =
-        (0.0, 0.0, 0.0, 0.0, 0.0f64, 0usize, 0.0f64);
-    for i in 0..w.len() {
-        let e = g[i] - w[i];
-        num += e * e;
-        den += w[i] * w[i];
-        xy += g[i] * w[i];
-        sq += g[i] * g[i] + w[i] * w[i];
-        max_abs = if e.is_nan() {
+/// Expert `e`'s weight gradient.
+fn expert(a: &ndarray::Array3<f64>, e: usize) -> ndarray::ArrayViewD<'_, f64> {
+    a.index_axis(Axis(0), e).into_dyn()
+}
+
+/// Running sums of one pass, fed its elements in order.
+#[derive(Default)]
+struct Sums {
+    elements: usize,
+    num: f64,
+    den: f64,
+    xy: f64,
+    sq: f64,
+    max_abs: f64,
+    outside: usize,
+    ratio: f64,
+}
+
+impl Sums {
+    /// One element: got `g`, unquantised value `w`, its magnitude and the envelope's
+    /// coefficient of it.
+    fn push(&mut self, g: f64, w: f64, magnitude: f64, coeff: f64) {
+        let e = g - w;
+        self.elements += 1;
+        self.num += e * e;
+        self.den += w * w;
+        self.xy += g * w;
+        self.sq += g * g + w * w;
+        self.max_abs = if e.is_nan() {
             f64::NAN
         } else {
-            max_abs.max(e.abs())
+            self.max_abs.max(e.abs())
         };
-        let envelope = f.coeff[i] * f.magnitude[i];
+        let envelope = coeff * magnitude;
         let q = if e == 0.0 {
             0.0
         } else if envelope > 0.0 {
@@ -153,25 +150,223 @@ fn stats(pass: Pass, g: &[f64], f: &Flat) -> HighPrecisionStats {
             f64::INFINITY
         };
         if e.is_nan() || e.abs() > envelope {
-            outside += 1;
+            self.outside += 1;
         }
-        ratio = if q.is_nan() { f64::NAN } else { ratio.max(q) };
+        self.ratio = if q.is_nan() {
+            f64::NAN
+        } else {
+            self.ratio.max(q)
+        };
     }
-    HighPrecisionStats {
-        pass,
-        elements: w.len(),
-        rel_err: if den == 0.0 {
-            if num == 0.0 {
+
+    fn finish(self, pass: Pass) -> HighPrecisionStats {
+        HighPrecisionStats {
+            pass,
+            elements: self.elements,
+            rel_err: if self.den == 0.0 {
+                if self.num == 0.0 {
+                    0.0
+                } else {
+                    f64::INFINITY
+                }
+            } else {
+                (self.num / self.den).sqrt()
+            },
+            calc_diff: if self.sq == 0.0 {
                 0.0
             } else {
-                f64::INFINITY
+                1.0 - 2.0 * self.xy / self.sq
+            },
+            max_abs_err: self.max_abs,
+            outside_envelope: self.outside,
+            max_envelope_ratio: self.ratio,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fp8::{Fp8Expected, Fp8Recipe};
+    use crate::gemm::GroupedGemmCase;
+    use ndarray::Array3;
+    use rand::{Rng, SeedableRng};
+
+    /// The checked elements of one pass, flattened: what was got (`None` when the output is
+    /// missing or ill-shaped), the unquantised value, its magnitude `Σ|a·b|`, and the envelope's
+    /// coefficient of that magnitude.
+    struct Flat {
+        got: Option<Vec<f64>>,
+        want: Vec<f64>,
+        magnitude: Vec<f64>,
+        coeff: Vec<f64>,
+    }
+
+    /// The statistics as they were computed before, from flattened copies: the oracle.
+    fn high_precision_flat(
+        case: &Fp8GemmCase,
+        passes: Passes,
+        hp: &ReferenceResult,
+        got: &GemmOutputs,
+    ) -> Vec<HighPrecisionStats> {
+        passes
+            .iter()
+            .filter_map(|pass| {
+                let flat = flatten(case, pass, hp, got);
+                flat.got.as_ref().map(|g| stats(pass, g, &flat))
+            })
+            .collect()
+    }
+
+    fn flatten(case: &Fp8GemmCase, pass: Pass, hp: &ReferenceResult, got: &GemmOutputs) -> Flat {
+        let r = &case.recipe;
+        match pass {
+            Pass::Fwd | Pass::Dgrad => {
+                let pick = |o: &GemmOutputs| {
+                    if pass == Pass::Fwd {
+                        o.out.clone()
+                    } else {
+                        o.dlhs.clone()
+                    }
+                };
+                let (fa, n) = if pass == Pass::Fwd {
+                    (r.lhs.format, case.gemm.k())
+                } else {
+                    (r.dout.format, case.gemm.n())
+                };
+                let want = pick(&hp.value).expect("asked pass");
+                let mag = pick(&hp.magnitude).expect("asked pass");
+                let used = case.gemm.rows_used();
+                let rows = |a: &Array2<f64>| {
+                    a.rows()
+                        .into_iter()
+                        .take(used)
+                        .flatten()
+                        .copied()
+                        .collect::<Vec<_>>()
+                };
+                let c = envelope(case, fa, r.rhs.format, n);
+                let magnitude = rows(&mag);
+                Flat {
+                    got: pick(got)
+                        .filter(|a| a.shape() == want.shape())
+                        .map(|a| rows(&a)),
+                    want: rows(&want),
+                    coeff: vec![c; magnitude.len()],
+                    magnitude,
+                }
             }
-        } else {
-            (num / den).sqrt()
-        },
-        calc_diff: if sq == 0.0 { 0.0 } else { 1.0 - 2.0 * xy / sq },
-        max_abs_err: max_abs,
-        outside_envelope: outside,
-        max_envelope_ratio: ratio,
+            Pass::Wgrad => {
+                let want = hp.value.drhs.as_ref().expect("asked pass");
+                let mag = hp.magnitude.drhs.as_ref().expect("asked pass");
+                let (_, k, n) = want.dim();
+                let coeff = case
+                    .gemm
+                    .group_sizes
+                    .iter()
+                    .flat_map(|s| {
+                        std::iter::repeat_n(envelope(case, r.lhs.format, r.dout.format, *s), k * n)
+                    })
+                    .collect();
+                Flat {
+                    got: got
+                        .drhs
+                        .as_ref()
+                        .filter(|a| a.shape() == want.shape())
+                        .map(|a| a.iter().copied().collect()),
+                    want: want.iter().copied().collect(),
+                    magnitude: mag.iter().copied().collect(),
+                    coeff,
+                }
+            }
+        }
+    }
+
+    fn stats(pass: Pass, g: &[f64], f: &Flat) -> HighPrecisionStats {
+        let w = &f.want;
+        let (mut num, mut den, mut xy, mut sq, mut max_abs, mut outside, mut ratio) =
+            (0.0, 0.0, 0.0, 0.0, 0.0f64, 0usize, 0.0f64);
+        for i in 0..w.len() {
+            let e = g[i] - w[i];
+            num += e * e;
+            den += w[i] * w[i];
+            xy += g[i] * w[i];
+            sq += g[i] * g[i] + w[i] * w[i];
+            max_abs = if e.is_nan() {
+                f64::NAN
+            } else {
+                max_abs.max(e.abs())
+            };
+            let envelope = f.coeff[i] * f.magnitude[i];
+            let q = if e == 0.0 {
+                0.0
+            } else if envelope > 0.0 {
+                e.abs() / envelope
+            } else {
+                f64::INFINITY
+            };
+            if e.is_nan() || e.abs() > envelope {
+                outside += 1;
+            }
+            ratio = if q.is_nan() { f64::NAN } else { ratio.max(q) };
+        }
+        HighPrecisionStats {
+            pass,
+            elements: w.len(),
+            rel_err: if den == 0.0 {
+                if num == 0.0 {
+                    0.0
+                } else {
+                    f64::INFINITY
+                }
+            } else {
+                (num / den).sqrt()
+            },
+            calc_diff: if sq == 0.0 { 0.0 } else { 1.0 - 2.0 * xy / sq },
+            max_abs_err: max_abs,
+            outside_envelope: outside,
+            max_envelope_ratio: ratio,
+        }
+    }
+
+    /// The single walk gives the flattened copies' statistics bit for bit, in every pass, on
+    /// outputs near the reference with a NaN, an infinity and an exact match, a tail row, an
+    /// empty expert; a missing or ill-shaped output gives no statistics.
+    #[test]
+    fn one_walk_is_the_flattened_statistics() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let (m, k, n, sizes) = (23, 17, 9, vec![5, 0, 12, 4]);
+        let g = sizes.len();
+        let mut draw =
+            |len: usize| -> Vec<f32> { (0..len).map(|_| rng.random_range(-2.0f32..2.0)).collect() };
+        let case = Fp8GemmCase {
+            gemm: GroupedGemmCase {
+                lhs: Array2::from_shape_vec((m, k), draw(m * k)).unwrap(),
+                rhs: Array3::from_shape_vec((g, k, n), draw(g * k * n)).unwrap(),
+                group_sizes: sizes,
+                dout: Some(Array2::from_shape_vec((m, n), draw(m * n)).unwrap()),
+                dtype: Format::F32,
+                out_dtype: Format::F32,
+                tail: Default::default(),
+            },
+            recipe: Fp8Recipe::default(),
+            given_scales: None,
+        };
+        let e = Fp8Expected::of(&case, Passes::ALL).unwrap();
+        let mut got = e.recipe_exact.value.clone();
+        got.out.as_mut().unwrap()[(3, 2)] = f64::NAN;
+        got.dlhs.as_mut().unwrap()[(1, 1)] = f64::INFINITY;
+        got.drhs.as_mut().unwrap()[(2, 3, 4)] =
+            e.high_precision.value.drhs.as_ref().unwrap()[(2, 3, 4)];
+        let hp = &e.high_precision;
+        let new = high_precision(&case, Passes::ALL, hp, &got);
+        assert_eq!(new.len(), 3);
+        assert_eq!(
+            format!("{new:?}"),
+            format!("{:?}", high_precision_flat(&case, Passes::ALL, hp, &got))
+        );
+        got.drhs = None;
+        got.dlhs = Some(Array2::zeros((2, 2)));
+        assert_eq!(high_precision(&case, Passes::ALL, hp, &got).len(), 1);
     }
 }
