@@ -404,6 +404,8 @@ mod tests {
             0.0, -0.0, 1.0, 3.0, 1e-45, 1e-40, 1e-10, 448.0, 500.0, 1e38, 1e300,
         ];
         values.extend((0..2000).map(|i| (i as f64 * 0.37).sin() * 10f64.powi(i % 90 - 45)));
+        // f64 subnormals and the smallest normal f64.
+        values.extend([5e-324, 1e-310, f64::MIN_POSITIVE]);
         for f in [
             Format::F32,
             Format::Bf16,
@@ -412,7 +414,18 @@ mod tests {
             Format::E5m2,
         ] {
             let inv = InverseUlp::of(f).expect("a representable inverse");
-            for &x in &values {
+            // Each format's edges: its smallest normal and the values either side, its max and
+            // the value above it.
+            let info = f.info();
+            let normal = 2f64.powi(info.emin);
+            let edges = [
+                normal,
+                normal.next_down(),
+                normal.next_up(),
+                info.max,
+                info.max.next_up(),
+            ];
+            for &x in values.iter().chain(&edges) {
                 assert_eq!(inv.at(x), 1.0 / ulp(x, f), "{f} at {x}");
             }
         }

@@ -72,10 +72,10 @@ fn widen<T: From<f32> + Copy + Default>(src: ArrayView2<f32>, dst: &mut Vec<T>) 
     } else {
         // A transposed operand (dgrad's rhs_gᵀ, wgrad's lhs_gᵀ): copied by square tiles, so
         // both the strided reads and the writes stay in cache.
-        const T: usize = 32;
-        for r0 in (0..rows).step_by(T) {
-            for c0 in (0..cols).step_by(T) {
-                let (r1, c1) = ((r0 + T).min(rows), (c0 + T).min(cols));
+        const TILE: usize = 32;
+        for r0 in (0..rows).step_by(TILE) {
+            for c0 in (0..cols).step_by(TILE) {
+                let (r1, c1) = ((r0 + TILE).min(rows), (c0 + TILE).min(cols));
                 for c in c0..c1 {
                     for r in r0..r1 {
                         // SAFETY: r < rows and c < cols, the shape of both views.
