@@ -194,6 +194,25 @@ pub fn group_work(case: &GroupedGemmCase, off: &[usize], pass: Pass, g: usize) -
     .max(1)
 }
 
+/// Runs `f(g, rows)` for every group `g` with its rows `off[g]..off[g + 1]` of `all` (the
+/// output of a fwd or dgrad pass), the groups in parallel by `cost(g)`
+/// ([`crate::par::map_by_cost`]); the tail rows past the last group are not visited.
+pub fn by_group_rows(
+    mut all: ArrayViewMut2<f64>,
+    off: &[usize],
+    cost: impl Fn(usize) -> usize,
+    f: impl Fn(usize, ArrayViewMut2<f64>) + Sync,
+) {
+    let groups = off.len().saturating_sub(1);
+    let mut views = Vec::with_capacity(groups);
+    for g in 0..groups {
+        let (head, tail) = all.split_at(Axis(0), off[g + 1] - off[g]);
+        views.push((g, head));
+        all = tail;
+    }
+    crate::par::map_by_cost(views, |(g, _)| cost(*g), |(g, rows)| f(g, rows));
+}
+
 /// The reference's values of the asked passes (no magnitudes), computed expert by expert in
 /// parallel: what the reference returns when it runs as an implementation. Tail rows are 0.
 ///
@@ -205,17 +224,11 @@ pub fn reference_values(case: &GroupedGemmCase, passes: Passes) -> GemmOutputs {
     let rows_of = |pass: Pass, cols: usize| {
         let mut all = Array2::<f64>::zeros((m, cols));
         // Each expert writes its own rows (tail rows stay 0).
-        let mut rest = all.view_mut();
-        let mut views = Vec::with_capacity(groups);
-        for g in 0..groups {
-            let (head, tail) = rest.split_at(Axis(0), off[g + 1] - off[g]);
-            views.push((g, head));
-            rest = tail;
-        }
-        crate::par::map_by_cost(
-            views,
-            |&(g, _)| group_work(case, &off, pass, g),
-            |(g, mut dst)| {
+        by_group_rows(
+            all.view_mut(),
+            &off,
+            |g| group_work(case, &off, pass, g),
+            |g, mut dst| {
                 group_blocks(case, &off, pass, g, false, &mut |b| {
                     let at = b.first - off[g];
                     dst.slice_mut(s![at..at + b.value.nrows(), ..])

@@ -15,10 +15,11 @@
 use moecheck_reference::format::{round_to, Format, Overflow};
 use moecheck_reference::fp8::AccumVariant;
 use moecheck_reference::fp8::{fp8_precision, Fp8Gemm, Fp8GemmCase, Fp8Operands};
+use moecheck_reference::gemm::stream::by_group_rows;
 use moecheck_reference::gemm::{GemmOutputs, Passes, Precision};
 use moecheck_reference::op::{Implementation, RunError};
 use moecheck_reference::par::map_by_cost;
-use ndarray::{s, Array2, Array3, ArrayViewMut2, Axis};
+use ndarray::{s, Array2, Array3};
 
 use super::bug::Fp8Bug;
 use crate::impls::model_name;
@@ -63,12 +64,15 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
         let acc = case.recipe.accumulation;
         let fin = |sum: f32, sa: f32, sb: f32| finish(g.out_dtype, sum, sa, sb);
         let nominal = AccumVariant::NOMINAL;
+        // Each expert's products (every pass has K·N per row), the cost experts run in
+        // parallel by.
+        let work = |e: usize| ((off[e + 1] - off[e]) * k * n).max(1);
         // Expert e's K × N weight, row-major.
         let weight = |e: usize| ops.rhs.values().slice(s![e * k..(e + 1) * k, ..]);
         let mut res = GemmOutputs::default();
         if passes.fwd {
             let mut out = Array2::<f64>::zeros((m, n));
-            by_expert(out.view_mut(), &off, k, |e, mut dst| {
+            by_group_rows(out.view_mut(), &off, work, |e, mut dst| {
                 let w = weight(e).as_standard_layout().into_owned();
                 let w = w.as_slice().expect("standard layout");
                 for (i, mut row) in dst.outer_iter_mut().enumerate() {
@@ -85,7 +89,7 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
         if let Some(d) = &ops.dout {
             if passes.dgrad {
                 let mut dlhs = Array2::<f64>::zeros((m, k));
-                by_expert(dlhs.view_mut(), &off, n, |e, mut dst| {
+                by_group_rows(dlhs.view_mut(), &off, work, |e, mut dst| {
                     // rhs_eᵀ (N × K): a row's K outputs are contiguous columns.
                     let wt = weight(e).t().as_standard_layout().into_owned();
                     let wt = wt.as_slice().expect("standard layout");
@@ -105,28 +109,30 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
                 let lc = &ops.lhs_col;
                 let mut drhs = Array3::<f64>::zeros((gc, k, n));
                 let experts: Vec<_> = drhs.outer_iter_mut().enumerate().collect();
-                let work =
-                    |(e, _): &(usize, ArrayViewMut2<f64>)| ((off[e + 1] - off[*e]) * k * n).max(1);
-                map_by_cost(experts, work, |(e, mut dst)| {
-                    let (lo, hi) = (off[e], off[e + 1]);
-                    if hi == lo {
-                        return; // an empty expert's gradient is exactly 0
-                    }
-                    // The group's tokens of dout (rows × N): its N outputs are contiguous.
-                    let grads = dc
-                        .values()
-                        .slice(s![lo..hi, ..])
-                        .as_standard_layout()
-                        .into_owned();
-                    let grads = grads.as_slice().expect("standard layout");
-                    for (a, mut row) in dst.outer_iter_mut().enumerate() {
-                        let left = lc.values().slice(s![lo..hi, a]).to_vec();
-                        let sa = lc.sinv(lo, a);
-                        acc.row_sums(nominal, &left, grads, n, |b, sum| {
-                            row[b] = fin(sum, sa, dc.sinv(lo, b));
-                        });
-                    }
-                });
+                map_by_cost(
+                    experts,
+                    |(e, _)| work(*e),
+                    |(e, mut dst)| {
+                        let (lo, hi) = (off[e], off[e + 1]);
+                        if hi == lo {
+                            return; // an empty expert's gradient is exactly 0
+                        }
+                        // The group's tokens of dout (rows × N): its N outputs are contiguous.
+                        let grads = dc
+                            .values()
+                            .slice(s![lo..hi, ..])
+                            .as_standard_layout()
+                            .into_owned();
+                        let grads = grads.as_slice().expect("standard layout");
+                        for (a, mut row) in dst.outer_iter_mut().enumerate() {
+                            let left = lc.values().slice(s![lo..hi, a]).to_vec();
+                            let sa = lc.sinv(lo, a);
+                            acc.row_sums(nominal, &left, grads, n, |b, sum| {
+                                row[b] = fin(sum, sa, dc.sinv(lo, b));
+                            });
+                        }
+                    },
+                );
                 res.drhs = Some(drhs);
             }
         } else if passes.needs_dout() {
@@ -144,26 +150,6 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
 /// in the recipe's order and rounded once to the output format.
 fn finish(out: Format, sum: f32, sa: f32, sb: f32) -> f64 {
     round_to(((sum * sa) * sb) as f64, out, Overflow::Ieee)
-}
-
-/// Runs `f(e, rows)` for every expert `e` with its rows `off[e]..off[e + 1]` of `all`, the
-/// experts in parallel by their products (`depth` per output element; tail rows are not
-/// visited).
-fn by_expert(
-    mut all: ArrayViewMut2<f64>,
-    off: &[usize],
-    depth: usize,
-    f: impl Fn(usize, ArrayViewMut2<f64>) + Sync,
-) {
-    let mut views = Vec::with_capacity(off.len().saturating_sub(1));
-    for e in 0..off.len().saturating_sub(1) {
-        let (head, tail) = all.split_at(Axis(0), off[e + 1] - off[e]);
-        views.push((e, head));
-        all = tail;
-    }
-    let cols = views.first().map_or(0, |(_, v)| v.ncols());
-    let work = |(_, v): &(usize, ArrayViewMut2<f64>)| (v.nrows() * cols * depth).max(1);
-    map_by_cost(views, work, |(e, v)| f(e, v));
 }
 
 #[cfg(test)]
