@@ -5,14 +5,15 @@
 //! The estimates are per-element costs measured with `/usr/bin/time -f %M` on release builds
 //! (2026-12-03), rounded up:
 //! * `gemm`, counted per array: the inputs in f32 (4 bytes per element of `lhs`, `rhs` and
-//!   `dout`, which the generated case always has), each asked output in f64 as the
-//!   implementation returns it (8 bytes per element of `out`, `dlhs`, `drhs`), what the check
+//!   `dout`, which the generated case always has), each asked output as it is held (4 bytes
+//!   per element of `out`, `dlhs`, `drhs`; 8 with `--out-dtype f64`; an `exec:` program that
+//!   writes float64 for a narrower format is held in f64, twice this), what the check
 //!   holds per core while it widens one expert at a time (`gemm_bytes` spells it out per
 //!   verification mode), and the emulated kernel's f32 partial sums; plus 256 MiB. Measured
-//!   in the README's end-to-end run (2026-12-03 22:48, commit 22b3f58): 64 experts, M = 4096,
-//!   K = 2048, N = 1024, three passes, 1.67 GiB (reference) to 1.83 GiB (emulate, fast; 1.84
-//!   in earlier runs), estimate about 2.0 GiB (2.2 fast); DeepSeek-V3's forward pass (256
-//!   experts, M = 32768, K = 7168, N = 2048), emulate, full, 15.9 GiB, estimate 16.9 GiB.
+//!   in the README's end-to-end run (2026-12-04 03:42, outputs held in f32): 64 experts,
+//!   M = 4096, K = 2048, N = 1024, three passes, 1.13 GiB (reference) to 1.30 GiB (emulate,
+//!   fast), estimate 1.5 GiB (1.7 fast); DeepSeek-V3's forward pass (256 experts,
+//!   M = 32768, K = 7168, N = 2048), emulate, full, 15.63 GiB, estimate 16.7 GiB.
 //! * `gemm --dtype fp8`: about 55 bytes per element of `lhs`, `rhs` and `out` together (the
 //!   FP8 references are held whole), measured with `/usr/bin/time` at 16 experts, M = 2048,
 //!   K = 1024, N = 512 (0.63 GB) and 64 experts, M = 4096, K = 2048, N = 1024 (7.76 GB; the
@@ -29,6 +30,7 @@
 
 use std::fs;
 
+use moecheck_reference::format::Format;
 use moecheck_reference::gemm::{Passes, Verify};
 
 /// Bytes of memory available to this process, if the machine says.
@@ -83,30 +85,31 @@ pub fn elements(dims: &[usize]) -> u64 {
         .fold(1u64, |acc, &d| acc.saturating_mul(d as u64))
 }
 
-/// The estimated peak of `moecheck gemm` (module docs) for `M x K`, `G x K x N`, `M x N`,
-/// the asked passes and the verification mode.
-pub fn gemm_bytes(
-    m: usize,
-    k: usize,
-    n: usize,
-    groups: usize,
-    passes: Passes,
-    verify: Verify,
-) -> u64 {
+/// The sizes of a grouped GEMM: `M x K` left operand, `G x K x N` weights.
+#[derive(Debug, Clone, Copy)]
+pub struct GemmSize {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub groups: usize,
+}
+
+/// The estimated peak of `moecheck gemm` (module docs) for `size`, the asked passes, the
+/// verification mode and the output format (outputs are held in f32 unless it is f64).
+pub fn gemm_bytes(size: GemmSize, passes: Passes, verify: Verify, out_dtype: Format) -> u64 {
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    gemm_bytes_on(cores, m, k, n, groups, passes, verify)
+    gemm_bytes_on(cores, size, passes, verify, out_dtype)
 }
 
 /// [`gemm_bytes`] on a machine with `cores` cores.
 fn gemm_bytes_on(
     cores: usize,
-    m: usize,
-    k: usize,
-    n: usize,
-    groups: usize,
+    size: GemmSize,
     passes: Passes,
     verify: Verify,
+    out_dtype: Format,
 ) -> u64 {
+    let GemmSize { m, k, n, groups } = size;
     let (mk, gkn, mn) = (
         elements(&[m, k]),
         elements(&[groups, k, n]),
@@ -118,13 +121,14 @@ fn gemm_bytes_on(
     let mul = |a: u64, b: u64| a.saturating_mul(b);
     // The generated case always holds dout, whichever passes are asked.
     let inputs = mul(add(&[mk, gkn, mn]), 4);
+    let out_bytes = if out_dtype == Format::F64 { 8 } else { 4 };
     let outputs = mul(
         add(&[
             if passes.fwd { mn } else { 0 },
             if passes.dgrad { mk } else { 0 },
             if passes.wgrad { gkn } else { 0 },
         ]),
-        8,
+        out_bytes,
     );
     // The check works on one expert at a time per core. Full verification holds, per core,
     // dgrad's transposed weight (an f32 copy, counted at 8 bytes; fwd's weight and wgrad's
@@ -189,18 +193,24 @@ mod tests {
         assert!(g > 632_000_000 && g < 900_000_000, "{g}");
         let g = fp8_gemm_bytes(4096, 2048, 1024, 64);
         assert!(g > 7_760_000_000 && g < 10_000_000_000, "{g}");
-        let g = gemm_bytes_on(2, 4096, 2048, 1024, 64, Passes::ALL, Verify::Full);
-        assert!(g > 1_980_000_000 && g < 3_000_000_000, "{g}");
-        let fast = gemm_bytes_on(2, 4096, 2048, 1024, 64, Passes::ALL, Verify::Fast);
-        assert!(fast > 1_980_000_000 && fast < 3_000_000_000, "{fast}");
-        // Forward alone holds no dlhs or drhs (1.1 GB in f64).
-        let fwd = gemm_bytes_on(2, 4096, 2048, 1024, 64, Passes::FWD, Verify::Full);
-        assert!(fwd < g - 1_000_000_000, "{fwd}");
-        // DeepSeek-V3's forward pass ran at a 17.05 GB (15.88 GiB) peak, verified in full.
-        let ds = gemm_bytes_on(2, 32768, 7168, 2048, 256, Passes::FWD, Verify::Full);
+        let size = |m, k, n, groups| GemmSize { m, k, n, groups };
+        let mid = size(4096, 2048, 1024, 64);
+        let g = gemm_bytes_on(2, mid, Passes::ALL, Verify::Full, Format::F32);
+        assert!(g > 1_240_000_000 && g < 2_000_000_000, "{g}");
+        let fast = gemm_bytes_on(2, mid, Passes::ALL, Verify::Fast, Format::F32);
+        assert!(fast > 1_400_000_000 && fast < 2_200_000_000, "{fast}");
+        // Forward alone holds no dlhs or drhs (0.57 GB in f32).
+        let fwd = gemm_bytes_on(2, mid, Passes::FWD, Verify::Full, Format::F32);
+        assert!(fwd < g - 500_000_000, "{fwd}");
+        // f64 outputs are held in f64: twice the outputs' bytes.
+        let wide = gemm_bytes_on(2, mid, Passes::ALL, Verify::Full, Format::F64);
+        assert_eq!(wide - g, 4 * (4096 * 1024 + 4096 * 2048 + 64 * 2048 * 1024));
+        // DeepSeek-V3's forward pass ran at a 16.78 GB (15.63 GiB) peak, verified in full.
+        let ds_size = size(32768, 7168, 2048, 256);
+        let ds = gemm_bytes_on(2, ds_size, Passes::FWD, Verify::Full, Format::F32);
         // More cores hold more experts at once.
-        assert!(gemm_bytes_on(16, 32768, 7168, 2048, 256, Passes::FWD, Verify::Full) > ds);
-        assert!(ds > 17_050_000_000 && ds < 20_000_000_000, "{ds}");
+        assert!(gemm_bytes_on(16, ds_size, Passes::FWD, Verify::Full, Format::F32) > ds);
+        assert!(ds > 16_780_000_000 && ds < 20_000_000_000, "{ds}");
         let m = moe_bytes(2048, 512, 32, 256, 0);
         assert!(m > 941_000_000 && m < 2_000_000_000, "{m}");
         let m = moe_bytes(8192, 128, 8, 64, 0);

@@ -255,6 +255,17 @@ pub fn read_float(path: &Path, shape: &[usize]) -> Result<(ArrayD<f64>, Format),
     )
 }
 
+/// A float32 or float64 array of `shape`, as it is stored (not widened).
+pub fn read_float_stored(path: &Path, shape: &[usize]) -> Result<Stored, String> {
+    read_either::<f32, f64, _>(
+        path,
+        shape,
+        Stored::F32,
+        Stored::F64,
+        "a float32 or float64 array",
+    )
+}
+
 /// An int32 or int64 array of `shape`, widened to i64.
 pub fn read_int(path: &Path, shape: &[usize]) -> Result<ArrayD<i64>, String> {
     read_either::<i32, i64, _>(
@@ -301,4 +312,36 @@ pub fn write_stored(path: &Path, a: &Stored) -> Result<(), String> {
 /// `s` on one line.
 pub fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Outputs are read as they were stored: float32 stays float32 (not widened), float64 is
+    /// float64, and anything else is refused naming what the file holds.
+    #[test]
+    fn floats_are_read_as_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.npy");
+        let narrow = ndarray::Array2::from_shape_fn((3, 2), |(i, j)| i as f32 - 0.1 * j as f32);
+        write(&p, &narrow).unwrap();
+        assert_eq!(
+            read_float_stored(&p, &[3, 2]).unwrap(),
+            Stored::F32(narrow.clone().into_dyn())
+        );
+        let wide = narrow.mapv(|v| f64::from(v) + 1e-12);
+        write(&p, &wide).unwrap();
+        assert_eq!(
+            read_float_stored(&p, &[3, 2]).unwrap(),
+            Stored::F64(wide.into_dyn())
+        );
+        assert!(read_float_stored(&p, &[2, 3]).is_err());
+        write(&p, &ndarray::Array1::<i32>::zeros(6)).unwrap();
+        let err = read_float_stored(&p, &[6]).unwrap_err();
+        assert!(
+            err.contains("int32") && err.contains("float32 or float64"),
+            "{err}"
+        );
+    }
 }

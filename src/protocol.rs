@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use moecheck_reference::protocol::PROTOCOL_VERSION;
-use moecheck_reference::protocol::{FileError, Files, Protocol};
+use moecheck_reference::protocol::{FileError, Files, Protocol, Stored};
 
 use crate::npy;
 use moecheck_reference::format::Format;
@@ -128,6 +128,9 @@ impl Files for DirFiles<'_> {
         shape: &[usize],
     ) -> Result<(ndarray::ArrayD<f64>, moecheck_reference::format::Format), FileError> {
         npy::read_float(&self.path(name), shape).map_err(|r| FileError::new(name, r))
+    }
+    fn float_stored(&mut self, name: &str, shape: &[usize]) -> Result<Stored, FileError> {
+        npy::read_float_stored(&self.path(name), shape).map_err(|r| FileError::new(name, r))
     }
     fn int(&mut self, name: &str, shape: &[usize]) -> Result<ndarray::ArrayD<i64>, FileError> {
         npy::read_int(&self.path(name), shape).map_err(|r| FileError::new(name, r))

@@ -123,8 +123,10 @@ fn exact_zeros_are_exact_in_float64_output_files() {
             .or_else(|_| ndarray_npy::read_npy(d.join("group_sizes.npy")))
             .unwrap();
     let used = sizes.sum() as usize;
-    // The reference's outputs are written as float64.
-    let mut wide: ndarray::Array2<f64> = ndarray_npy::read_npy(d.join("out.npy")).unwrap();
+    // The reference writes the case's output format, float32 here: widened to float64, where
+    // 1e-50 is a value.
+    let narrow: ndarray::Array2<f32> = ndarray_npy::read_npy(d.join("out.npy")).unwrap();
+    let mut wide = narrow.mapv(f64::from);
     assert!(used < wide.nrows(), "the case has tail rows");
     wide.slice_mut(ndarray::s![used.., ..]).fill(1e-50);
     ndarray_npy::write_npy(d.join("out.npy"), &wide).unwrap();
@@ -600,8 +602,8 @@ fn a_vacuous_bound_is_inconclusive_not_a_pass() {
     ])
     .assert()
     .code(0);
-    let out: ndarray::Array2<f64> = ndarray_npy::read_npy(d.join("out.npy")).unwrap();
-    ndarray_npy::write_npy(d.join("out.npy"), &out.mapv(|_| 0.0)).unwrap();
+    let out: ndarray::Array2<f32> = ndarray_npy::read_npy(d.join("out.npy")).unwrap();
+    ndarray_npy::write_npy(d.join("out.npy"), &out.mapv(|_| 0.0f32)).unwrap();
     // With the f32 accumulator the zeros fail; declared bf16, nothing can be said.
     moecheck().arg("check").arg(&d).assert().code(1);
     let o = moecheck()

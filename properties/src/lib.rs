@@ -47,10 +47,11 @@
 //!     fn run(&self, case: &GroupedGemmCase, passes: Passes) -> Result<GemmOutputs, RunError> {
 //!         let (m, k) = case.lhs.dim();
 //!         let (g, _, n) = case.rhs.dim();
-//!         let round = |x: f32| round_to(f64::from(x), case.out_dtype, Overflow::Ieee);
-//!         let mut out = Array2::<f64>::zeros((m, n));
-//!         let mut dlhs = Array2::<f64>::zeros((m, k));
-//!         let mut drhs = Array3::<f64>::zeros((g, k, n));
+//!         // Outputs in f32 (an f64 array is taken too: `OutArray` holds either).
+//!         let round = |x: f32| round_to(f64::from(x), case.out_dtype, Overflow::Ieee) as f32;
+//!         let mut out = Array2::<f32>::zeros((m, n));
+//!         let mut dlhs = Array2::<f32>::zeros((m, k));
+//!         let mut drhs = Array3::<f32>::zeros((g, k, n));
 //!         let mut start = 0;
 //!         for (group, &rows) in case.group_sizes.iter().enumerate() {
 //!             let e = if self.wrong_expert { (group + 1) % g } else { group };
@@ -78,9 +79,9 @@
 //!             start += rows;
 //!         }
 //!         Ok(GemmOutputs {
-//!             out: passes.fwd.then_some(out),
-//!             dlhs: passes.dgrad.then_some(dlhs),
-//!             drhs: passes.wgrad.then_some(drhs),
+//!             out: passes.fwd.then_some(out.into()),
+//!             dlhs: passes.dgrad.then_some(dlhs.into()),
+//!             drhs: passes.wgrad.then_some(drhs.into()),
 //!         })
 //!     }
 //! }

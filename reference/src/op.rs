@@ -49,7 +49,8 @@ pub trait Op: Sized + 'static {
     /// The precision an implementation declares for a case: the error bound is derived from
     /// it.
     type Precision: Clone + Debug + PartialEq + Serialize + Send + Sync;
-    /// What an implementation returns, widened to f64 where it holds values.
+    /// What an implementation returns: values in f64, or (the grouped GEMMs' outputs) as they
+    /// were written, f32 or f64.
     type Outputs: Clone + Debug + Send + Sync;
     /// What the reference computes once per case for the comparison (values, magnitudes,
     /// the reference routing, the layer's forward state, ...).

@@ -50,6 +50,11 @@ pub trait Files {
     fn f32(&mut self, name: &str, shape: &[usize]) -> Result<ArrayD<f32>, FileError>;
     /// A float32 or float64 array, widened to f64, with the format it was stored in.
     fn float(&mut self, name: &str, shape: &[usize]) -> Result<(ArrayD<f64>, Format), FileError>;
+    /// A float32 or float64 array as it is stored ([`Stored::F32`] or [`Stored::F64`]), not
+    /// widened. The default widens through [`Files::float`].
+    fn float_stored(&mut self, name: &str, shape: &[usize]) -> Result<Stored, FileError> {
+        Ok(Stored::F64(self.float(name, shape)?.0))
+    }
     /// An int32 or int64 array, widened to i64.
     fn int(&mut self, name: &str, shape: &[usize]) -> Result<ArrayD<i64>, FileError>;
     /// A uint8 (0 or 1) or bool array.

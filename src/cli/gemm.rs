@@ -141,7 +141,12 @@ impl GemmFlags {
         let m = self.tokens.saturating_mul(self.topk);
         let (k, n, g) = (self.hidden, self.ffn, self.experts);
         let need = match verify {
-            Some(v) => memory::gemm_bytes(m, k, n, g, self.passes, v),
+            Some(v) => memory::gemm_bytes(
+                memory::GemmSize { m, k, n, groups: g },
+                self.passes,
+                v,
+                self.out_dtype,
+            ),
             None => memory::fp8_gemm_bytes(m, k, n, g),
         };
         memory::guard(

@@ -244,13 +244,17 @@ impl Cublas {
             let shape_err = |e: ndarray::ShapeError| CudaError::Driver(e.to_string());
             match pass {
                 Pass::Fwd => {
-                    result.out = Some(Array2::from_shape_vec((m, n), v).map_err(shape_err)?)
+                    result.out = Some(Array2::from_shape_vec((m, n), v).map_err(shape_err)?.into())
                 }
                 Pass::Dgrad => {
-                    result.dlhs = Some(Array2::from_shape_vec((m, k), v).map_err(shape_err)?)
+                    result.dlhs = Some(Array2::from_shape_vec((m, k), v).map_err(shape_err)?.into())
                 }
                 Pass::Wgrad => {
-                    result.drhs = Some(Array3::from_shape_vec((g, k, n), v).map_err(shape_err)?)
+                    result.drhs = Some(
+                        Array3::from_shape_vec((g, k, n), v)
+                            .map_err(shape_err)?
+                            .into(),
+                    )
                 }
             }
         }
@@ -403,14 +407,15 @@ fn poisoned_u16(dev: &Device, len: usize) -> Result<CudaSlice<u16>, CudaError> {
     Ok(out)
 }
 
-/// Copies a 16-bit output back: bits of `stored` (bf16/f16), rounded to `out_dtype`, as f64.
+/// Copies a 16-bit output back: bits of `stored` (bf16/f16), rounded to `out_dtype`, held in
+/// f32 (every such value is an f32).
 fn download_u16(
     dev: &Device,
     buf: &CudaSlice<u16>,
     len: usize,
     stored: Format,
     out_dtype: Format,
-) -> Result<Vec<f64>, CudaError> {
+) -> Result<Vec<f32>, CudaError> {
     use moecheck_reference::format::{round_to, Overflow};
     if len == 0 {
         return Ok(Vec::new());
@@ -422,7 +427,7 @@ fn download_u16(
         } else {
             half::f16::from_bits(b).to_f64()
         };
-        round_to(x, out_dtype, Overflow::Ieee)
+        round_to(x, out_dtype, Overflow::Ieee) as f32
     }))
 }
 

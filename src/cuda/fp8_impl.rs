@@ -98,9 +98,10 @@ impl CudaFp8 {
             Some(d) => Some(per_group(&d.scale_inv, gc).map_err(drv)?),
             None => None,
         };
-        let round = |v: Vec<f32>| -> Vec<f64> {
+        // Held in f32: an f32 rounded to the output format is an f32 value.
+        let round = |v: Vec<f32>| -> Vec<f32> {
             v.into_iter()
-                .map(|x| round_to(x as f64, g.out_dtype, Overflow::Ieee))
+                .map(|x| round_to(x as f64, g.out_dtype, Overflow::Ieee) as f32)
                 .collect()
         };
         let shape = |e: ndarray::ShapeError| drv(e.to_string());
@@ -132,10 +133,14 @@ impl CudaFp8 {
             };
             let v = round(v);
             match pass {
-                Pass::Fwd => res.out = Some(Array2::from_shape_vec((m, n), v).map_err(shape)?),
-                Pass::Dgrad => res.dlhs = Some(Array2::from_shape_vec((m, k), v).map_err(shape)?),
+                Pass::Fwd => {
+                    res.out = Some(Array2::from_shape_vec((m, n), v).map_err(shape)?.into())
+                }
+                Pass::Dgrad => {
+                    res.dlhs = Some(Array2::from_shape_vec((m, k), v).map_err(shape)?.into())
+                }
                 Pass::Wgrad => {
-                    res.drhs = Some(Array3::from_shape_vec((gc, k, n), v).map_err(shape)?)
+                    res.drhs = Some(Array3::from_shape_vec((gc, k, n), v).map_err(shape)?.into())
                 }
             }
         }

@@ -162,20 +162,20 @@ pub(crate) fn poisoned_output(dev: &Device, len: usize) -> Result<CudaSlice<f32>
     Ok(out)
 }
 
-/// Copies `len` floats back and widens them to f64 after rounding to `out_dtype` (the
-/// kernels write f32; rounding an f32 to bf16/f16 here is the same RNE a kernel epilogue does).
+/// Copies `len` floats back, rounded to `out_dtype` (the kernels write f32; rounding an f32
+/// to bf16/f16 here is the same RNE a kernel epilogue does), held in f32: every value is one.
 pub(crate) fn download(
     dev: &Device,
     buf: &CudaSlice<f32>,
     len: usize,
     out_dtype: Format,
-) -> Result<Vec<f64>, CudaError> {
+) -> Result<Vec<f32>, CudaError> {
     if len == 0 {
         return Ok(Vec::new());
     }
     let v = dev.stream.clone_dtoh(buf)?;
     Ok(par_map(&v[..len], |&x| {
-        round_to(x as f64, out_dtype, Overflow::Ieee)
+        round_to(x as f64, out_dtype, Overflow::Ieee) as f32
     }))
 }
 
@@ -278,13 +278,17 @@ impl CudaGemm {
             let shape_err = |e: ndarray::ShapeError| CudaError::Driver(e.to_string());
             match pass {
                 Pass::Fwd => {
-                    result.out = Some(Array2::from_shape_vec((m, n), v).map_err(shape_err)?)
+                    result.out = Some(Array2::from_shape_vec((m, n), v).map_err(shape_err)?.into())
                 }
                 Pass::Dgrad => {
-                    result.dlhs = Some(Array2::from_shape_vec((m, k), v).map_err(shape_err)?)
+                    result.dlhs = Some(Array2::from_shape_vec((m, k), v).map_err(shape_err)?.into())
                 }
                 Pass::Wgrad => {
-                    result.drhs = Some(Array3::from_shape_vec((g, k, n), v).map_err(shape_err)?)
+                    result.drhs = Some(
+                        Array3::from_shape_vec((g, k, n), v)
+                            .map_err(shape_err)?
+                            .into(),
+                    )
                 }
             }
         }

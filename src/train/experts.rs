@@ -21,7 +21,7 @@ use moecheck_reference::format::{round_to, Format, Overflow};
 use moecheck_reference::fp8::{Fp8Gemm, Fp8GemmCase, Fp8Recipe};
 use moecheck_reference::gemm::{
     case::offsets, grouped_dgrad, grouped_fwd, grouped_wgrad, Gemm, GemmOutputs, GroupedGemmCase,
-    Passes, TailContract,
+    OutArray, Passes, TailContract,
 };
 use moecheck_reference::op::{Implementation, Op};
 
@@ -91,7 +91,9 @@ impl ExpertGemm for Exact {
 }
 
 /// The registry's `reference` at f32 or bf16, without what a check needs besides the values:
-/// the f64 grouped GEMM of the operands rounded to `dtype` — the same values, bit for bit, as
+/// the f64 grouped GEMM of the operands rounded to `dtype`, its outputs rounded once to `dtype`
+/// (the output format every implementation trained through is asked for) — the same values,
+/// bit for bit, as
 /// [`Through<Gemm>`](Through) of the reference, which also computes the magnitudes its error
 /// bound needs and validates the case (twice the arithmetic).
 #[derive(Debug, Clone, Copy)]
@@ -123,7 +125,8 @@ impl ExpertGemm for Rounded {
         w: ArrayView3<f64>,
         sizes: &[usize],
     ) -> Result<Array2<f64>, GemmFailure> {
-        Exact.forward(self.round(x).view(), self.round(w).view(), sizes)
+        let out = Exact.forward(self.round(x).view(), self.round(w).view(), sizes)?;
+        Ok(self.round(out.view()))
     }
     fn backward(
         &self,
@@ -133,7 +136,8 @@ impl ExpertGemm for Rounded {
         dy: ArrayView2<f64>,
     ) -> Result<(Array2<f64>, Array3<f64>), GemmFailure> {
         let (x, w, dy) = (self.round(x), self.round(w), self.round(dy));
-        Exact.backward(x.view(), w.view(), sizes, dy.view())
+        let (dx, dw) = Exact.backward(x.view(), w.view(), sizes, dy.view())?;
+        Ok((self.round(dx.view()), self.round(dw.view())))
     }
 }
 
@@ -216,11 +220,11 @@ impl<O: GemmLike> Through<O> {
 }
 
 /// `Some(array)` of the expected shape, or the failure naming the output.
-fn output<A: Clone, D: ndarray::Dimension>(
-    got: Option<ndarray::Array<A, D>>,
+fn output<D: ndarray::Dimension>(
+    got: Option<OutArray<D>>,
     name: &str,
     shape: &[usize],
-) -> Result<ndarray::Array<A, D>, GemmFailure> {
+) -> Result<ndarray::Array<f64, D>, GemmFailure> {
     let a =
         got.ok_or_else(|| GemmFailure::Failed(format!("the implementation wrote no {name}")))?;
     if a.shape() != shape {
@@ -229,7 +233,7 @@ fn output<A: Clone, D: ndarray::Dimension>(
             a.shape()
         )));
     }
-    Ok(a)
+    Ok(a.into_f64())
 }
 
 impl<O: GemmLike> ExpertGemm for Through<O> {

@@ -191,9 +191,13 @@ impl Implementation<Gemm> for HostKernels {
                 .map(|&x| round_to(x as f64, case.out_dtype, Overflow::Ieee))
                 .collect();
             match pass {
-                Pass::Fwd => result.out = Some(Array2::from_shape_vec((m, n), v).unwrap()),
-                Pass::Dgrad => result.dlhs = Some(Array2::from_shape_vec((m, k), v).unwrap()),
-                Pass::Wgrad => result.drhs = Some(Array3::from_shape_vec((g, k, n), v).unwrap()),
+                Pass::Fwd => result.out = Some(Array2::from_shape_vec((m, n), v).unwrap().into()),
+                Pass::Dgrad => {
+                    result.dlhs = Some(Array2::from_shape_vec((m, k), v).unwrap().into())
+                }
+                Pass::Wgrad => {
+                    result.drhs = Some(Array3::from_shape_vec((g, k, n), v).unwrap().into())
+                }
             }
         }
         Ok(result)

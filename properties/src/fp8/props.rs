@@ -4,7 +4,7 @@
 
 use moecheck_reference::format::{decode_fp8, pow2, ulp, Format};
 use moecheck_reference::fp8::{rhs_rows, Fp8Gemm, Fp8GemmCase, Fp8Operands, Quantized};
-use moecheck_reference::gemm::{Pass, Passes};
+use moecheck_reference::gemm::{OutArray, Pass, Passes};
 use moecheck_reference::op::Implementation;
 use ndarray::Array2;
 use proptest::strategy::BoxedStrategy;
@@ -180,6 +180,7 @@ fn scale_invariance(imp: Imp, args: &Fp8CaseArgs) -> Result<(), String> {
         imp.run(c, Passes::FWD)
             .map_err(|err| format!("run failed: {err}"))?
             .out
+            .map(OutArray::into_f64)
             .ok_or_else(|| "no out".to_string())
     };
     let (a, b) = (run(&case)?, run(&other)?);

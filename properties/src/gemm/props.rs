@@ -1,7 +1,7 @@
 //! The grouped-GEMM properties: agreement with the f64 reference per pass, and the contract's
 //! exact rules (tail rows, empty experts, `K = 0`) checked from the outputs themselves.
 
-use moecheck_reference::gemm::{Gemm, GemmOutputs, GroupedGemmCase, Pass, Passes};
+use moecheck_reference::gemm::{Gemm, GemmOutputs, GroupedGemmCase, OutArray2, Pass, Passes};
 use moecheck_reference::op::Implementation;
 use proptest::strategy::BoxedStrategy;
 
@@ -106,9 +106,9 @@ fn run_all(imp: Imp, case: &GroupedGemmCase) -> Result<GemmOutputs, String> {
 }
 
 /// `Err` naming the first element of rows `from..` of `a` that is not exactly 0.
-fn rows_zero(what: &str, a: Option<&ndarray::Array2<f64>>, from: usize) -> Result<(), String> {
+fn rows_zero(what: &str, a: Option<&OutArray2>, from: usize) -> Result<(), String> {
     let a = a.ok_or_else(|| format!("the implementation returned no {what}"))?;
-    for ((r, c), v) in a.indexed_iter() {
+    for ((r, c), v) in a.f64().indexed_iter() {
         if r >= from && *v != 0.0 {
             return Err(format!(
                 "{what}[{r}, {c}] = {v:e} in a tail row, want exactly 0"
@@ -137,6 +137,7 @@ fn tail_contract(imp: Imp, args: &GemmArgs) -> Result<(), String> {
     if a.shape() != b.shape() {
         return Err("drhs shape changed with tail dout".into());
     }
+    let (a, b) = (a.f64(), b.f64());
     for (((g, k, n), x), y) in a.indexed_iter().zip(b.iter()) {
         if x.to_bits() != y.to_bits() {
             return Err(format!(
@@ -152,7 +153,10 @@ fn empty_expert_wgrad_zero(imp: Imp, args: &GemmArgs) -> Result<(), String> {
     let out = imp
         .run(&case, ask)
         .map_err(|e| format!("run failed: {e}"))?;
-    let drhs = out.drhs.ok_or("the implementation returned no drhs")?;
+    let drhs = out
+        .drhs
+        .ok_or("the implementation returned no drhs")?
+        .into_f64();
     if drhs.shape() != [case.groups(), case.k(), case.n()] {
         return Err(format!("drhs has shape {:?}", drhs.shape()));
     }

@@ -36,7 +36,7 @@ use super::case::Fp8GemmCase;
 use super::scaling::{quantize_rows, quantize_rows_with_scales, ColumnWise, Quantized, Scope};
 use crate::format::Format;
 use crate::gemm::bound::{gamma, ErrorBound};
-use crate::gemm::{grouped_dgrad, grouped_fwd, grouped_wgrad, GemmOutputs};
+use crate::gemm::{grouped_dgrad, grouped_fwd, grouped_wgrad, WideOutputs};
 use crate::gemm::{Passes, ReferenceResult};
 use crate::Error;
 
@@ -150,7 +150,7 @@ pub fn reference_from_operands(
                rhs: &Array3<f64>,
                dout: Option<&ndarray::Array2<f64>>,
                lhs_w: &ndarray::Array2<f64>,
-               dout_w: Option<&ndarray::Array2<f64>>| GemmOutputs {
+               dout_w: Option<&ndarray::Array2<f64>>| WideOutputs {
         out: passes
             .fwd
             .then(|| grouped_fwd(lhs.view(), rhs.view(), &off)),

@@ -8,12 +8,12 @@
 //! model's coefficient at the reduction depth `n`. Subnormal-range and saturated values can
 //! exceed it, which is why it is information and not a verdict.
 
-use ndarray::{s, Array2, Axis};
+use ndarray::{s, ArrayView2, Axis};
 use serde::{Deserialize, Serialize};
 
 use super::case::Fp8GemmCase;
 use crate::format::Format;
-use crate::gemm::{GemmOutputs, Pass, Passes, ReferenceResult};
+use crate::gemm::{GemmOutputs, OutView2, Pass, Passes, ReferenceResult};
 
 /// One pass against the unquantised f64 GEMM.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,37 +63,34 @@ fn pass_stats(
 ) -> Option<HighPrecisionStats> {
     let r = &case.recipe;
     let mut sums = Sums::default();
-    let mut push_all = |g: ndarray::ArrayViewD<f64>,
-                        w: ndarray::ArrayViewD<f64>,
-                        m: ndarray::ArrayViewD<f64>,
-                        coeff: f64| {
-        for ((g, w), m) in g.iter().zip(w.iter()).zip(m.iter()) {
-            sums.push(*g, *w, *m, coeff);
-        }
-    };
     match pass {
         Pass::Fwd | Pass::Dgrad => {
-            fn pick(o: &GemmOutputs, pass: Pass) -> Option<&Array2<f64>> {
-                if pass == Pass::Fwd {
-                    o.out.as_ref()
-                } else {
-                    o.dlhs.as_ref()
-                }
-            }
-            fn rows(a: &Array2<f64>, used: usize) -> ndarray::ArrayViewD<'_, f64> {
-                a.slice(s![..used, ..]).into_dyn()
-            }
-            let (fa, n) = if pass == Pass::Fwd {
-                (r.lhs.format, case.gemm.k())
+            let (fa, n, want, mag, got) = if pass == Pass::Fwd {
+                (
+                    r.lhs.format,
+                    case.gemm.k(),
+                    &hp.value.out,
+                    &hp.magnitude.out,
+                    &got.out,
+                )
             } else {
-                (r.dout.format, case.gemm.n())
+                (
+                    r.dout.format,
+                    case.gemm.n(),
+                    &hp.value.dlhs,
+                    &hp.magnitude.dlhs,
+                    &got.dlhs,
+                )
             };
-            let want = pick(&hp.value, pass).expect("asked pass");
-            let mag = pick(&hp.magnitude, pass).expect("asked pass");
-            let got = pick(got, pass).filter(|a| a.shape() == want.shape())?;
+            let (want, mag) = (
+                want.as_ref().expect("asked pass"),
+                mag.as_ref().expect("asked pass"),
+            );
+            let got = got.as_ref().filter(|a| a.shape() == want.shape())?;
             let used = case.gemm.rows_used();
             let c = envelope(case, fa, r.rhs.format, n);
-            push_all(rows(got, used), rows(want, used), rows(mag, used), c);
+            let (want, mag) = (want.slice(s![..used, ..]), mag.slice(s![..used, ..]));
+            push_all(&mut sums, got.view().rows(0, used), want, mag, c);
         }
         Pass::Wgrad => {
             let want = hp.value.drhs.as_ref().expect("asked pass");
@@ -101,16 +98,30 @@ fn pass_stats(
             let got = got.drhs.as_ref().filter(|a| a.shape() == want.shape())?;
             for (e, size) in case.gemm.group_sizes.iter().enumerate() {
                 let c = envelope(case, r.lhs.format, r.dout.format, *size);
-                push_all(expert(got, e), expert(want, e), expert(mag, e), c);
+                let (w, m) = (want.index_axis(Axis(0), e), mag.index_axis(Axis(0), e));
+                push_all(&mut sums, got.outer(e), w, m, c);
             }
         }
     }
     Some(sums.finish(pass))
 }
 
-/// Expert `e`'s weight gradient.
-fn expert(a: &ndarray::Array3<f64>, e: usize) -> ndarray::ArrayViewD<'_, f64> {
-    a.index_axis(Axis(0), e).into_dyn()
+/// Feeds `sums` the elements of `got`, `want` and `mag` (one shape) in row-major order, `got`
+/// widened to f64 as it is read.
+fn push_all(
+    sums: &mut Sums,
+    got: OutView2<'_>,
+    want: ArrayView2<f64>,
+    mag: ArrayView2<f64>,
+    coeff: f64,
+) {
+    let mut widened = Vec::new();
+    for (r, (w, m)) in want.outer_iter().zip(mag.outer_iter()).enumerate() {
+        let g = got.row_f64(r, &mut widened);
+        for ((g, w), m) in g.iter().zip(w.iter()).zip(m.iter()) {
+            sums.push(*g, *w, *m, coeff);
+        }
+    }
 }
 
 /// Running sums of one pass, fed its elements in order.
@@ -188,8 +199,8 @@ impl Sums {
 mod tests {
     use super::*;
     use crate::fp8::{Fp8Expected, Fp8Recipe};
-    use crate::gemm::GroupedGemmCase;
-    use ndarray::Array3;
+    use crate::gemm::{GroupedGemmCase, WideOutputs};
+    use ndarray::{Array2, Array3};
     use rand::{Rng, SeedableRng};
 
     /// The checked elements of one pass, flattened: what was got (`None` when the output is
@@ -212,17 +223,17 @@ mod tests {
         passes
             .iter()
             .filter_map(|pass| {
-                let flat = flatten(case, pass, hp, got);
+                let flat = flatten(case, pass, hp, &got.to_f64());
                 flat.got.as_ref().map(|g| stats(pass, g, &flat))
             })
             .collect()
     }
 
-    fn flatten(case: &Fp8GemmCase, pass: Pass, hp: &ReferenceResult, got: &GemmOutputs) -> Flat {
+    fn flatten(case: &Fp8GemmCase, pass: Pass, hp: &ReferenceResult, got: &WideOutputs) -> Flat {
         let r = &case.recipe;
         match pass {
             Pass::Fwd | Pass::Dgrad => {
-                let pick = |o: &GemmOutputs| {
+                let pick = |o: &WideOutputs| {
                     if pass == Pass::Fwd {
                         o.out.clone()
                     } else {
@@ -353,10 +364,10 @@ mod tests {
             given_scales: None,
         };
         let e = Fp8Expected::of(&case, Passes::ALL).unwrap();
-        let mut got = e.recipe_exact.value.clone();
-        got.out.as_mut().unwrap()[(3, 2)] = f64::NAN;
-        got.dlhs.as_mut().unwrap()[(1, 1)] = f64::INFINITY;
-        got.drhs.as_mut().unwrap()[(2, 3, 4)] =
+        let mut got: GemmOutputs = e.recipe_exact.value.clone().into();
+        got.out.as_mut().unwrap().f64_mut()[(3, 2)] = f64::NAN;
+        got.dlhs.as_mut().unwrap().f64_mut()[(1, 1)] = f64::INFINITY;
+        got.drhs.as_mut().unwrap().f64_mut()[(2, 3, 4)] =
             e.high_precision.value.drhs.as_ref().unwrap()[(2, 3, 4)];
         let hp = &e.high_precision;
         let new = high_precision(&case, Passes::ALL, hp, &got);
@@ -366,7 +377,7 @@ mod tests {
             format!("{:?}", high_precision_flat(&case, Passes::ALL, hp, &got))
         );
         got.drhs = None;
-        got.dlhs = Some(Array2::zeros((2, 2)));
+        got.dlhs = Some(Array2::<f32>::zeros((2, 2)).into());
         assert_eq!(high_precision(&case, Passes::ALL, hp, &got).len(), 1);
     }
 }

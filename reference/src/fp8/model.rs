@@ -44,7 +44,7 @@
 //! bits (or none of the truncation) fails it, which is why it only runs where the
 //! recipe-exact comparison could not decide.
 
-use ndarray::{s, Array2};
+use ndarray::{s, Array2, Ix2, Ix3};
 use serde::{Deserialize, Serialize};
 
 use super::accum::{AccumModel, AccumVariant};
@@ -52,7 +52,8 @@ use super::case::Fp8GemmCase;
 use super::gemm::Fp8Operands;
 use super::scaling::{ColumnWise, Quantized};
 use crate::format::{decode_fp8, round_to, Format, Overflow};
-use crate::gemm::{GemmOutputs, Pass};
+use crate::gemm::held::Held;
+use crate::gemm::{GemmOutputs, Outputs, Pass, WideOutputs};
 
 /// The model-based check of one group of one pass (module docs).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -275,29 +276,28 @@ impl<'a> Model<'a> {
 
 /// Group `e` of `pass` of `o`, flattened row-major (fwd/dgrad: the group's rows; wgrad: the
 /// expert's `(K, N)` block); `None` when `o` lacks the pass or has the wrong shape.
-pub fn block(case: &Fp8GemmCase, o: &GemmOutputs, pass: Pass, e: usize) -> Option<Vec<f64>> {
+pub fn block<A2: Held<Ix2>, A3: Held<Ix3>>(
+    case: &Fp8GemmCase,
+    o: &Outputs<A2, A3>,
+    pass: Pass,
+    e: usize,
+) -> Option<Vec<f64>> {
     let g = &case.gemm;
-    let off = g.offsets();
     let (m, k, n) = (g.m(), g.k(), g.n());
-    let rows = |a: &Array2<f64>, cols: usize| {
-        (a.dim() == (m, cols)).then(|| {
-            a.rows()
-                .into_iter()
-                .skip(off[e])
-                .take(off[e + 1] - off[e])
-                .flat_map(|r| r.to_vec())
-                .collect()
-        })
+    let shape_ok = match pass {
+        Pass::Fwd => o.out.as_ref()?.held().dim() == (m, n),
+        Pass::Dgrad => o.dlhs.as_ref()?.held().dim() == (m, k),
+        Pass::Wgrad => o.drhs.as_ref()?.held().shape() == [g.groups(), k, n],
     };
-    match pass {
-        Pass::Fwd => rows(o.out.as_ref()?, n),
-        Pass::Dgrad => rows(o.dlhs.as_ref()?, k),
-        Pass::Wgrad => {
-            let d = o.drhs.as_ref()?;
-            (d.dim() == (g.groups(), k, n))
-                .then(|| d.index_axis(ndarray::Axis(0), e).iter().copied().collect())
-        }
+    if !shape_ok {
+        return None;
     }
+    let part = o.group(pass, e, &g.offsets())?;
+    let (mut values, mut row) = (Vec::with_capacity(part.nrows() * part.ncols()), Vec::new());
+    for r in 0..part.nrows() {
+        values.extend_from_slice(part.row_f64(r, &mut row));
+    }
+    Some(values)
 }
 
 fn norm(v: impl Iterator<Item = f64>) -> f64 {
@@ -316,7 +316,7 @@ pub fn model_check(
     case: &Fp8GemmCase,
     ops: &Fp8Operands,
     passes: &[Pass],
-    reference: &GemmOutputs,
+    reference: &WideOutputs,
     got: &GemmOutputs,
 ) -> ModelCheck {
     let model = Model::new(case, ops);

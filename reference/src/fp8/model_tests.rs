@@ -59,7 +59,7 @@ fn the_model_itself_is_at_distance_zero_and_zeros_fail() {
     let (r, g) = check(
         &c,
         &GemmOutputs {
-            out: Some(out.clone()),
+            out: Some(out.clone().into()),
             ..Default::default()
         },
     );
@@ -76,7 +76,7 @@ fn the_model_itself_is_at_distance_zero_and_zeros_fail() {
     let (r, g) = check(
         &c,
         &GemmOutputs {
-            out: Some(out.mapv(|_| 0.0)),
+            out: Some(out.mapv(|_| 0.0).into()),
             ..Default::default()
         },
     );
@@ -92,7 +92,7 @@ fn the_model_itself_is_at_distance_zero_and_zeros_fail() {
     let (_, g) = check(
         &c,
         &GemmOutputs {
-            out: Some(out.mapv(|v| v / 2.0)),
+            out: Some(out.mapv(|v| v / 2.0).into()),
             ..Default::default()
         },
     );
@@ -102,7 +102,7 @@ fn the_model_itself_is_at_distance_zero_and_zeros_fail() {
     nan[(0, 0)] = f64::NAN;
     let e = Fp8Expected::of(&c, fwd).unwrap();
     let got = GemmOutputs {
-        out: Some(nan),
+        out: Some(nan.into()),
         ..Default::default()
     };
     let m = model_check(&c, &ops, &[Pass::Fwd], &e.recipe_exact.value, &got);
@@ -120,7 +120,7 @@ fn it_does_not_run_where_the_bound_has_teeth() {
     };
     let e = Fp8Expected::of(&c, fwd).unwrap();
     let got = GemmOutputs {
-        out: e.recipe_exact.value.out.clone(),
+        out: e.recipe_exact.value.out.clone().map(Into::into),
         ..Default::default()
     };
     let r = compare_fp8(&c, fwd, &fp8_precision(&c), &e, &got);

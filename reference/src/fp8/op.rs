@@ -66,7 +66,7 @@ impl Op for Fp8Gemm {
 
     /// The GEMM of the recipe's dequantised operands.
     fn reference_outputs(_: &Fp8GemmCase, _: Passes, expected: Fp8Expected) -> GemmOutputs {
-        expected.recipe_exact.value
+        expected.recipe_exact.value.into()
     }
 
     fn compare(

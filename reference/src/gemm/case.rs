@@ -1,8 +1,9 @@
 //! A grouped-GEMM case: inputs, declared formats, the tail contract, and validation.
 
-use ndarray::{Array2, Array3};
+use ndarray::{Array2, Array3, Axis, Ix2, Ix3};
 use serde::{Deserialize, Serialize};
 
+use super::held::{Held, OutArray, OutArray2, OutArray3, OutView, OutView2};
 use crate::format::Format;
 use crate::Error;
 
@@ -297,16 +298,74 @@ fn check_values(
     Ok(())
 }
 
-/// Outputs of an implementation (or the reference), widened to f64. A pass that was not run
-/// is `None`.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct GemmOutputs {
+/// The outputs of the asked passes; a pass that was not run is `None`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outputs<A2, A3> {
     /// `(M, N)`
-    pub out: Option<Array2<f64>>,
+    pub out: Option<A2>,
     /// `(M, K)`
-    pub dlhs: Option<Array2<f64>>,
+    pub dlhs: Option<A2>,
     /// `(G, K, N)`
-    pub drhs: Option<Array3<f64>>,
+    pub drhs: Option<A3>,
+}
+
+impl<A2, A3> Default for Outputs<A2, A3> {
+    fn default() -> Self {
+        Outputs {
+            out: None,
+            dlhs: None,
+            drhs: None,
+        }
+    }
+}
+
+/// Outputs of an implementation, each held in the precision it was written in
+/// ([`OutArray`]: f32, or f64).
+pub type GemmOutputs = Outputs<OutArray2, OutArray3>;
+
+/// Outputs computed in f64: the reference's values and magnitudes.
+pub type WideOutputs = Outputs<Array2<f64>, Array3<f64>>;
+
+impl From<WideOutputs> for GemmOutputs {
+    fn from(w: WideOutputs) -> GemmOutputs {
+        GemmOutputs {
+            out: w.out.map(OutArray::F64),
+            dlhs: w.dlhs.map(OutArray::F64),
+            drhs: w.drhs.map(OutArray::F64),
+        }
+    }
+}
+
+impl<A2: Held<Ix2>, A3: Held<Ix3>> Outputs<A2, A3> {
+    /// Group `g`'s part of `pass`'s output: rows `off[g]..off[g + 1]` of `out` (fwd) or `dlhs`
+    /// (dgrad), `drhs[g]` (wgrad); `None` when the pass is missing.
+    ///
+    /// # Panics
+    /// When the output is smaller than `off` or `g` says.
+    pub fn group(&self, pass: Pass, g: usize, off: &[usize]) -> Option<OutView2<'_>> {
+        Some(match pass {
+            Pass::Fwd => self.out.as_ref()?.held().rows(off[g], off[g + 1]),
+            Pass::Dgrad => self.dlhs.as_ref()?.held().rows(off[g], off[g + 1]),
+            Pass::Wgrad => {
+                let d = self.drhs.as_ref()?.held();
+                match d {
+                    OutView::F32(a) => OutView::F32(a.index_axis_move(Axis(0), g)),
+                    OutView::F64(a) => OutView::F64(a.index_axis_move(Axis(0), g)),
+                }
+            }
+        })
+    }
+}
+
+impl GemmOutputs {
+    /// Every output widened to f64 (a copy of those held in f32).
+    pub fn to_f64(&self) -> WideOutputs {
+        WideOutputs {
+            out: self.out.as_ref().map(|a| a.f64().into_owned()),
+            dlhs: self.dlhs.as_ref().map(|a| a.f64().into_owned()),
+            drhs: self.drhs.as_ref().map(|a| a.f64().into_owned()),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! format, DeepGEMM's `calc_diff`, NaN/Inf counts and the worst element, so one bad small group
 //! cannot hide behind a large good one.
 
-use ndarray::{s, ArrayView2, Axis};
+use ndarray::ArrayView2;
 use serde::{Deserialize, Serialize};
 
 use super::bound::{ErrorBound, Precision};
@@ -195,26 +195,11 @@ impl Source<'_> {
     ) {
         match self {
             Source::Whole(r) => {
-                fn rows<'o>(
-                    o: &'o GemmOutputs,
-                    pass: Pass,
-                    g: usize,
-                    off: &[usize],
-                ) -> ArrayView2<'o, f64> {
-                    let (lo, hi) = (off[g], off[g + 1]);
-                    let asked = "reference computed the asked pass";
-                    match pass {
-                        Pass::Fwd => o.out.as_ref().expect(asked).slice(s![lo..hi, ..]),
-                        Pass::Dgrad => o.dlhs.as_ref().expect(asked).slice(s![lo..hi, ..]),
-                        Pass::Wgrad => o.drhs.as_ref().expect(asked).index_axis(Axis(0), g),
-                    }
-                }
+                let asked = "reference computed the asked pass";
                 let first = if pass == Pass::Wgrad { 0 } else { off[g] };
-                visit(
-                    first,
-                    rows(&r.value, pass, g, off),
-                    rows(&r.magnitude, pass, g, off),
-                );
+                let want = r.value.group(pass, g, off).expect(asked).f64();
+                let mag = r.magnitude.group(pass, g, off).expect(asked).f64();
+                visit(first, want.view(), mag.view());
             }
             Source::Streamed => group_blocks(case, off, pass, g, true, &mut |b| {
                 let mag = b.magnitude.expect("magnitudes were asked for");
@@ -268,7 +253,7 @@ fn compare_with(
                         let got_rows = match pass {
                             Pass::Fwd => got.out.as_ref().map(|a| a.view()),
                             Pass::Dgrad => got.dlhs.as_ref().map(|a| a.view()),
-                            Pass::Wgrad => got.drhs.as_ref().map(|a| a.index_axis(Axis(0), g)),
+                            Pass::Wgrad => got.drhs.as_ref().map(|a| a.outer(g)),
                         }
                         .expect("the shape was checked");
                         let mut acc = Acc::new(GroupId::Expert(g), precision.output);

@@ -8,6 +8,7 @@ use ndarray::{Array1, Ix2, Ix3};
 use serde::{Deserialize, Serialize};
 
 use super::case::{GemmOutputs, GroupedGemmCase, Pass, Passes, TailContract};
+use super::held::OutArray;
 use super::op::Gemm;
 use crate::format::Format;
 use crate::protocol::{dims, FileError, Files, Protocol, Stored};
@@ -104,21 +105,22 @@ impl Protocol for Gemm {
         Ok((case, passes))
     }
 
-    /// Widened outputs are written as float64.
+    /// Outputs are written as they are held: float32 or float64.
     fn output_files(got: &GemmOutputs) -> Vec<(String, Stored)> {
         let mut files = Vec::new();
         if let Some(a) = &got.out {
-            files.push(("out.npy".into(), Stored::F64(a.clone().into_dyn())));
+            files.push(("out.npy".into(), a.stored()));
         }
         if let Some(a) = &got.dlhs {
-            files.push(("dlhs.npy".into(), Stored::F64(a.clone().into_dyn())));
+            files.push(("dlhs.npy".into(), a.stored()));
         }
         if let Some(a) = &got.drhs {
-            files.push(("drhs.npy".into(), Stored::F64(a.clone().into_dyn())));
+            files.push(("drhs.npy".into(), a.stored()));
         }
         files
     }
 
+    /// Outputs are held as they were written: float32 stays float32.
     fn read_outputs(
         case: &GroupedGemmCase,
         passes: Passes,
@@ -126,22 +128,20 @@ impl Protocol for Gemm {
     ) -> Result<GemmOutputs, FileError> {
         let (m, k, n, g) = (case.m(), case.k(), case.n(), case.groups());
         let mut got = GemmOutputs::default();
+        let mut read = |name: &str, shape: &[usize]| files.float_stored(name, shape);
         if passes.fwd {
-            got.out = Some(dims::<Ix2, _>(
-                "out.npy",
-                files.float("out.npy", &[m, n])?.0,
-            )?);
+            got.out = Some(OutArray::from_stored("out.npy", read("out.npy", &[m, n])?)?);
         }
         if passes.dgrad {
-            got.dlhs = Some(dims::<Ix2, _>(
+            got.dlhs = Some(OutArray::from_stored(
                 "dlhs.npy",
-                files.float("dlhs.npy", &[m, k])?.0,
+                read("dlhs.npy", &[m, k])?,
             )?);
         }
         if passes.wgrad {
-            got.drhs = Some(dims::<Ix3, _>(
+            got.drhs = Some(OutArray::from_stored(
                 "drhs.npy",
-                files.float("drhs.npy", &[g, k, n])?.0,
+                read("drhs.npy", &[g, k, n])?,
             )?);
         }
         Ok(got)

@@ -13,7 +13,7 @@
 
 use ndarray::{s, Array2, Array3, ArrayView2, ArrayView3, ArrayViewMut2, Axis};
 
-use super::case::{GemmOutputs, GroupedGemmCase, Passes};
+use super::case::{GroupedGemmCase, Passes, WideOutputs};
 use super::kernel::gemm;
 use crate::Error;
 
@@ -191,8 +191,8 @@ where
 /// bound scales with (the same grouped GEMM applied to `|a|` and `|b|`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReferenceResult {
-    pub value: GemmOutputs,
-    pub magnitude: GemmOutputs,
+    pub value: WideOutputs,
+    pub magnitude: WideOutputs,
 }
 
 /// Computes the asked passes of `case` in f64, with their magnitudes.
@@ -204,7 +204,7 @@ pub fn reference(case: &GroupedGemmCase, passes: Passes) -> Result<ReferenceResu
     let lhs = case.lhs.mapv(f64::from);
     let rhs = case.rhs.mapv(f64::from);
     let dout = case.dout.as_ref().map(|d| d.mapv(f64::from));
-    let run = |lhs: &Array2<f64>, rhs: &Array3<f64>, dout: Option<&Array2<f64>>| GemmOutputs {
+    let run = |lhs: &Array2<f64>, rhs: &Array3<f64>, dout: Option<&Array2<f64>>| WideOutputs {
         out: passes
             .fwd
             .then(|| grouped_fwd(lhs.view(), rhs.view(), &off)),

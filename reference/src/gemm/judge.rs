@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::bound::ErrorBound;
 use super::fit::Fit;
+use super::held::OutView2;
 use crate::format::Format;
 use crate::stats::{ElementStats, StatsAcc, WorstElement};
 
@@ -99,16 +100,18 @@ impl Acc {
     pub(super) fn push_rows(
         &mut self,
         first: usize,
-        got: ArrayView2<f64>,
+        got: OutView2<'_>,
         want: ArrayView2<f64>,
         mag: ArrayView2<f64>,
         bound: &ErrorBound,
     ) {
         let group = self.group;
         let mut bounds = Vec::with_capacity(want.ncols());
+        let mut widened = Vec::with_capacity(want.ncols());
         for (i, (w, s)) in want.outer_iter().zip(mag.outer_iter()).enumerate() {
             let row = first + i;
-            let (g, w, s) = (contiguous(got.row(row)), contiguous(w), contiguous(s));
+            let g = got.row_f64(row, &mut widened);
+            let (w, s) = (contiguous(w), contiguous(s));
             bounds.clear();
             bounds.extend(w.iter().zip(s.iter()).map(|(&y, &m)| bound.at(m, y)));
             let mut teeth = self.teeth;
@@ -121,10 +124,10 @@ impl Acc {
                     self.fit.push(x, y);
                 }
             } else {
-                self.fit.count_nonzero(&g);
+                self.fit.count_nonzero(g);
             }
             self.acc
-                .push_slice(|col| GemmAt { group, row, col }, &g, &w, &bounds);
+                .push_slice(|col| GemmAt { group, row, col }, g, &w, &bounds);
         }
     }
 

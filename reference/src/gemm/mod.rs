@@ -31,6 +31,7 @@ pub mod fast;
 mod files;
 mod fit;
 mod grouped;
+pub mod held;
 mod judge;
 pub mod kernel;
 mod op;
@@ -38,7 +39,7 @@ mod report;
 pub mod stream;
 
 pub use bound::{Accumulator, ErrorBound, Precision};
-pub use case::{GemmOutputs, GroupedGemmCase, Pass, Passes, TailContract};
+pub use case::{GemmOutputs, GroupedGemmCase, Outputs, Pass, Passes, TailContract, WideOutputs};
 pub use compare::{
     compare_outputs, compare_outputs_with_bound, compare_streamed, CaseReport, GemmAt, GroupId,
     GroupStats, PassReport, Worst,
@@ -48,5 +49,6 @@ pub use files::{read_group_sizes, GemmJson};
 pub use grouped::{
     grouped_dgrad, grouped_fwd, grouped_fwd_into, grouped_wgrad, reference, ReferenceResult, CHUNK,
 };
+pub use held::{OutArray, OutArray2, OutArray3, OutView, OutView2};
 pub use op::{Gemm, Streamed};
 pub use report::{hints, render_case, render_kinds, render_passes, GemmDocument, Shape};

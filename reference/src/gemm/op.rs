@@ -5,7 +5,7 @@
 use super::bound::{Accumulator, Precision};
 use super::case::{GemmOutputs, GroupedGemmCase, Passes};
 use super::compare::{compare_streamed, CaseReport};
-use super::stream::reference_values;
+use super::stream::reference_written;
 use crate::format::Format;
 use crate::op::{Comparison, Op};
 use crate::Error;
@@ -40,12 +40,13 @@ impl Op for Gemm {
         }
     }
 
-    /// f64 accumulation in any order, f64 output.
+    /// f64 accumulation in any order, rounded once to the case's output format
+    /// ([`reference_written`]).
     fn reference_precision(case: &GroupedGemmCase) -> Precision {
         Precision {
             input: case.dtype,
             accumulator: Accumulator::any_order(Format::F64),
-            output: Format::F64,
+            output: case.out_dtype,
         }
     }
 
@@ -56,7 +57,7 @@ impl Op for Gemm {
     }
 
     fn reference_outputs(case: &GroupedGemmCase, passes: Passes, _: Streamed) -> GemmOutputs {
-        reference_values(case, passes)
+        reference_written(case, passes)
     }
 
     fn compare(

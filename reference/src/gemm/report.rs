@@ -314,7 +314,7 @@ mod tests {
         };
         let r = reference(&c, fwd).unwrap();
         let got = crate::gemm::GemmOutputs {
-            out: Some(got),
+            out: Some(got.into()),
             ..Default::default()
         };
         let report = compare_outputs(&c, fwd, &f32_precision(), &r, &got);

@@ -25,8 +25,9 @@ use std::cell::RefCell;
 
 use ndarray::{s, Array2, Array3, ArrayView2, ArrayViewMut2, Axis};
 
-use super::case::{offsets, GemmOutputs, GroupedGemmCase, Pass, Passes};
+use super::case::{offsets, GemmOutputs, GroupedGemmCase, Outputs, Pass, Passes, WideOutputs};
 use super::kernel::{gemm, gemm_magnitude, Operand};
+use crate::format::{round_to, Format, Overflow};
 
 /// Most output rows computed at once per core (of `out`/`dlhs`, or `k` rows of `drhs[g]`).
 pub const BLOCK: usize = 256;
@@ -197,11 +198,11 @@ pub fn group_work(case: &GroupedGemmCase, off: &[usize], pass: Pass, g: usize) -
 /// Runs `f(g, rows)` for every group `g` with its rows `off[g]..off[g + 1]` of `all` (the
 /// output of a fwd or dgrad pass), the groups in parallel by `cost(g)`
 /// ([`crate::par::map_by_cost`]); the tail rows past the last group are not visited.
-pub fn by_group_rows(
-    mut all: ArrayViewMut2<f64>,
+pub fn by_group_rows<T: Send>(
+    mut all: ArrayViewMut2<T>,
     off: &[usize],
     cost: impl Fn(usize) -> usize,
-    f: impl Fn(usize, ArrayViewMut2<f64>) + Sync,
+    f: impl Fn(usize, ArrayViewMut2<T>) + Sync,
 ) {
     let groups = off.len().saturating_sub(1);
     let mut views = Vec::with_capacity(groups);
@@ -213,47 +214,80 @@ pub fn by_group_rows(
     crate::par::map_by_cost(views, |(g, _)| cost(*g), |(g, rows)| f(g, rows));
 }
 
-/// The reference's values of the asked passes (no magnitudes), computed expert by expert in
-/// parallel: what the reference returns when it runs as an implementation. Tail rows are 0.
+/// The reference's f64 values of the asked passes (no magnitudes), computed expert by expert
+/// in parallel. Tail rows are 0.
 ///
 /// # Panics
 /// As [`group_blocks`] (call it on a validated case).
-pub fn reference_values(case: &GroupedGemmCase, passes: Passes) -> GemmOutputs {
+pub fn reference_values(case: &GroupedGemmCase, passes: Passes) -> WideOutputs {
+    values_as(case, passes, |v| v)
+}
+
+/// What the reference writes when it runs as an implementation: its f64 values rounded once
+/// (to nearest, ties to even; overflow to infinity) to the case's output format, held in f32
+/// unless that format is f64.
+///
+/// # Panics
+/// As [`group_blocks`] (call it on a validated case).
+pub fn reference_written(case: &GroupedGemmCase, passes: Passes) -> GemmOutputs {
+    let narrow = |o: Outputs<Array2<f32>, Array3<f32>>| GemmOutputs {
+        out: o.out.map(Into::into),
+        dlhs: o.dlhs.map(Into::into),
+        drhs: o.drhs.map(Into::into),
+    };
+    match case.out_dtype {
+        Format::F64 => reference_values(case, passes).into(),
+        // `as` rounds to nearest, ties to even, and overflows to infinity.
+        Format::F32 => narrow(values_as(case, passes, |v| v as f32)),
+        out => narrow(values_as(case, passes, |v| {
+            round_to(v, out, Overflow::Ieee) as f32
+        })),
+    }
+}
+
+/// The reference's values of the asked passes, each converted by `conv` as it is stored.
+fn values_as<T: Copy + Default + Send + Sync>(
+    case: &GroupedGemmCase,
+    passes: Passes,
+    conv: impl Fn(f64) -> T + Sync,
+) -> Outputs<Array2<T>, Array3<T>> {
     let off = offsets(&case.group_sizes);
     let (m, k, n, groups) = (case.m(), case.k(), case.n(), case.groups());
+    let store = |dst: &mut ArrayViewMut2<T>, at: usize, b: &Block<'_>| {
+        dst.slice_mut(s![at..at + b.value.nrows(), ..])
+            .zip_mut_with(&b.value, |d, v| *d = conv(*v));
+    };
     let rows_of = |pass: Pass, cols: usize| {
-        let mut all = Array2::<f64>::zeros((m, cols));
-        // Each expert writes its own rows (tail rows stay 0).
+        // Tail rows stay 0 (the default of the element type).
+        let mut all = Array2::<T>::default((m, cols));
+        // Each expert writes its own rows.
         by_group_rows(
             all.view_mut(),
             &off,
             |g| group_work(case, &off, pass, g),
             |g, mut dst| {
                 group_blocks(case, &off, pass, g, false, &mut |b| {
-                    let at = b.first - off[g];
-                    dst.slice_mut(s![at..at + b.value.nrows(), ..])
-                        .assign(&b.value);
+                    store(&mut dst, b.first - off[g], &b)
                 });
             },
         );
         all
     };
     let wgrad = || {
-        let mut drhs = Array3::<f64>::zeros((groups, k, n));
+        let mut drhs = Array3::<T>::default((groups, k, n));
         // Each expert writes its own slice of drhs.
         crate::par::map_by_cost(
             drhs.outer_iter_mut().enumerate().collect(),
             |(g, _)| group_work(case, &off, Pass::Wgrad, *g),
             |(g, mut dst)| {
                 group_blocks(case, &off, Pass::Wgrad, g, false, &mut |b| {
-                    dst.slice_mut(s![b.first..b.first + b.value.nrows(), ..])
-                        .assign(&b.value);
+                    store(&mut dst, b.first, &b)
                 });
             },
         );
         drhs
     };
-    GemmOutputs {
+    Outputs {
         out: passes.fwd.then(|| rows_of(Pass::Fwd, n)),
         dlhs: (passes.dgrad && case.dout.is_some()).then(|| rows_of(Pass::Dgrad, k)),
         drhs: (passes.wgrad && case.dout.is_some()).then(wgrad),
@@ -307,7 +341,7 @@ mod tests {
                     group_blocks(&c, &off, pass, g, true, &mut |b| {
                         let rows = b.value.nrows();
                         // The same rows of the whole pass's output (of drhs[g] for wgrad).
-                        let rows_of = |o: &GemmOutputs| match pass {
+                        let rows_of = |o: &WideOutputs| match pass {
                             Pass::Fwd => o
                                 .out
                                 .as_ref()
@@ -340,6 +374,54 @@ mod tests {
         }
     }
 
+    /// The reference as an implementation writes its f64 values rounded once to the output
+    /// format: held in f64 for f64 output (the values themselves), in f32 otherwise, each
+    /// element the format's rounding of the f64 value; values that round (not small integers)
+    /// and one that overflows bf16's neighbour f16.
+    #[test]
+    fn written_outputs_are_the_values_rounded_once() {
+        let mut c = case(&[0, 300, 1, 0, 9, 600, 0], 1000, 30, 27);
+        c.lhs.mapv_inplace(|v| v * 1.0078125 + 0.01171875);
+        c.lhs[(5, 0)] = 3.0e4;
+        c.rhs.mapv_inplace(|v| v * 3.0);
+        let values = reference_values(&c, Passes::ALL);
+        for out in [Format::F64, Format::F32, Format::Bf16, Format::F16] {
+            c.out_dtype = out;
+            let written = reference_written(&c, Passes::ALL);
+            let pairs = [
+                (
+                    written.out.as_ref().unwrap().f64(),
+                    values.out.as_ref().unwrap(),
+                ),
+                (
+                    written.dlhs.as_ref().unwrap().f64(),
+                    values.dlhs.as_ref().unwrap(),
+                ),
+            ];
+            assert_eq!(written.out.as_ref().unwrap().is_f32(), out != Format::F64);
+            let mut inexact = 0;
+            for (w, v) in pairs {
+                ndarray::Zip::from(&*w).and(v).for_each(|w, v| {
+                    let want = round_to(*v, out, Overflow::Ieee);
+                    assert_eq!(w.to_bits(), want.to_bits(), "{out:?}: {v:e}");
+                    inexact += usize::from(w != v);
+                });
+            }
+            let d = written.drhs.as_ref().unwrap().f64();
+            ndarray::Zip::from(&*d)
+                .and(values.drhs.as_ref().unwrap())
+                .for_each(|w, v| assert_eq!(*w, round_to(*v, out, Overflow::Ieee)));
+            // The values do round (and overflow f16), except in f64.
+            assert_eq!(inexact == 0, out == Format::F64, "{out:?}");
+        }
+        let f16 = reference_written(&c, Passes::FWD)
+            .out
+            .unwrap()
+            .f64()
+            .into_owned();
+        assert!(f16.iter().any(|v| v.is_infinite()), "3e4·6 overflows f16");
+    }
+
     /// The streamed comparison reports what the whole-tensor one does, element for element:
     /// on right outputs, and on outputs with an error in one element of a large group, a NaN,
     /// a non-zero tail row, a non-zero empty expert's drhs and a missing pass.
@@ -361,18 +443,35 @@ mod tests {
             assert_eq!(format!("{a:?}"), format!("{b:?}"));
             a
         };
-        let right = whole.value.clone();
+        let right: GemmOutputs = whole.value.clone().into();
         assert!(same(&right, Passes::ALL).passed());
         let mut wrong = right.clone();
-        wrong.out.as_mut().unwrap()[(500, 3)] += 1.0;
-        wrong.dlhs.as_mut().unwrap()[(2, 7)] = f64::NAN;
-        wrong.dlhs.as_mut().unwrap()[(995, 0)] = 1e-30;
-        wrong.drhs.as_mut().unwrap()[(3, 299, 26)] = 1e-30;
+        wrong.out.as_mut().unwrap().f64_mut()[(500, 3)] += 1.0;
+        wrong.dlhs.as_mut().unwrap().f64_mut()[(2, 7)] = f64::NAN;
+        wrong.dlhs.as_mut().unwrap().f64_mut()[(995, 0)] = 1e-30;
+        wrong.drhs.as_mut().unwrap().f64_mut()[(3, 299, 26)] = 1e-30;
         let r = same(&wrong, Passes::ALL);
         assert!(!r.passed());
         for p in &r.passes {
             assert!(p.failed_elements() > 0, "{:?} caught", p.pass);
         }
+        // Held in f32 (1e-30 is an f32 value; NaN stays NaN), the same outputs get the same
+        // report as their f64 copy, failures and all.
+        let narrow = |o: &GemmOutputs| GemmOutputs {
+            out: o.out.as_ref().map(|a| a.f64().mapv(|v| v as f32).into()),
+            dlhs: o.dlhs.as_ref().map(|a| a.f64().mapv(|v| v as f32).into()),
+            drhs: o.drhs.as_ref().map(|a| a.f64().mapv(|v| v as f32).into()),
+        };
+        for o in [&right, &wrong] {
+            let held = narrow(o);
+            assert!(held.drhs.as_ref().unwrap().is_f32());
+            let wide: GemmOutputs = held.to_f64().into();
+            assert_eq!(
+                format!("{:?}", same(&held, Passes::ALL)),
+                format!("{:?}", same(&wide, Passes::ALL))
+            );
+        }
+        assert!(!same(&narrow(&wrong), Passes::ALL).passed());
         wrong.drhs = None;
         let r = same(&wrong, Passes::ALL);
         assert!(r.passes[2].error.is_some());

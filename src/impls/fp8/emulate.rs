@@ -71,7 +71,7 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
         let weight = |e: usize| ops.rhs.values().slice(s![e * k..(e + 1) * k, ..]);
         let mut res = GemmOutputs::default();
         if passes.fwd {
-            let mut out = Array2::<f64>::zeros((m, n));
+            let mut out = Array2::<f32>::zeros((m, n));
             by_group_rows(out.view_mut(), &off, work, |e, mut dst| {
                 let w = weight(e).as_standard_layout().into_owned();
                 let w = w.as_slice().expect("standard layout");
@@ -84,11 +84,11 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
                     });
                 }
             });
-            res.out = Some(out);
+            res.out = Some(out.into());
         }
         if let Some(d) = &ops.dout {
             if passes.dgrad {
-                let mut dlhs = Array2::<f64>::zeros((m, k));
+                let mut dlhs = Array2::<f32>::zeros((m, k));
                 by_group_rows(dlhs.view_mut(), &off, work, |e, mut dst| {
                     // rhs_eᵀ (N × K): a row's K outputs are contiguous columns.
                     let wt = weight(e).t().as_standard_layout().into_owned();
@@ -102,12 +102,12 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
                         });
                     }
                 });
-                res.dlhs = Some(dlhs);
+                res.dlhs = Some(dlhs.into());
             }
             if passes.wgrad {
                 let dc = ops.dout_col.as_ref().expect("dout column-wise copy");
                 let lc = &ops.lhs_col;
-                let mut drhs = Array3::<f64>::zeros((gc, k, n));
+                let mut drhs = Array3::<f32>::zeros((gc, k, n));
                 let experts: Vec<_> = drhs.outer_iter_mut().enumerate().collect();
                 map_by_cost(
                     experts,
@@ -133,7 +133,7 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
                         }
                     },
                 );
-                res.drhs = Some(drhs);
+                res.drhs = Some(drhs.into());
             }
         } else if passes.needs_dout() {
             return Err(RunError("dout is missing".into()));
@@ -148,8 +148,10 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
 
 /// `fl_out(fl32(fl32(sum · sa) · sb))`: an FP8 GEMM's f32 sum scaled by the two `scale_inv`
 /// in the recipe's order and rounded once to the output format.
-fn finish(out: Format, sum: f32, sa: f32, sb: f32) -> f64 {
-    round_to(((sum * sa) * sb) as f64, out, Overflow::Ieee)
+fn finish(out: Format, sum: f32, sa: f32, sb: f32) -> f32 {
+    // An f32 rounded to the output format (f32 or narrower, or f64) is an f32 value: the
+    // outputs are held in f32.
+    round_to(((sum * sa) * sb) as f64, out, Overflow::Ieee) as f32
 }
 
 #[cfg(test)]
@@ -237,7 +239,7 @@ mod tests {
         let fin = |sum: f32, sa: f32, sb: f32| finish(g.out_dtype, sum, sa, sb);
         let mut res = GemmOutputs::default();
         if passes.fwd {
-            let mut out = Array2::<f64>::zeros((m, n));
+            let mut out = Array2::<f32>::zeros((m, n));
             for e in 0..gc {
                 for r in off[e]..off[e + 1] {
                     for c in 0..n {
@@ -246,11 +248,11 @@ mod tests {
                     }
                 }
             }
-            res.out = Some(out);
+            res.out = Some(out.into());
         }
         if let Some(d) = &ops.dout {
             if passes.dgrad {
-                let mut dlhs = Array2::<f64>::zeros((m, k));
+                let mut dlhs = Array2::<f32>::zeros((m, k));
                 for e in 0..gc {
                     for r in off[e]..off[e + 1] {
                         for c in 0..k {
@@ -259,11 +261,11 @@ mod tests {
                         }
                     }
                 }
-                res.dlhs = Some(dlhs);
+                res.dlhs = Some(dlhs.into());
             }
             if passes.wgrad {
                 let dc = ops.dout_col.as_ref().expect("dout column-wise copy");
-                let mut drhs = Array3::<f64>::zeros((gc, k, n));
+                let mut drhs = Array3::<f32>::zeros((gc, k, n));
                 for e in 0..gc {
                     let (lo, hi) = (off[e], off[e + 1]);
                     for a in 0..k {
@@ -277,7 +279,7 @@ mod tests {
                         }
                     }
                 }
-                res.drhs = Some(drhs);
+                res.drhs = Some(drhs.into());
             }
         } else if passes.needs_dout() {
             panic!("dout is missing");
@@ -315,9 +317,9 @@ mod tests {
                     let bits = |o: GemmOutputs| {
                         let f = |a: Option<ndarray::ArrayD<f64>>| a.map(|a| a.mapv(f64::to_bits));
                         (
-                            f(o.out.map(|a| a.into_dyn())),
-                            f(o.dlhs.map(|a| a.into_dyn())),
-                            f(o.drhs.map(|a| a.into_dyn())),
+                            f(o.out.map(|a| a.into_f64().into_dyn())),
+                            f(o.dlhs.map(|a| a.into_f64().into_dyn())),
+                            f(o.drhs.map(|a| a.into_f64().into_dyn())),
                         )
                     };
                     let got = bits(em.run(&case, Passes::ALL).unwrap());

@@ -200,13 +200,14 @@ impl Emulate {
         acc
     }
 
-    /// Writes `part` into `dst`, rounded once to the case's output format.
-    fn store(&self, dst: &mut ArrayViewMut2<f64>, part: &Array2<f32>, case: &GroupedGemmCase) {
+    /// Writes `part` into `dst`, rounded once to the case's output format. Outputs are held
+    /// in f32 whatever the format: an f32 accumulator's values, and their roundings to a
+    /// narrower format, are f32 values (and f64 values) exactly.
+    fn store(&self, dst: &mut ArrayViewMut2<f32>, part: &Array2<f32>, case: &GroupedGemmCase) {
         match case.out_dtype {
-            // Every f32 is an f32 and an f64 value: nothing to round.
-            Format::F32 | Format::F64 => dst.zip_mut_with(part, |d, v| *d = f64::from(*v)),
+            Format::F32 | Format::F64 => dst.assign(part),
             out => dst.zip_mut_with(part, |d, v| {
-                *d = round_to(f64::from(*v), out, Overflow::Ieee)
+                *d = round_to(f64::from(*v), out, Overflow::Ieee) as f32
             }),
         }
     }
@@ -264,7 +265,7 @@ impl Implementation<Gemm> for Emulate {
         };
 
         if passes.fwd {
-            let mut out = Array2::<f64>::from_elem((m, n), f64::NAN);
+            let mut out = Array2::<f32>::from_elem((m, n), f32::NAN);
             let k_zero_poison = k == 0 && self.has(Bug::KZeroGarbage);
             if !k_zero_poison {
                 let parts = map_by_cost(
@@ -289,12 +290,12 @@ impl Implementation<Gemm> for Emulate {
                     out.slice_mut(s![used.., ..]).fill(0.0);
                 }
             }
-            result.out = Some(out);
+            result.out = Some(out.into());
         }
 
         if passes.dgrad {
             let dout = dout()?;
-            let mut dlhs = Array2::<f64>::from_elem((m, k), f64::NAN);
+            let mut dlhs = Array2::<f32>::from_elem((m, k), f32::NAN);
             let parts = map_by_cost(
                 (0..g_count).collect(),
                 |&g| (off[g + 1] - off[g]) * k * n,
@@ -314,12 +315,12 @@ impl Implementation<Gemm> for Emulate {
             if tail_zero {
                 dlhs.slice_mut(s![used.., ..]).fill(0.0);
             }
-            result.dlhs = Some(dlhs);
+            result.dlhs = Some(dlhs.into());
         }
 
         if passes.wgrad {
             let dout = dout()?;
-            let mut drhs = Array3::<f64>::from_elem((g_count, k, n), f64::NAN);
+            let mut drhs = Array3::<f32>::from_elem((g_count, k, n), f32::NAN);
             // Rows each expert's kernel reads: its M tiles, plus the tail for the last expert
             // under `WgradReadsTail` (even when that expert is empty).
             let rows_of = |g: usize| -> Vec<usize> {
@@ -351,7 +352,7 @@ impl Implementation<Gemm> for Emulate {
                     self.store(&mut dst.slice_mut(s![..cols, ..]), &part, case);
                 },
             );
-            result.drhs = Some(drhs);
+            result.drhs = Some(drhs.into());
         }
         Ok(result)
     }

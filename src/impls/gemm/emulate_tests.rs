@@ -17,7 +17,7 @@ fn scalar(this: &Emulate, case: &GroupedGemmCase, passes: Passes) -> Result<Gemm
     let off = case.offsets();
     let used = off[g_count];
     let out_fmt = case.out_dtype;
-    let round = |x: f32| round_to(x as f64, out_fmt, Overflow::Ieee);
+    let round = |x: f32| round_to(x as f64, out_fmt, Overflow::Ieee) as f32;
     let lhs = &case.lhs;
     let rhs = &case.rhs;
     let sizes = &case.group_sizes;
@@ -25,7 +25,7 @@ fn scalar(this: &Emulate, case: &GroupedGemmCase, passes: Passes) -> Result<Gemm
     let mut result = GemmOutputs::default();
 
     if passes.fwd {
-        let mut out = Array2::<f64>::from_elem((m, n), f64::NAN);
+        let mut out = Array2::<f32>::from_elem((m, n), f32::NAN);
         let k_zero_poison = k == 0 && this.has(Bug::KZeroGarbage);
         let klim = this.k_limit(k);
         for g in 0..g_count {
@@ -49,7 +49,7 @@ fn scalar(this: &Emulate, case: &GroupedGemmCase, passes: Passes) -> Result<Gemm
         if tail_zero && !k_zero_poison {
             out.slice_mut(ndarray::s![used.., ..]).fill(0.0);
         }
-        result.out = Some(out);
+        result.out = Some(out.into());
     }
 
     if passes.needs_dout() {
@@ -58,7 +58,7 @@ fn scalar(this: &Emulate, case: &GroupedGemmCase, passes: Passes) -> Result<Gemm
             .as_ref()
             .ok_or_else(|| RunError("dout is missing".into()))?;
         if passes.dgrad {
-            let mut dlhs = Array2::<f64>::from_elem((m, k), f64::NAN);
+            let mut dlhs = Array2::<f32>::from_elem((m, k), f32::NAN);
             let klim = this.k_limit(k);
             for g in 0..g_count {
                 let e = this.expert_of(sizes, g);
@@ -78,10 +78,10 @@ fn scalar(this: &Emulate, case: &GroupedGemmCase, passes: Passes) -> Result<Gemm
             if tail_zero {
                 dlhs.slice_mut(ndarray::s![used.., ..]).fill(0.0);
             }
-            result.dlhs = Some(dlhs);
+            result.dlhs = Some(dlhs.into());
         }
         if passes.wgrad {
-            let mut drhs = Array3::<f64>::from_elem((g_count, k, n), f64::NAN);
+            let mut drhs = Array3::<f32>::from_elem((g_count, k, n), f32::NAN);
             let klim = this.k_limit(k);
             for g in 0..g_count {
                 let (lo, hi) = (off[g], off[g + 1]);
@@ -126,7 +126,7 @@ fn scalar(this: &Emulate, case: &GroupedGemmCase, passes: Passes) -> Result<Gemm
                     }
                 }
             }
-            result.drhs = Some(drhs);
+            result.drhs = Some(drhs.into());
         }
     }
     Ok(result)
@@ -190,6 +190,6 @@ fn the_comparison_sees_one_changed_element() {
     let c = case(&[0, 70, 3, 0, 130, 0], 220, 70, 9);
     let e = Emulate::default();
     let mut blocked = e.run(&c, Passes::ALL).unwrap();
-    blocked.drhs.as_mut().unwrap()[(4, 69, 8)] += 1.0;
+    blocked.drhs.as_mut().unwrap().f64_mut()[(4, 69, 8)] += 1.0;
     assert_ne!(text(&blocked), text(&scalar(&e, &c, Passes::ALL).unwrap()));
 }

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use ndarray::{ArrayView2, CowArray, Ix2};
+use ndarray::{Axis, Ix3};
 use serde::{Deserialize, Serialize};
 
 use super::expected::{BlockExpected, FastExpected, PassExpected};
@@ -14,6 +14,7 @@ use crate::gemm::bound::{gamma, ErrorBound, Precision};
 use crate::gemm::case::{GemmOutputs, GroupedGemmCase, Pass, Passes, TailContract};
 use crate::gemm::compare::{zero_ratio, CaseReport, GemmAt, GroupId, GroupStats, PassReport};
 use crate::gemm::fit::Fit;
+use crate::gemm::held::{OutView, OutView2};
 use crate::report::sci;
 use crate::stats::{ElementStats, StatsAcc};
 
@@ -116,12 +117,56 @@ pub fn fast_compare(
     }
 }
 
-/// The pass's output as a matrix ([`super::expected::flat_shape`]), or why it cannot be read.
-fn flat(
+/// A pass's output read as a matrix ([`super::expected::flat_shape`]): `out` and `dlhs` as
+/// they are, `drhs` as `G·K` rows of `N` (expert `g`'s rows from `g·K`).
+#[derive(Clone, Copy)]
+enum Flat<'a> {
+    Rows(OutView2<'a>),
+    Experts(OutView<'a, Ix3>),
+}
+
+impl<'a> Flat<'a> {
+    /// Element `(r, c)` of the matrix.
+    fn at(&self, r: usize, c: usize) -> f64 {
+        match self {
+            Flat::Rows(a) => a.at(r, c),
+            Flat::Experts(d) => {
+                let k = d.shape()[1];
+                expert(*d, r / k).at(r % k, c)
+            }
+        }
+    }
+
+    /// Rows `lo..hi` of the matrix, which lie in one expert for `drhs` (a block of the fast
+    /// reference is one group).
+    fn rows(&self, lo: usize, hi: usize) -> OutView2<'a> {
+        match self {
+            Flat::Rows(a) => a.rows(lo, hi),
+            Flat::Experts(d) => {
+                let k = d.shape()[1];
+                let g = lo / k;
+                expert(*d, g).rows(lo - g * k, hi - g * k)
+            }
+        }
+    }
+}
+
+fn expert(d: OutView<'_, Ix3>, g: usize) -> OutView2<'_> {
+    match d {
+        OutView::F32(a) => OutView::F32(a.index_axis_move(Axis(0), g)),
+        OutView::F64(a) => OutView::F64(a.index_axis_move(Axis(0), g)),
+    }
+}
+
+/// The pass's output as a matrix of `want` rows and columns (`drhs` must be `experts`,
+/// `[G, K, N]`), or why it cannot be read.
+fn flat<'a>(
     pass: Pass,
-    got: &GemmOutputs,
+    got: &'a GemmOutputs,
     want: (usize, usize),
-) -> Result<CowArray<'_, f64, Ix2>, String> {
+    experts: &[usize],
+) -> Result<Flat<'a>, String> {
+    let none = "the implementation returned no output";
     let (shape, view) = match pass {
         Pass::Fwd | Pass::Dgrad => {
             let a = if pass == Pass::Fwd {
@@ -129,25 +174,19 @@ fn flat(
             } else {
                 &got.dlhs
             };
-            let a = a.as_ref().ok_or("the implementation returned no output")?;
-            (a.shape().to_vec(), CowArray::from(a.view()))
+            let a = a.as_ref().ok_or(none)?;
+            (a.shape().to_vec(), Flat::Rows(a.view()))
         }
         Pass::Wgrad => {
-            let a = got
-                .drhs
-                .as_ref()
-                .ok_or("the implementation returned no output")?;
-            let (g, k, n) = a.dim();
-            if g * k != want.0 || n != want.1 {
+            let a = got.drhs.as_ref().ok_or(none)?;
+            if a.shape() != experts {
                 return Err(format!(
-                    "drhs has shape {:?}, expected {} rows of {}",
-                    a.shape(),
-                    want.0,
-                    want.1
+                    "drhs has shape {:?}, expected {experts:?}",
+                    a.shape()
                 ));
             }
-            let flat = a.to_shape((g * k, n)).map_err(|e| e.to_string())?;
-            (vec![g * k, n], flat)
+            let (g, k, n) = a.dim();
+            (vec![g * k, n], Flat::Experts(a.view()))
         }
     };
     if shape != [want.0, want.1] {
@@ -171,11 +210,10 @@ fn compare_pass(
         Pass::Wgrad => vec![case.groups(), case.k(), case.n()],
         _ => vec![pe.shape.0, pe.shape.1],
     };
-    let got = match flat(pass, got, pe.shape) {
+    let got = match flat(pass, got, pe.shape, &out_shape) {
         Ok(g) => g,
         Err(why) => return (failed_to_read(pass, out_shape, why), None),
     };
-    let got = got.view();
     let out = precision.output;
     let group_of = |b: &BlockExpected| GroupId::Expert(b.group);
     let at = |b: &BlockExpected, r: usize, c: usize| GemmAt {
@@ -204,7 +242,7 @@ fn compare_pass(
         let mut f = Fit::for_output(out);
         let mut push = |r: usize, c: usize, want: f64, mag: f64| {
             let bnd = bound.at(mag, want);
-            let g = got[(b.row0 + r, c)];
+            let g = got.at(b.row0 + r, c);
             teeth = teeth.max(zero_ratio(want, bnd));
             f.push(g, want);
             acc.push(|| at(b, b.row0 + r, c), g, want, bnd);
@@ -248,7 +286,7 @@ fn compare_pass(
                         row: r,
                         col: c,
                     };
-                    acc.push(at, got[(r, c)], 0.0, 0.0);
+                    acc.push(at, got.at(r, c), 0.0, 0.0);
                 }
             }
             acc.finish()
@@ -281,7 +319,7 @@ fn compare_pass(
 
 /// Checks every row of block `b` against its projections, and scans it for NaN/inf.
 fn project_block(
-    got: ArrayView2<f64>,
+    got: Flat<'_>,
     pe: &PassExpected,
     b: &BlockExpected,
     bound: &ErrorBound,
@@ -293,54 +331,63 @@ fn project_block(
         return;
     }
     let cols = pe.shape.1;
-    let block = got.slice(ndarray::s![b.row0..b.row0 + rows, ..]);
-    for ((r, c), v) in block.indexed_iter() {
-        if !v.is_finite() {
-            fp.non_finite += 1;
-            if fp.first_non_finite.is_none() {
-                fp.first_non_finite = Some(at(b, b.row0 + r, c));
+    let roundoff = Roundoff::new(b.n, cols);
+    // The group's rows a chunk at a time, widened to f64 when held in f32: a chunk of rows,
+    // never a whole group (which can be nearly all of `out`).
+    for lo in (0..rows).step_by(CHUNK_ROWS) {
+        let hi = (lo + CHUNK_ROWS).min(rows);
+        let chunk = got.rows(b.row0 + lo, b.row0 + hi).f64();
+        for ((i, c), v) in chunk.indexed_iter() {
+            if !v.is_finite() {
+                fp.non_finite += 1;
+                if fp.first_non_finite.is_none() {
+                    fp.first_non_finite = Some(at(b, b.row0 + lo + i, c));
+                }
+            }
+        }
+        let q = chunk.dot(&pe.vectors.t());
+        for i in 0..hi - lo {
+            let r = lo + i;
+            let s = b.magnitude[r];
+            let g_abs: f64 = chunk.row(i).iter().map(|v| v.abs()).sum();
+            let threshold = roundoff.threshold(bound, s, g_abs, cols);
+            let deviation = (0..VECTORS)
+                .map(|v| (q[(i, v)] - b.projection[(r, v)]).abs())
+                .fold(0.0f64, |m, d| {
+                    if d.is_nan() || m.is_nan() {
+                        f64::NAN
+                    } else {
+                        m.max(d)
+                    }
+                });
+            fp.rows += 1;
+            let ok = deviation <= threshold; // false for NaN
+            if !ok {
+                fp.failed_rows += 1;
+            }
+            let ratio = if ok && deviation == 0.0 {
+                0.0
+            } else if threshold > 0.0 && deviation.is_finite() {
+                deviation / threshold
+            } else {
+                f64::INFINITY
+            };
+            if fp.worst.is_none() || ratio > fp.max_ratio {
+                fp.max_ratio = ratio;
+                let row = at(b, b.row0 + r, 0).row;
+                fp.worst = Some(ProjectionWorst {
+                    group: b.group,
+                    row,
+                    deviation,
+                    threshold,
+                });
             }
         }
     }
-    let q = block.dot(&pe.vectors.t());
-    let roundoff = Roundoff::new(b.n, cols);
-    for r in 0..rows {
-        let s = b.magnitude[r];
-        let g_abs: f64 = block.row(r).iter().map(|v| v.abs()).sum();
-        let threshold = roundoff.threshold(bound, s, g_abs, cols);
-        let deviation = (0..VECTORS)
-            .map(|v| (q[(r, v)] - b.projection[(r, v)]).abs())
-            .fold(0.0f64, |m, d| {
-                if d.is_nan() || m.is_nan() {
-                    f64::NAN
-                } else {
-                    m.max(d)
-                }
-            });
-        fp.rows += 1;
-        let ok = deviation <= threshold; // false for NaN
-        if !ok {
-            fp.failed_rows += 1;
-        }
-        let ratio = if ok && deviation == 0.0 {
-            0.0
-        } else if threshold > 0.0 && deviation.is_finite() {
-            deviation / threshold
-        } else {
-            f64::INFINITY
-        };
-        if fp.worst.is_none() || ratio > fp.max_ratio {
-            fp.max_ratio = ratio;
-            let row = at(b, b.row0 + r, 0).row;
-            fp.worst = Some(ProjectionWorst {
-                group: b.group,
-                row,
-                deviation,
-                threshold,
-            });
-        }
-    }
 }
+
+/// Rows of an output projected at once: widened to f64 together when held in f32.
+const CHUNK_ROWS: usize = 256;
 
 /// The f64 roundoff of one block's projections (see the [module docs](super), "The
 /// threshold"): `γ(C)` for a sum over the `C` output columns, `γ(n)` over the reduction.

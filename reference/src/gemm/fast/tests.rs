@@ -5,10 +5,10 @@ use ndarray::{Array2, Array3};
 
 use super::check::Roundoff;
 use super::*;
-use crate::format::{round_to, Format, Overflow};
+use crate::format::Format;
 use crate::gemm::{
-    compare_outputs, reference, Accumulator, ErrorBound, GemmOutputs, GroupedGemmCase, Pass,
-    Passes, Precision, TailContract,
+    compare_outputs, reference, Accumulator, ErrorBound, GemmOutputs, GroupedGemmCase, OutArray,
+    Pass, Passes, Precision, TailContract,
 };
 use crate::seed::mix;
 
@@ -42,16 +42,15 @@ fn precision() -> Precision {
     }
 }
 
-/// The reference rounded to f32: inside every bound (the error is at most `u_out·|y|`).
+/// The reference rounded to f32, held in f32: inside every bound (the error is at most
+/// `u_out·|y|`).
 fn good(case: &GroupedGemmCase) -> GemmOutputs {
-    let f32s = |a: &Array2<f64>| a.mapv(|x| round_to(x, Format::F32, Overflow::Ieee));
+    let f32s = |a: Array2<f64>| a.mapv(|x| x as f32).into();
     let r = reference(case, Passes::ALL).unwrap().value;
     GemmOutputs {
-        out: r.out.as_ref().map(f32s),
-        dlhs: r.dlhs.as_ref().map(f32s),
-        drhs: r
-            .drhs
-            .map(|a| a.mapv(|x| round_to(x, Format::F32, Overflow::Ieee))),
+        out: r.out.map(f32s),
+        dlhs: r.dlhs.map(f32s),
+        drhs: r.drhs.map(|a| a.mapv(|x| x as f32).into()),
     }
 }
 
@@ -90,6 +89,7 @@ fn bound_and_threshold(
         .out
         .as_ref()
         .unwrap()
+        .f64()
         .row(row)
         .iter()
         .map(|v| v.abs())
@@ -106,7 +106,7 @@ fn outputs_that_pass_full_pass_fast() {
     assert_eq!(fast_passes(&c, &got), (true, None));
     // The reference itself, exactly.
     let exact = reference(&c, Passes::ALL).unwrap().value;
-    assert_eq!(fast_passes(&c, &exact), (true, None));
+    assert_eq!(fast_passes(&c, &exact.into()), (true, None));
 }
 
 #[test]
@@ -132,7 +132,7 @@ fn one_element_just_above_its_bound() {
     let plant = |row: usize, col: usize, by: f64| {
         let mut got = base.clone();
         let r = reference(&c, Passes::FWD).unwrap().value.out.unwrap();
-        got.out.as_mut().unwrap()[(row, col)] = r[(row, col)] + by;
+        got.out.as_mut().unwrap().f64_mut()[(row, col)] = r[(row, col)] + by;
         got
     };
     let (bound, _) = bound_and_threshold(&c, &base, ROW, COL);
@@ -172,7 +172,7 @@ fn one_element_above_its_rows_threshold() {
     );
     for by in [2.01 * tau, -2.01 * tau, 1.2 * tau] {
         let mut got = base.clone();
-        got.out.as_mut().unwrap()[(ROW, COL)] += by;
+        got.out.as_mut().unwrap().f64_mut()[(ROW, COL)] += by;
         let (ok, why) = fast_passes(&c, &got);
         assert!(!ok, "{by}");
         let why = why.unwrap();
@@ -182,8 +182,8 @@ fn one_element_above_its_rows_threshold() {
         );
     }
     let mut got = base.clone();
-    got.out.as_mut().unwrap()[(ROW, COL)] += 1.2 * tau;
-    got.out.as_mut().unwrap()[(ROW, COL + 1)] -= 1.2 * tau;
+    got.out.as_mut().unwrap().f64_mut()[(ROW, COL)] += 1.2 * tau;
+    got.out.as_mut().unwrap().f64_mut()[(ROW, COL + 1)] -= 1.2 * tau;
     assert!(!fast_passes(&c, &got).0);
 }
 
@@ -199,28 +199,47 @@ fn structural_errors_anywhere_are_caught() {
         let why = why.unwrap();
         assert!(why.contains(needle), "{needle}: {why}");
     };
+    // Planted where they lie: in f32 (the outputs are held in f32; NaN, inf and 1e-30 are f32
+    // values), and once more in an f64 copy.
+    fn f32s<D: ndarray::Dimension>(a: &mut Option<OutArray<D>>) -> &mut ndarray::Array<f32, D> {
+        match a.as_mut().unwrap() {
+            OutArray::F32(a) => a,
+            OutArray::F64(_) => panic!("held in f32"),
+        }
+    }
     fails(
-        &|g| g.out.as_mut().unwrap()[(ROW, COL)] = f64::NAN,
+        &|g| f32s(&mut g.out)[(ROW, COL)] = f32::NAN,
         "fwd: 1 NaN/inf",
     );
     fails(
-        &|g| g.dlhs.as_mut().unwrap()[(ROW, 33)] = f64::INFINITY,
+        &|g| g.out.as_mut().unwrap().f64_mut()[(ROW, COL)] = f64::NAN,
+        "fwd: 1 NaN/inf",
+    );
+    fails(
+        &|g| f32s(&mut g.dlhs)[(ROW, 33)] = f32::INFINITY,
         "dgrad: 1 NaN/inf",
     );
     fails(
-        &|g| g.drhs.as_mut().unwrap()[(1, 101, 33)] = f64::NAN,
+        &|g| f32s(&mut g.drhs)[(1, 101, 33)] = f32::NAN,
         "wgrad: 1 NaN/inf",
     );
     // A tail row (the last row), an empty expert's drhs: exactly 0 demanded.
     let m = c.m();
-    fails(&|g| g.out.as_mut().unwrap()[(m - 1, 3)] = 1e-30, "tail");
+    fails(&|g| f32s(&mut g.out)[(m - 1, 3)] = 1e-30, "tail");
     fails(
-        &|g| g.drhs.as_mut().unwrap()[(3, 150, 77)] = 1e-30,
-        "expert 3",
+        &|g| g.out.as_mut().unwrap().f64_mut()[(m - 1, 3)] = 1e-300,
+        "tail",
     );
-    // A wrong shape is a failed pass, not a panic.
+    fails(&|g| f32s(&mut g.drhs)[(3, 150, 77)] = 1e-30, "expert 3");
+    // A wrong shape is a failed pass, not a panic: one with as many rows of N as G·K too.
     fails(
-        &|g| g.drhs = Some(Array3::zeros((1, 2, 3))),
+        &|g| g.drhs = Some(Array3::<f32>::zeros((1, 2, 3)).into()),
+        "drhs has shape",
+    );
+    let (groups, k, n) = (c.groups(), c.k(), c.n());
+    assert_eq!(k % 2, 0);
+    fails(
+        &|g| g.drhs = Some(Array3::<f32>::zeros((2 * groups, k / 2, n)).into()),
         "drhs has shape",
     );
     fails(&|g| g.dlhs = None, "no output");
@@ -235,11 +254,13 @@ fn a_wrong_group_fails_every_backward_pass() {
     got.drhs
         .as_mut()
         .unwrap()
+        .f64_mut()
         .index_axis_mut(ndarray::Axis(0), 4)
         .mapv_inplace(|v| v * 1.1);
     got.dlhs
         .as_mut()
         .unwrap()
+        .f64_mut()
         .row_mut(705)
         .mapv_inplace(|v| v * 1.1);
     let e = fast_expected(&c, Passes::ALL).unwrap();
