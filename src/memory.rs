@@ -4,8 +4,8 @@
 //!
 //! The estimates are per-element costs measured with `/usr/bin/time -f %M` on release builds
 //! (2026-12-03), rounded up:
-//! * `gemm`, counted per array: the inputs in f32 (4 bytes per element of `lhs`, `rhs` and
-//!   `dout`, which the generated case always has), each asked output as it is held (4 bytes
+//! * `gemm`, counted per array: the inputs as they are held (4 bytes per element of `lhs` and
+//!   `dout`, which the generated case always has, and of `rhs`, 2 with `--dtype bf16`), each asked output as it is held (4 bytes
 //!   per element of `out`, `dlhs`, `drhs`; 8 with `--out-dtype f64`; an `exec:` program that
 //!   writes float64 for a narrower format is held in f64, twice this), what the check
 //!   holds per core while it widens one expert at a time (`gemm_bytes` spells it out per
@@ -96,9 +96,17 @@ pub struct GemmSize {
 
 /// The estimated peak of `moecheck gemm` (module docs) for `size`, the asked passes, the
 /// verification mode and the output format (outputs are held in f32 unless it is f64).
-pub fn gemm_bytes(size: GemmSize, passes: Passes, verify: Verify, out_dtype: Format) -> u64 {
+pub fn gemm_bytes(size: GemmSize, passes: Passes, verify: Verify, formats: Formats) -> u64 {
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    gemm_bytes_on(cores, size, passes, verify, out_dtype)
+    gemm_bytes_on(cores, size, passes, verify, formats)
+}
+
+/// The input and output formats of a grouped GEMM: bf16 weights are held in bf16, outputs in
+/// f32 unless they are f64.
+#[derive(Debug, Clone, Copy)]
+pub struct Formats {
+    pub dtype: Format,
+    pub out_dtype: Format,
 }
 
 /// [`gemm_bytes`] on a machine with `cores` cores.
@@ -107,9 +115,10 @@ fn gemm_bytes_on(
     size: GemmSize,
     passes: Passes,
     verify: Verify,
-    out_dtype: Format,
+    formats: Formats,
 ) -> u64 {
     let GemmSize { m, k, n, groups } = size;
+    let Formats { dtype, out_dtype } = formats;
     let (mk, gkn, mn) = (
         elements(&[m, k]),
         elements(&[groups, k, n]),
@@ -120,7 +129,8 @@ fn gemm_bytes_on(
     let add = |terms: &[u64]| terms.iter().fold(0u64, |a, t| a.saturating_add(*t));
     let mul = |a: u64, b: u64| a.saturating_mul(b);
     // The generated case always holds dout, whichever passes are asked.
-    let inputs = mul(add(&[mk, gkn, mn]), 4);
+    let rhs_bytes = if dtype == Format::Bf16 { 2 } else { 4 };
+    let inputs = add(&[mul(add(&[mk, mn]), 4), mul(gkn, rhs_bytes)]);
     let out_bytes = if out_dtype == Format::F64 { 8 } else { 4 };
     let outputs = mul(
         add(&[
@@ -145,11 +155,16 @@ fn gemm_bytes_on(
         Verify::Fast => add(&[mul(mul(kn, 16), cores), mul(add(&[mk, mn]), 16)]),
     };
     // The emulated kernel, one pass at a time: f32 partial sums and accumulators of the rows
-    // of every expert (fwd, dgrad), or of one weight per core and copies of an expert's rows
-    // (wgrad).
+    // of every expert and, with bf16 weights, one weight widened to f32 per core (fwd,
+    // dgrad), or of one weight per core and copies of an expert's rows (wgrad).
+    let widened = if dtype == Format::Bf16 {
+        mul(mul(kn, 4), cores)
+    } else {
+        0
+    };
     let emulate = [
-        (passes.fwd, mul(mn, 12)),
-        (passes.dgrad, mul(mk, 12)),
+        (passes.fwd, add(&[mul(mn, 12), widened])),
+        (passes.dgrad, add(&[mul(mk, 12), widened])),
         (
             passes.wgrad,
             add(&[mul(mul(kn, 8), cores), mul(add(&[mk, mn]), 4)]),
@@ -186,6 +201,15 @@ pub fn moe_bytes(tokens: usize, hidden: usize, experts: usize, ffn: usize, share
 mod tests {
     use super::*;
 
+    const BF16_F32: Formats = Formats {
+        dtype: Format::Bf16,
+        out_dtype: Format::F32,
+    };
+    const BF16_F64: Formats = Formats {
+        dtype: Format::Bf16,
+        out_dtype: Format::F64,
+    };
+
     #[test]
     fn estimates_cover_the_measured_peaks() {
         // Measured peaks (module docs, two cores) are below the estimates, and not far below.
@@ -195,22 +219,30 @@ mod tests {
         assert!(g > 7_760_000_000 && g < 10_000_000_000, "{g}");
         let size = |m, k, n, groups| GemmSize { m, k, n, groups };
         let mid = size(4096, 2048, 1024, 64);
-        let g = gemm_bytes_on(2, mid, Passes::ALL, Verify::Full, Format::F32);
-        assert!(g > 1_240_000_000 && g < 2_000_000_000, "{g}");
-        let fast = gemm_bytes_on(2, mid, Passes::ALL, Verify::Fast, Format::F32);
-        assert!(fast > 1_400_000_000 && fast < 2_200_000_000, "{fast}");
+        let g = gemm_bytes_on(2, mid, Passes::ALL, Verify::Full, BF16_F32);
+        assert!(g > 980_000_000 && g < 1_600_000_000, "{g}");
+        let fast = gemm_bytes_on(2, mid, Passes::ALL, Verify::Fast, BF16_F32);
+        assert!(fast > 1_130_000_000 && fast < 1_800_000_000, "{fast}");
         // Forward alone holds no dlhs or drhs (0.57 GB in f32).
-        let fwd = gemm_bytes_on(2, mid, Passes::FWD, Verify::Full, Format::F32);
+        let fwd = gemm_bytes_on(2, mid, Passes::FWD, Verify::Full, BF16_F32);
         assert!(fwd < g - 500_000_000, "{fwd}");
         // f64 outputs are held in f64: twice the outputs' bytes.
-        let wide = gemm_bytes_on(2, mid, Passes::ALL, Verify::Full, Format::F64);
+        let wide = gemm_bytes_on(2, mid, Passes::ALL, Verify::Full, BF16_F64);
         assert_eq!(wide - g, 4 * (4096 * 1024 + 4096 * 2048 + 64 * 2048 * 1024));
-        // DeepSeek-V3's forward pass ran at a 16.78 GB (15.63 GiB) peak, verified in full.
+        // f32 weights are held in f32: twice the weights' bytes, less the per-core widening
+        // of bf16 weights (emulate's dgrad, the largest of its passes here).
+        let f32_in = Formats {
+            dtype: Format::F32,
+            out_dtype: Format::F32,
+        };
+        let narrow = gemm_bytes_on(2, mid, Passes::ALL, Verify::Full, f32_in);
+        assert_eq!(narrow - g, 2 * 64 * 2048 * 1024 - 2 * 4 * 2048 * 1024);
+        // DeepSeek-V3's forward pass ran at a 9.38 GB (8.74 GiB) peak, verified in full.
         let ds_size = size(32768, 7168, 2048, 256);
-        let ds = gemm_bytes_on(2, ds_size, Passes::FWD, Verify::Full, Format::F32);
+        let ds = gemm_bytes_on(2, ds_size, Passes::FWD, Verify::Full, BF16_F32);
         // More cores hold more experts at once.
-        assert!(gemm_bytes_on(16, ds_size, Passes::FWD, Verify::Full, Format::F32) > ds);
-        assert!(ds > 16_780_000_000 && ds < 20_000_000_000, "{ds}");
+        assert!(gemm_bytes_on(16, ds_size, Passes::FWD, Verify::Full, BF16_F32) > ds);
+        assert!(ds > 9_390_000_000 && ds < 12_000_000_000, "{ds}");
         let m = moe_bytes(2048, 512, 32, 256, 0);
         assert!(m > 941_000_000 && m < 2_000_000_000, "{m}");
         let m = moe_bytes(8192, 128, 8, 64, 0);

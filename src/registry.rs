@@ -269,7 +269,7 @@ mod tests {
             assert_eq!(imp.name(), name);
             let case = moecheck_reference::gemm::GroupedGemmCase {
                 lhs: ndarray::Array2::zeros((2, 3)),
-                rhs: ndarray::Array3::zeros((1, 3, 2)),
+                rhs: ndarray::Array3::zeros((1, 3, 2)).into(),
                 group_sizes: vec![2],
                 dout: None,
                 dtype: Format::Bf16,

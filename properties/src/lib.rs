@@ -57,12 +57,12 @@
 //!             let e = if self.wrong_expert { (group + 1) % g } else { group };
 //!             for r in start..start + rows {
 //!                 for j in 0..n {
-//!                     let acc: f32 = (0..k).map(|i| case.lhs[[r, i]] * case.rhs[[e, i, j]]).sum();
+//!                     let acc: f32 = (0..k).map(|i| case.lhs[[r, i]] * case.rhs.at(e, i, j)).sum();
 //!                     out[[r, j]] = round(acc);
 //!                 }
 //!                 if let Some(dout) = &case.dout {
 //!                     for i in 0..k {
-//!                         let acc: f32 = (0..n).map(|j| dout[[r, j]] * case.rhs[[e, i, j]]).sum();
+//!                         let acc: f32 = (0..n).map(|j| dout[[r, j]] * case.rhs.at(e, i, j)).sum();
 //!                         dlhs[[r, i]] = round(acc);
 //!                     }
 //!                 }

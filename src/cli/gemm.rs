@@ -145,7 +145,10 @@ impl GemmFlags {
                 memory::GemmSize { m, k, n, groups: g },
                 self.passes,
                 v,
-                self.out_dtype,
+                memory::Formats {
+                    dtype: self.dtype,
+                    out_dtype: self.out_dtype,
+                },
             ),
             None => memory::fp8_gemm_bytes(m, k, n, g),
         };

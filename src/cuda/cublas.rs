@@ -33,7 +33,9 @@ use moecheck_reference::op::{Implementation, RunError};
 use ndarray::{Array2, Array3};
 
 use super::device::{device, timed, CudaError, Device};
-use super::gemm::{download, elements, par_map, poisoned_output, run_err, upload, upload_values};
+use super::gemm::{
+    download, elements, par_map, poisoned_output, run_err, upload, upload_values, upload_weights,
+};
 use super::libs::{ensure, Found, Lib};
 use super::plan::{grouped_arrays, plan_blas, BlasCall, Input, Output};
 
@@ -161,7 +163,7 @@ impl Cublas {
         let ty = data_type(case.dtype)?;
         let in_bytes: u64 = if case.dtype == Format::F32 { 4 } else { 2 };
         let lhs = upload_values(dev, &elements(&case.lhs), case.dtype)?;
-        let rhs = upload_values(dev, &elements(&case.rhs), case.dtype)?;
+        let rhs = upload_weights(dev, &case.rhs, case.dtype)?;
         let dout = match (&case.dout, passes.needs_dout()) {
             (Some(d), true) => Some(upload_values(dev, &elements(d), case.dtype)?),
             (None, true) => return Err(CudaError::Driver("dout is missing".into())),

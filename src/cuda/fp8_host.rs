@@ -148,7 +148,7 @@ mod tests {
         Fp8GemmCase {
             gemm: GroupedGemmCase {
                 lhs,
-                rhs,
+                rhs: rhs.into(),
                 group_sizes: sizes,
                 dout: Some(dout),
                 dtype: Format::F32,

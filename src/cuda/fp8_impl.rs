@@ -51,7 +51,7 @@ impl CudaFp8 {
             &row_bounds(r.lhs.scope, &off, k),
             r.lhs.format,
         )?;
-        let rhs_flat: Vec<f32> = g.rhs.iter().copied().collect();
+        let rhs_flat: Vec<f32> = g.rhs.f32().iter().copied().collect();
         let rhs = quantize(
             &rhs_flat,
             &rhs_bounds(r.rhs.scope, g.groups(), k, n),

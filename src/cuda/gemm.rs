@@ -6,7 +6,7 @@ use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAs
 use moecheck_reference::format::{round_to, Format, Overflow};
 use moecheck_reference::gemm::Gemm;
 use moecheck_reference::gemm::{
-    Accumulator, GemmOutputs, GroupedGemmCase, Pass, Passes, Precision,
+    Accumulator, GemmOutputs, GroupedGemmCase, Pass, Passes, Precision, Weights,
 };
 use moecheck_reference::op::{Implementation, RunError};
 use ndarray::{Array2, Array3};
@@ -129,6 +129,22 @@ pub(crate) fn upload_values(
     })
 }
 
+/// The weights on the device in `dtype`: bf16 weights held in bf16 go up as their bits,
+/// without an f32 copy on the host.
+pub(crate) fn upload_weights(
+    dev: &Device,
+    w: &Weights,
+    dtype: Format,
+) -> Result<DevInput, CudaError> {
+    match w {
+        Weights::Bf16(a) if dtype == Format::Bf16 => {
+            let bits: Vec<u16> = a.iter().map(|v| v.to_bits()).collect();
+            Ok(DevInput::Half(upload(dev, &bits)?))
+        }
+        _ => upload_values(dev, &elements(&w.f32()), dtype),
+    }
+}
+
 /// The elements of an array in row-major order, without a copy when it is already standard.
 pub(crate) fn elements<D: ndarray::Dimension>(
     a: &ndarray::Array<f32, D>,
@@ -212,7 +228,7 @@ impl CudaGemm {
             && dev.has_mma()
             && matches!(dtype, Format::Bf16 | Format::F16);
         let lhs = upload_values(dev, &elements(&case.lhs), dtype)?;
-        let rhs = upload_values(dev, &elements(&case.rhs), dtype)?;
+        let rhs = upload_weights(dev, &case.rhs, dtype)?;
         let dout = match (&case.dout, passes.needs_dout()) {
             (Some(d), true) => Some(upload_values(dev, &elements(d), dtype)?),
             (None, true) => return Err(CudaError::Driver("dout is missing".into())),

@@ -120,7 +120,7 @@ fn int_case(sizes: &[usize], tail: usize, k: usize, n: usize, seed: u64) -> Grou
         |i: usize| (((i as u64).wrapping_mul(2654435761).wrapping_add(seed) >> 7) % 9) as f32 - 4.0;
     GroupedGemmCase {
         lhs: Array2::from_shape_fn((m, k), |(r, c)| v(r * 31 + c)),
-        rhs: Array3::from_shape_fn((g, k, n), |(a, b, c)| v(a * 977 + b * 13 + c + 5)),
+        rhs: Array3::from_shape_fn((g, k, n), |(a, b, c)| v(a * 977 + b * 13 + c + 5)).into(),
         group_sizes: sizes.to_vec(),
         dout: Some(Array2::from_shape_fn((m, n), |(r, c)| {
             v(r * 7 + c * 3 + 11)
@@ -136,7 +136,7 @@ fn exec_blas(case: &GroupedGemmCase, pass: Pass) -> Vec<f64> {
     let (m, k, n) = (case.m(), case.k(), case.n());
     let plan = plan_blas(pass, &case.group_sizes, m, k, n).unwrap();
     let lhs: Vec<f64> = case.lhs.iter().map(|&x| x as f64).collect();
-    let rhs: Vec<f64> = case.rhs.iter().map(|&x| x as f64).collect();
+    let rhs: Vec<f64> = case.rhs.f32().iter().map(|&x| x as f64).collect();
     let dout: Vec<f64> = case
         .dout
         .as_ref()
@@ -201,7 +201,7 @@ fn exec_tiles(case: &GroupedGemmCase, pass: Pass) -> Vec<f64> {
     let plan = plan_tiles(pass, &case.group_sizes, m, k, n).unwrap();
     let off = case.offsets();
     let lhs: Vec<f64> = case.lhs.iter().map(|&x| x as f64).collect();
-    let rhs: Vec<f64> = case.rhs.iter().map(|&x| x as f64).collect();
+    let rhs: Vec<f64> = case.rhs.f32().iter().map(|&x| x as f64).collect();
     let dout: Vec<f64> = case
         .dout
         .as_ref()

@@ -15,8 +15,10 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use half::bf16;
 use moecheck_reference::format::{round_to, Format, Overflow};
-use moecheck_reference::gemm::{Gemm, GemmFast, GroupedGemmCase, Passes, TailContract};
+use moecheck_reference::gemm::weights::bf16_of;
+use moecheck_reference::gemm::{Gemm, GemmFast, GroupedGemmCase, Passes, TailContract, Weights};
 
 use super::ParamError;
 use crate::pipeline::{Generate, Generated};
@@ -241,12 +243,19 @@ pub fn generate(spec: &GemmSpec) -> GroupedGemmCase {
     let scales: Vec<f64> = (0..g)
         .map(|_| 2f64.powi(rng.random_range(-6..=6)))
         .collect();
-    let mut rhs = ndarray::Array3::<f32>::zeros((g, k, n));
     let at = rng.get_word_pos();
     let per_expert = (k * n).max(1);
-    fill(&rng, at, slice(&mut rhs), |x, i| {
-        value(x, scales[i / per_expert])
-    });
+    let weight = |x: f64, i: usize| value(x, scales[i / per_expert]);
+    // bf16 weights are made and held in bf16 (every value is one): half the bytes.
+    let rhs = if dtype == Format::Bf16 {
+        let mut w = ndarray::Array3::from_elem((g, k, n), bf16::ZERO);
+        fill(&rng, at, slice(&mut w), |x, i| bf16_of(weight(x, i)));
+        Weights::Bf16(w)
+    } else {
+        let mut w = ndarray::Array3::<f32>::zeros((g, k, n));
+        fill(&rng, at, slice(&mut w), weight);
+        Weights::F32(w)
+    };
     let mut dout = ndarray::Array2::<f32>::zeros((m, n));
     fill(
         &rng,
@@ -266,15 +275,20 @@ pub fn generate(spec: &GemmSpec) -> GroupedGemmCase {
 }
 
 /// A freshly made standard-layout array as one slice.
-fn slice<D: ndarray::Dimension>(a: &mut ndarray::Array<f32, D>) -> &mut [f32] {
+fn slice<T, D: ndarray::Dimension>(a: &mut ndarray::Array<T, D>) -> &mut [T] {
     a.as_slice_mut().expect("a new array is in standard layout")
 }
 
 /// `out[i] = value(x_i, i)` where `x_i`, uniform in (-1, 1), is the value drawn from `rng`'s
 /// stream at word position `start + 2i`; in parallel chunks, each seeking to its start.
-fn fill(rng: &ChaCha8Rng, start: u128, out: &mut [f32], value: impl Fn(f64, usize) -> f32 + Sync) {
+fn fill<T: Send>(
+    rng: &ChaCha8Rng,
+    start: u128,
+    out: &mut [T],
+    value: impl Fn(f64, usize) -> T + Sync,
+) {
     const CHUNK: usize = 1 << 20;
-    let chunks: Vec<(usize, &mut [f32])> = out
+    let chunks: Vec<(usize, &mut [T])> = out
         .chunks_mut(CHUNK)
         .enumerate()
         .map(|(c, part)| (c * CHUNK, part))
@@ -347,7 +361,7 @@ mod tests {
         let dout = ndarray::Array2::from_shape_simple_fn((m, n), || value(1.0, &mut rng));
         GroupedGemmCase {
             lhs,
-            rhs,
+            rhs: Weights::narrowed(rhs, dtype),
             group_sizes: sizes,
             dout: Some(dout),
             dtype,
@@ -361,9 +375,10 @@ mod tests {
     #[test]
     fn parallel_generation_is_the_sequential_stream() {
         for (tokens, hidden, ffn, dtype) in [
-            (100, 8, 4, Format::Bf16),
+            (100, 8, 4, Format::F32),
             (3000, 700, 3, Format::F16),
-            (1, 1500, 1400, Format::F32),
+            // bf16 weights of several chunks, made in bf16.
+            (1, 1500, 1400, Format::Bf16),
             (0, 5, 0, Format::Bf16),
         ] {
             let s = GemmSpec {

@@ -21,7 +21,7 @@ use moecheck_reference::format::{round_to, Format, Overflow};
 use moecheck_reference::fp8::{Fp8Gemm, Fp8GemmCase, Fp8Recipe};
 use moecheck_reference::gemm::{
     case::offsets, grouped_dgrad, grouped_fwd, grouped_wgrad, Gemm, GemmOutputs, GroupedGemmCase,
-    OutArray, Passes, TailContract,
+    OutArray, Passes, TailContract, Weights,
 };
 use moecheck_reference::op::{Implementation, Op};
 
@@ -175,7 +175,7 @@ fn gemm_case(
     let r = |v: &f64| round_operand(*v, dtype);
     GroupedGemmCase {
         lhs: x.map(r),
-        rhs: w.map(r),
+        rhs: Weights::narrowed(w.map(r), dtype),
         group_sizes: sizes.to_vec(),
         dout: dy.map(|d| d.map(r)),
         dtype,

@@ -131,7 +131,7 @@ impl Implementation<Gemm> for HostKernels {
             }
         };
         let lhs = conv(&mut case.lhs.iter());
-        let rhs = conv(&mut case.rhs.iter());
+        let rhs = conv(&mut case.rhs.f32().iter());
         let dout = case.dout.as_ref().map(|d| conv(&mut d.iter()));
         let offs: Vec<i32> = case.offsets().iter().map(|&o| o as i32).collect();
         let mut result = GemmOutputs::default();
@@ -243,7 +243,7 @@ fn a_planted_kernel_bug_is_caught() {
     let v = |i: usize| ((i * 7 % 9) as f32) - 4.0;
     let case = GroupedGemmCase {
         lhs: Array2::from_shape_fn((m, k), |(r, c)| v(r * k + c)),
-        rhs: Array3::from_shape_fn((2, k, n), |(g, r, c)| v(g * 31 + r * n + c + 1)),
+        rhs: Array3::from_shape_fn((2, k, n), |(g, r, c)| v(g * 31 + r * n + c + 1)).into(),
         group_sizes: vec![4, 3],
         dout: None,
         dtype: Format::Bf16,

@@ -174,6 +174,7 @@ fn scale_invariance(imp: Imp, args: &Fp8CaseArgs) -> Result<(), String> {
     other
         .gemm
         .rhs
+        .f32_mut()
         .index_axis_mut(ndarray::Axis(0), e)
         .mapv_inplace(|v| v * pow2(j) as f32);
     let run = |c: &Fp8GemmCase| {

@@ -127,7 +127,7 @@ impl Fp8CaseArgs {
         let mut case = Fp8GemmCase {
             gemm: GroupedGemmCase {
                 lhs,
-                rhs,
+                rhs: rhs.into(),
                 group_sizes: self.group_sizes.clone(),
                 dout: Some(dout),
                 dtype: Format::F32,

@@ -11,7 +11,7 @@
 //! magnitudes spread over orders of magnitude.
 
 use moecheck_reference::format::{pow2, round_to, Format, Overflow};
-use moecheck_reference::gemm::{GroupedGemmCase, TailContract};
+use moecheck_reference::gemm::{GroupedGemmCase, TailContract, Weights};
 use moecheck_reference::seed::mix;
 use ndarray::{Array2, Array3};
 use proptest::prelude::*;
@@ -104,7 +104,8 @@ impl GemmArgs {
         });
         GroupedGemmCase {
             lhs,
-            rhs,
+            // Held in bf16 when the dtype is bf16 (f32 for f32 and f16 cases).
+            rhs: Weights::narrowed(rhs, self.dtype),
             group_sizes: self.group_sizes.clone(),
             dout: Some(dout),
             dtype: self.dtype,

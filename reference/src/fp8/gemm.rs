@@ -36,6 +36,7 @@ use super::case::Fp8GemmCase;
 use super::scaling::{quantize_rows, quantize_rows_with_scales, ColumnWise, Quantized, Scope};
 use crate::format::Format;
 use crate::gemm::bound::{gamma, ErrorBound};
+use crate::gemm::Weights;
 use crate::gemm::{grouped_dgrad, grouped_fwd, grouped_wgrad, WideOutputs};
 use crate::gemm::{Passes, ReferenceResult};
 use crate::Error;
@@ -56,12 +57,16 @@ pub struct Fp8Operands {
 }
 
 /// `rhs (G, K, N)` viewed as `(G·K, N)`.
-pub fn rhs_rows(rhs: &Array3<f32>) -> ndarray::Array2<f32> {
+pub fn rhs_rows(rhs: &Weights) -> ndarray::Array2<f32> {
     let (g, k, n) = rhs.dim();
-    rhs.as_standard_layout()
-        .into_owned()
-        .into_shape_with_order((g * k, n))
-        .expect("contiguous")
+    // One copy (the widened array when held in bf16, a clone otherwise).
+    let a = rhs.f32().into_owned();
+    let a = if a.is_standard_layout() {
+        a
+    } else {
+        a.as_standard_layout().into_owned()
+    };
+    a.into_shape_with_order((g * k, n)).expect("contiguous")
 }
 
 /// Quantises every operand exactly per the recipe (current scaling, or the given scales).
@@ -224,7 +229,7 @@ mod tests {
         Fp8GemmCase {
             gemm: GroupedGemmCase {
                 lhs,
-                rhs,
+                rhs: rhs.into(),
                 group_sizes: vec![2, 1],
                 dout: Some(dout),
                 dtype: Format::F32,

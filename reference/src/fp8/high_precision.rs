@@ -353,7 +353,9 @@ mod tests {
         let case = Fp8GemmCase {
             gemm: GroupedGemmCase {
                 lhs: Array2::from_shape_vec((m, k), draw(m * k)).unwrap(),
-                rhs: Array3::from_shape_vec((g, k, n), draw(g * k * n)).unwrap(),
+                rhs: Array3::from_shape_vec((g, k, n), draw(g * k * n))
+                    .unwrap()
+                    .into(),
                 group_sizes: sizes,
                 dout: Some(Array2::from_shape_vec((m, n), draw(m * n)).unwrap()),
                 dtype: Format::F32,

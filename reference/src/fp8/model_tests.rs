@@ -14,7 +14,9 @@ fn case() -> Fp8GemmCase {
     Fp8GemmCase {
         gemm: GroupedGemmCase {
             lhs: Array2::from_shape_vec((m, k), draw(m * k)).unwrap(),
-            rhs: Array3::from_shape_vec((1, k, n), draw(k * n)).unwrap(),
+            rhs: Array3::from_shape_vec((1, k, n), draw(k * n))
+                .unwrap()
+                .into(),
             group_sizes: vec![m],
             dout: None,
             dtype: Format::F32,
@@ -198,7 +200,9 @@ fn lanes_are_the_element_by_element_model() {
             let c = Fp8GemmCase {
                 gemm: GroupedGemmCase {
                     lhs: Array2::from_shape_vec((m, k), draw(m * k)).unwrap(),
-                    rhs: Array3::from_shape_vec((g, k, n), draw(g * k * n)).unwrap(),
+                    rhs: Array3::from_shape_vec((g, k, n), draw(g * k * n))
+                        .unwrap()
+                        .into(),
                     group_sizes: sizes.clone(),
                     dout: Some(Array2::from_shape_vec((m, n), draw(m * n)).unwrap()),
                     dtype: Format::F32,

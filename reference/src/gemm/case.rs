@@ -4,6 +4,7 @@ use ndarray::{Array2, Array3, Axis, Ix2, Ix3};
 use serde::{Deserialize, Serialize};
 
 use super::held::{Held, OutArray, OutArray2, OutArray3, OutView, OutView2};
+use super::weights::{bf16_to_f32, Weights};
 use crate::format::Format;
 use crate::Error;
 
@@ -148,14 +149,14 @@ pub enum TailContract {
 
 /// Inputs of a grouped GEMM, with the formats the implementation declares.
 ///
-/// Values are stored as f32 and must be exactly representable in `dtype`
-/// ([`GroupedGemmCase::validate`] checks it). `dout` is present when a backward pass is asked.
+/// Values are stored as f32 (the weights as bf16 when they are bf16 values, [`Weights`]) and
+/// must be exactly representable in `dtype` ([`GroupedGemmCase::validate`] checks it). `dout` is present when a backward pass is asked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroupedGemmCase {
     /// `(M, K)`
     pub lhs: Array2<f32>,
-    /// `(G, K, N)`
-    pub rhs: Array3<f32>,
+    /// `(G, K, N)`, held in bf16 when its values are bf16 values ([`Weights`]).
+    pub rhs: Weights,
     /// `(G,)`, summing to at most `M`.
     pub group_sizes: Vec<usize>,
     /// `(M, N)`, needed by dgrad and wgrad.
@@ -235,14 +236,28 @@ impl GroupedGemmCase {
                 self.dtype,
             )?;
         }
-        if !all_representable(self.rhs.iter(), self.dtype) {
-            check_values(
-                "rhs",
-                self.rhs
-                    .indexed_iter()
-                    .map(|((a, b, c), v)| (vec![a, b, c], *v)),
-                self.dtype,
-            )?;
+        let rhs_ok = match &self.rhs {
+            Weights::F32(a) => all_representable(a.iter(), self.dtype),
+            // bf16 values are f32 values: the f32 scan is the same test without a copy.
+            Weights::Bf16(a) => match self.dtype {
+                Format::Bf16 | Format::F32 | Format::F64 => a.iter().all(|v| v.is_finite()),
+                _ => a.iter().all(|v| self.dtype.represents(f64::from(*v))),
+            },
+        };
+        if !rhs_ok {
+            let at = |((a, b, c), v): ((usize, usize, usize), f32)| (vec![a, b, c], v);
+            match &self.rhs {
+                Weights::F32(w) => check_values(
+                    "rhs",
+                    w.indexed_iter().map(|(i, v)| at((i, *v))),
+                    self.dtype,
+                )?,
+                Weights::Bf16(w) => check_values(
+                    "rhs",
+                    w.indexed_iter().map(|(i, v)| at((i, bf16_to_f32(*v)))),
+                    self.dtype,
+                )?,
+            }
         }
         Ok(())
     }

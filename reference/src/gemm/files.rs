@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::case::{GemmOutputs, GroupedGemmCase, Pass, Passes, TailContract};
 use super::held::OutArray;
 use super::op::Gemm;
+use super::weights::Weights;
 use crate::format::Format;
 use crate::protocol::{dims, FileError, Files, Protocol, Stored};
 
@@ -67,7 +68,10 @@ impl Protocol for Gemm {
         let sizes: Array1<i32> = case.group_sizes.iter().map(|s| *s as i32).collect();
         let mut files = vec![
             ("lhs.npy".into(), Stored::F32(case.lhs.clone().into_dyn())),
-            ("rhs.npy".into(), Stored::F32(case.rhs.clone().into_dyn())),
+            (
+                "rhs.npy".into(),
+                Stored::F32(case.rhs.f32().into_owned().into_dyn()),
+            ),
             ("group_sizes.npy".into(), Stored::I32(sizes.into_dyn())),
         ];
         if let (true, Some(d)) = (passes.needs_dout(), &case.dout) {
@@ -88,6 +92,8 @@ impl Protocol for Gemm {
         let (m, k, n, g) = (json.m, json.k, json.n, json.groups);
         let lhs = dims::<Ix2, _>("lhs.npy", files.f32("lhs.npy", &[m, k])?)?;
         let rhs = dims::<Ix3, _>("rhs.npy", files.f32("rhs.npy", &[g, k, n])?)?;
+        // Held in bf16 when the declared dtype is bf16 and every value is one.
+        let rhs = Weights::narrowed(rhs, json.dtype);
         let group_sizes = read_group_sizes(files, "group_sizes.npy", g)?;
         let dout = match passes.needs_dout() {
             true => Some(dims::<Ix2, _>("dout.npy", files.f32("dout.npy", &[m, n])?)?),

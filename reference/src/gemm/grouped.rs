@@ -15,6 +15,7 @@ use ndarray::{s, Array2, Array3, ArrayView2, ArrayView3, ArrayViewMut2, Axis};
 
 use super::case::{GroupedGemmCase, Passes, WideOutputs};
 use super::kernel::gemm;
+use super::weights::{bf16_to_f32, Weights};
 use crate::Error;
 
 /// Most output rows in one job: large groups are split so both cores stay busy to the end.
@@ -202,7 +203,10 @@ pub fn reference(case: &GroupedGemmCase, passes: Passes) -> Result<ReferenceResu
     case.validate(passes)?;
     let off = case.offsets();
     let lhs = case.lhs.mapv(f64::from);
-    let rhs = case.rhs.mapv(f64::from);
+    let rhs = match &case.rhs {
+        Weights::F32(w) => w.mapv(f64::from),
+        Weights::Bf16(w) => w.mapv(|v| f64::from(bf16_to_f32(v))),
+    };
     let dout = case.dout.as_ref().map(|d| d.mapv(f64::from));
     let run = |lhs: &Array2<f64>, rhs: &Array3<f64>, dout: Option<&Array2<f64>>| WideOutputs {
         out: passes

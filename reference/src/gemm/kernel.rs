@@ -32,13 +32,7 @@
 
 use ndarray::{ArrayView2, ArrayViewMut2};
 
-/// What the right operand may be held in: f64, or f32 (the case's stored inputs), read where
-/// it lies and widened in registers. Widening is exact, so the sums are the same bits as for
-/// the operand widened to f64 beforehand; without the copy, an expert's weight is read once
-/// at half the bytes.
-pub trait Operand: Copy + Into<f64> + Send + Sync + 'static {}
-impl Operand for f32 {}
-impl Operand for f64 {}
+pub use super::operand::Operand;
 
 /// Depth of one accumulation block along `p` (the shared dimension).
 pub const KC: usize = 256;
@@ -201,7 +195,7 @@ fn run<B: Operand>(
     }
     let rows_contiguous = |cols: usize, stride: isize| cols == 1 || stride == 1;
     if !rows_contiguous(n, b.strides()[1]) || !rows_contiguous(n, c.strides()[1]) {
-        let b = b.mapv(Into::<f64>::into);
+        let b = b.mapv(Operand::wide);
         ndarray::linalg::general_mat_mul(1.0, &a, &b, 0.0, &mut c);
         if let Some(s) = mag.as_mut() {
             let (aa, ba) = (a.mapv(f64::abs), b.mapv(f64::abs));
@@ -439,7 +433,7 @@ unsafe fn tile<B: Operand, const R: usize, const C: usize, const FMA: bool, cons
         // SAFETY: row p of the band, columns [jr, jr + C) are inside b (C <= n - jr).
         let raw: [B; C] =
             unsafe { std::ptr::read_unaligned(t.b.offset(p as isize * t.ldb) as *const [B; C]) };
-        let bv: [f64; C] = raw.map(Into::into);
+        let bv: [f64; C] = raw.map(Operand::wide);
         let babs = bv.map(f64::abs);
         for (i, (row, mrow)) in acc.iter_mut().zip(mag.iter_mut()).enumerate() {
             let av = unsafe { *t.a.offset(i as isize * t.rsa + p as isize * t.csa) };

@@ -182,8 +182,8 @@ fn magnitudes_are_the_gemm_of_absolute_values() {
     }
 }
 
-/// A right operand held in f32 gives the bits of the same operand widened to f64 first, values
-/// and magnitudes, on every path, across KC and MC blocks and column tails, and through the
+/// A right operand held in f32 or bf16 gives the bits of the same operand widened to f64
+/// first, values and magnitudes, on every path, across KC and MC blocks and column tails, and through the
 /// strided fallback.
 #[test]
 fn f32_right_operands_are_widened_exactly() {
@@ -207,6 +207,22 @@ fn f32_right_operands_are_widened_exactly() {
             gemm_magnitude_with(isa, a.view(), b64.view(), c64.view_mut(), s64.view_mut());
             assert_eq!(bits(&c32), bits(&c64), "{isa:?} {m}x{k}x{n} fused");
             assert_eq!(bits(&s32), bits(&s64), "{isa:?} {m}x{k}x{n} magnitudes");
+            // Held in bf16 (the values cut to bf16 first): the same bits as their f64 copy.
+            let b16 = b32.mapv(half::bf16::from_f32);
+            let b64 = b16.mapv(f64::from);
+            assert!(b64 != b32.mapv(f64::from), "the cut changes values");
+            let (mut c16, mut c64) = (Array2::zeros((m, n)), Array2::zeros((m, n)));
+            let (mut s16, mut s64) = (Array2::zeros((m, n)), Array2::zeros((m, n)));
+            gemm_magnitude_with(isa, a.view(), b16.view(), c16.view_mut(), s16.view_mut());
+            gemm_magnitude_with(isa, a.view(), b64.view(), c64.view_mut(), s64.view_mut());
+            assert_eq!(bits(&c16), bits(&c64), "{isa:?} {m}x{k}x{n} bf16");
+            assert_eq!(
+                bits(&s16),
+                bits(&s64),
+                "{isa:?} {m}x{k}x{n} bf16 magnitudes"
+            );
+            gemm_with(isa, a.view(), b16.view(), c16.view_mut());
+            assert_eq!(bits(&c16), bits(&c64), "{isa:?} {m}x{k}x{n} bf16 values");
         }
         // Transposed f32: the fallback, exact values.
         let (a, bt) = (int_matrix(10, 30, 3), int_matrix(26, 30, 4));

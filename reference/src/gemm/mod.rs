@@ -35,8 +35,10 @@ pub mod held;
 mod judge;
 pub mod kernel;
 mod op;
+mod operand;
 mod report;
 pub mod stream;
+pub mod weights;
 
 pub use bound::{Accumulator, ErrorBound, Precision};
 pub use case::{GemmOutputs, GroupedGemmCase, Outputs, Pass, Passes, TailContract, WideOutputs};
@@ -52,3 +54,4 @@ pub use grouped::{
 pub use held::{OutArray, OutArray2, OutArray3, OutView, OutView2};
 pub use op::{Gemm, Streamed};
 pub use report::{hints, render_case, render_kinds, render_passes, GemmDocument, Shape};
+pub use weights::{WeightView, Weights};

@@ -288,7 +288,7 @@ mod tests {
         let v = |i: usize| ((i * 7919) % 23) as f32 / 8.0 - 1.0 + ((i % 5) as f32) / 128.0;
         GroupedGemmCase {
             lhs: Array2::from_shape_fn((40, 8), |(r, c)| v(r * 8 + c)),
-            rhs: Array3::from_shape_fn((2, 8, 4), |(g, k, n)| v(g * 32 + k * 4 + n + 5)),
+            rhs: Array3::from_shape_fn((2, 8, 4), |(g, k, n)| v(g * 32 + k * 4 + n + 5)).into(),
             group_sizes: vec![16, 16],
             dout: None,
             dtype: Format::Bf16,

@@ -183,7 +183,7 @@ mod tests {
         Fp8GemmCase {
             gemm: GroupedGemmCase {
                 lhs,
-                rhs,
+                rhs: rhs.into(),
                 group_sizes: sizes,
                 dout: Some(dout),
                 dtype: Format::F32,
@@ -308,7 +308,9 @@ mod tests {
                 };
                 let g = &mut case.gemm;
                 g.lhs = Array2::from_shape_vec((m, k), v(m * k, 9)).unwrap();
-                g.rhs = Array3::from_shape_vec((5, k, n), v(5 * k * n, -7)).unwrap();
+                g.rhs = Array3::from_shape_vec((5, k, n), v(5 * k * n, -7))
+                    .unwrap()
+                    .into();
                 g.dout = Some(Array2::from_shape_vec((m, n), v(m * n, 12)).unwrap());
                 g.group_sizes = sizes;
                 let bugs = std::iter::once(None).chain(Fp8Bug::ALL.iter().copied().map(Some));

@@ -273,8 +273,13 @@ impl Implementation<Gemm> for Emulate {
                     |&g| (off[g + 1] - off[g]) * n * k,
                     |g| {
                         let (lo, hi) = written(g);
+                        if lo == hi {
+                            return Array2::zeros((0, n));
+                        }
                         let e = self.expert_of(sizes, g);
-                        let w = rhs.index_axis(Axis(0), e);
+                        // bf16 weights are widened to f32 for the sgemm, an expert at a time.
+                        let mut buf = Vec::new();
+                        let w = rhs.expert(e).f32_in(&mut buf);
                         self.blocked(lhs.slice(s![lo..hi, ..klim]), w.slice(s![..klim, ..]))
                     },
                 );
@@ -301,8 +306,12 @@ impl Implementation<Gemm> for Emulate {
                 |&g| (off[g + 1] - off[g]) * k * n,
                 |g| {
                     let (lo, hi) = written(g);
+                    if lo == hi {
+                        return Array2::zeros((0, klim));
+                    }
                     let e = self.expert_of(sizes, g);
-                    let w = rhs.index_axis(Axis(0), e);
+                    let mut buf = Vec::new();
+                    let w = rhs.expert(e).f32_in(&mut buf);
                     // Columns past the last full K block stay unwritten under the bug.
                     self.blocked(dout.slice(s![lo..hi, ..]), w.slice(s![..klim, ..]).t())
                 },

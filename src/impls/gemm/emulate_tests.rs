@@ -3,7 +3,7 @@
 //! must be the same for the clean model and for every planted bug.
 
 use moecheck_reference::format::{round_to, Format, Overflow};
-use moecheck_reference::gemm::{GemmOutputs, GroupedGemmCase, Passes, TailContract};
+use moecheck_reference::gemm::{GemmOutputs, GroupedGemmCase, Passes, TailContract, Weights};
 use moecheck_reference::op::{Implementation, RunError};
 use ndarray::{Array2, Array3};
 
@@ -19,7 +19,7 @@ fn scalar(this: &Emulate, case: &GroupedGemmCase, passes: Passes) -> Result<Gemm
     let out_fmt = case.out_dtype;
     let round = |x: f32| round_to(x as f64, out_fmt, Overflow::Ieee) as f32;
     let lhs = &case.lhs;
-    let rhs = &case.rhs;
+    let rhs = case.rhs.f32();
     let sizes = &case.group_sizes;
     let tail_zero = !this.has(Bug::TailRowsUninitialised);
     let mut result = GemmOutputs::default();
@@ -137,9 +137,13 @@ fn case(sizes: &[usize], m: usize, k: usize, n: usize) -> GroupedGemmCase {
     let g = sizes.len();
     GroupedGemmCase {
         lhs: Array2::from_shape_fn((m, k), |(i, j)| ((i * 5 + j * 3) % 7) as f32 - 3.0),
-        rhs: Array3::from_shape_fn((g, k, n), |(e, i, j)| {
-            ((e * 3 + i + j * 2) % 5) as f32 - 2.0
-        }),
+        // bf16 values, held in bf16: the weights are read as the kernel finds them.
+        rhs: Weights::narrowed(
+            Array3::from_shape_fn((g, k, n), |(e, i, j)| {
+                ((e * 3 + i + j * 2) % 5) as f32 - 2.0
+            }),
+            Format::Bf16,
+        ),
         group_sizes: sizes.to_vec(),
         dout: Some(Array2::from_shape_fn((m, n), |(i, j)| {
             ((i + 2 * j) % 9) as f32 - 4.0

@@ -7,6 +7,7 @@ use ndarray::{s, Array1, Array2, ArrayView2, Axis};
 use super::mode::VECTORS;
 use super::sample::{sampled, seed_of, sign};
 use crate::gemm::case::{GroupedGemmCase, Pass, Passes};
+use crate::gemm::weights::{WeightView, Weights};
 use crate::Error;
 
 /// One dense product of a pass, `C = A·B` with `A (rows × n)` and `B (n × cols)`, whose rows
@@ -14,7 +15,7 @@ use crate::Error;
 pub(super) struct Block<'a> {
     pub group: usize,
     pub a: ArrayView2<'a, f32>,
-    pub b: ArrayView2<'a, f32>,
+    pub b: WeightView<'a>,
     pub row0: usize,
 }
 
@@ -22,7 +23,7 @@ pub(super) struct Block<'a> {
 /// comes, so no whole-case f64 copy is made.
 pub(super) struct Inputs<'c> {
     lhs: ArrayView2<'c, f32>,
-    rhs: ndarray::ArrayView3<'c, f32>,
+    rhs: &'c Weights,
     dout: Option<ArrayView2<'c, f32>>,
 }
 
@@ -30,7 +31,7 @@ impl<'c> Inputs<'c> {
     pub fn of(case: &'c GroupedGemmCase) -> Inputs<'c> {
         Inputs {
             lhs: case.lhs.view(),
-            rhs: case.rhs.view(),
+            rhs: &case.rhs,
             dout: case.dout.as_ref().map(|d| d.view()),
         }
     }
@@ -50,12 +51,12 @@ impl<'c> Inputs<'c> {
                     dout.expect("validated: dout is present")
                         .slice_move(s![lo..hi, ..])
                 };
-                let w = rhs.index_axis_move(Axis(0), g);
+                let w = rhs.expert(g);
                 let rows = lhs.slice_move(s![lo..hi, ..]);
                 let (a, b, row0) = match pass {
                     Pass::Fwd => (rows, w, lo),
-                    Pass::Dgrad => (dout(), w.reversed_axes(), lo),
-                    Pass::Wgrad => (rows.reversed_axes(), dout(), g * k),
+                    Pass::Dgrad => (dout(), w.t(), lo),
+                    Pass::Wgrad => (rows.reversed_axes(), WeightView::F32(dout()), g * k),
                 };
                 Block {
                     group: g,
@@ -136,7 +137,10 @@ pub fn fast_expected(case: &GroupedGemmCase, passes: Passes) -> Result<FastExpec
             // Experts in parallel, largest first; each widens its own operands.
             let blocks = crate::par::map_by_cost(
                 inputs.blocks(pass, &off),
-                |b| b.a.len() * b.b.ncols() + b.b.len(),
+                |b| {
+                    let (rows, cols) = b.b.dim();
+                    b.a.len() * cols + rows * cols
+                },
                 |b| block_expected(&b, &vectors, p),
             );
             PassExpected {
@@ -151,7 +155,7 @@ pub fn fast_expected(case: &GroupedGemmCase, passes: Passes) -> Result<FastExpec
 }
 
 fn block_expected(block: &Block, vectors: &Array2<f64>, pass: usize) -> BlockExpected {
-    let (a, b) = (block.a.mapv(f64::from), block.b.mapv(f64::from));
+    let (a, b) = (block.a.mapv(f64::from), block.b.to_f64());
     let abs_a = a.mapv(f64::abs);
     let abs_b = b.mapv(f64::abs);
     let magnitude = abs_a.dot(&abs_b.sum_axis(Axis(1)));

@@ -8,7 +8,7 @@ use super::*;
 use crate::format::Format;
 use crate::gemm::{
     compare_outputs, reference, Accumulator, ErrorBound, GemmOutputs, GroupedGemmCase, OutArray,
-    Pass, Passes, Precision, TailContract,
+    Pass, Passes, Precision, TailContract, Weights,
 };
 use crate::seed::mix;
 
@@ -21,9 +21,13 @@ fn case() -> GroupedGemmCase {
     let (k, n, g) = (200, 150, sizes.len());
     GroupedGemmCase {
         lhs: Array2::from_shape_fn((m, k), |(r, c)| v((r * k + c) as u64)),
-        rhs: Array3::from_shape_fn((g, k, n), |(e, r, c)| {
-            v((1 << 20) + ((e * k + r) * n + c) as u64)
-        }),
+        // bf16 values, held in bf16.
+        rhs: Weights::narrowed(
+            Array3::from_shape_fn((g, k, n), |(e, r, c)| {
+                v((1 << 20) + ((e * k + r) * n + c) as u64)
+            }),
+            Format::Bf16,
+        ),
         group_sizes: sizes,
         dout: Some(Array2::from_shape_fn((m, n), |(r, c)| {
             v((1 << 30) + (r * n + c) as u64)
