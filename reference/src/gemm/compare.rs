@@ -49,6 +49,10 @@ pub struct PassReport {
     /// writes that format, and should declare it (`--out-dtype`).
     #[serde(default)]
     pub looks_like: Option<Format>,
+    /// The evidence `looks_like` is read from, kept so that the reports of a case checked
+    /// a slice of experts at a time ([`super::shard`]) merge into the whole case's.
+    #[serde(skip)]
+    pub(crate) fit: Fit,
 }
 
 impl PassReport {
@@ -349,6 +353,7 @@ fn pass_report(
         error: None,
         zero_ratio: teeth,
         looks_like: fit.narrower_than(out),
+        fit,
     }
 }
 
@@ -364,5 +369,6 @@ fn missing(pass: Pass, shape: &[usize], why: &str) -> PassReport {
         error: Some(why.to_string()),
         zero_ratio: 0.0,
         looks_like: None,
+        fit: Fit::ALL,
     }
 }

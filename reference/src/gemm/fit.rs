@@ -9,16 +9,23 @@ const NARROW: [Format; 2] = [Format::Bf16, Format::F16];
 
 /// Whether every non-zero finite output seen is exactly a value of each [`NARROW`] format,
 /// and whether every reference value is too (then outputs fitting says nothing).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Fit {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Fit {
     got: [bool; 2],
     want: [bool; 2],
     nonzero: usize,
 }
 
+/// [`Fit::ALL`]: what a report read back from JSON holds (the evidence is not written).
+impl Default for Fit {
+    fn default() -> Fit {
+        Fit::ALL
+    }
+}
+
 impl Fit {
     /// The identity of [`Fit::and`].
-    pub(super) const ALL: Fit = Fit {
+    pub(crate) const ALL: Fit = Fit {
         got: [true; 2],
         want: [true; 2],
         nonzero: 0,
@@ -63,7 +70,7 @@ impl Fit {
         }
     }
 
-    pub(super) fn and(self, o: Fit) -> Fit {
+    pub(crate) fn and(self, o: Fit) -> Fit {
         let both = |a: [bool; 2], b: [bool; 2]| [a[0] && b[0], a[1] && b[1]];
         Fit {
             got: both(self.got, o.got),
@@ -74,7 +81,7 @@ impl Fit {
 
     /// The narrowest format every output fits but the reference does not, when narrower
     /// than `declared` and seen on at least 16 values (fewer could fit by chance).
-    pub(super) fn narrower_than(self, declared: Format) -> Option<Format> {
+    pub(crate) fn narrower_than(self, declared: Format) -> Option<Format> {
         let u = declared.info().unit_roundoff();
         if self.nonzero < 16 {
             return None;

@@ -37,6 +37,7 @@ pub mod kernel;
 mod op;
 mod operand;
 mod report;
+pub mod shard;
 pub mod stream;
 pub mod weights;
 

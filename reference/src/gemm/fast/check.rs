@@ -313,6 +313,7 @@ fn compare_pass(
         error: None,
         zero_ratio: teeth,
         looks_like: fit.narrower_than(out),
+        fit,
     };
     (report, Some(projected))
 }
@@ -438,6 +439,7 @@ fn failed_to_read(pass: Pass, shape: Vec<usize>, why: String) -> PassReport {
         error: Some(why),
         zero_ratio: 0.0,
         looks_like: None,
+        fit: Fit::ALL,
     }
 }
 

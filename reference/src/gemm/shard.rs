@@ -1,0 +1,304 @@
+//! Checking a grouped GEMM a slice of experts at a time, for implementations that compute
+//! their experts independently (the in-process models: the reference and `emulate`).
+//!
+//! The experts of a grouped GEMM do not share arithmetic: expert `g`'s rows of `out` and
+//! `dlhs` and its `drhs[g]` depend only on its rows of `lhs` and `dout` and on `rhs[g]`. A
+//! case whose outputs do not fit in memory beside its inputs (DeepSeek-V3's `drhs` alone is
+//! 15 GB in f32) can therefore be cut into [`Shard`]s of consecutive experts, each a valid
+//! grouped-GEMM case of its own ([`GroupedGemmCase::shard`]): the implementation runs one
+//! shard, the shard is compared, its outputs are dropped, and the shards' reports are merged
+//! into the report of the whole case ([`merge_case`], [`merge_fast`]), with experts, rows and
+//! worst elements numbered as in the whole case. The last shard also holds the tail rows.
+//!
+//! Under full verification the merged report is the whole case's report, field for field (a
+//! test checks it, on right and wrong outputs). Under fast verification each shard draws its
+//! own random rows, columns and projections, so the merged report is as strong as the whole
+//! case's but not the same draw.
+//!
+//! A kernel under test is never sharded: a bug that appears only at the whole size (an offset
+//! past 2^31 elements, the 200th expert's scale) must see the whole size. Sharding is for the
+//! models that stand in for one, and for the reference checking itself.
+
+use std::ops::Range;
+
+use ndarray::s;
+
+use super::case::{GroupedGemmCase, Pass, Passes};
+use super::compare::{CaseReport, GemmAt, GroupId, GroupStats, PassReport};
+use super::fast::{FastExpected, FastPass, FastReport, GemmFast, ProjectionWorst};
+use super::op::{Gemm, Streamed};
+use super::fit::Fit;
+use super::weights::Weights;
+use crate::format::Format;
+use crate::op::Op;
+
+/// Consecutive experts of a case and the rows they own (the last shard's run to the end of
+/// the case, so it holds the tail rows).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shard {
+    pub experts: Range<usize>,
+    pub rows: Range<usize>,
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "experts {}..{}", self.experts.start, self.experts.end)
+    }
+}
+
+/// Splits `case`'s experts into `parts` shards (as many as there are experts, when fewer) of consecutive experts whose inputs
+/// and outputs are about the same size (an expert costs its `K·N` weight and gradient and its
+/// rows' `K + N` inputs and outputs). Every shard has at least one expert; a case without
+/// experts is one empty shard.
+pub fn plan(case: &GroupedGemmCase, parts: usize) -> Vec<Shard> {
+    let (m, k, n, groups) = (case.m(), case.k(), case.n(), case.groups());
+    let off = case.offsets();
+    let parts = parts.clamp(1, groups.max(1));
+    let cost = |g: usize| (k * n) as f64 * 6.0 + (case.group_sizes[g] * (k + n)) as f64 * 8.0;
+    let total: f64 = (0..groups).map(cost).sum();
+    let mut shards = Vec::with_capacity(parts);
+    let (mut start, mut seen) = (0, 0.0);
+    for g in 0..groups {
+        seen += cost(g);
+        let done = shards.len() + 1;
+        // Close the shard once it holds its share of the cost, or when the experts left are
+        // just enough for one in each shard still to come.
+        let share = total * done as f64 / parts as f64;
+        let left = groups - (g + 1);
+        if done < parts && left >= parts - done && (seen >= share || left == parts - done) {
+            shards.push(Shard {
+                experts: start..g + 1,
+                rows: off[start]..off[g + 1],
+            });
+            start = g + 1;
+        }
+    }
+    shards.push(Shard {
+        experts: start..groups,
+        rows: off[start]..m,
+    });
+    shards
+}
+
+impl Weights {
+    /// A copy of experts `experts`' weights, held as these are.
+    pub fn experts(&self, experts: Range<usize>) -> Weights {
+        match self {
+            Weights::F32(a) => Weights::F32(a.slice(s![experts, .., ..]).to_owned()),
+            Weights::Bf16(a) => Weights::Bf16(a.slice(s![experts, .., ..]).to_owned()),
+        }
+    }
+}
+
+impl GroupedGemmCase {
+    /// The case of `shard`'s experts alone: copies of their rows of `lhs` and `dout` and of
+    /// their weights, the same formats and tail contract.
+    pub fn shard(&self, shard: &Shard) -> GroupedGemmCase {
+        let rows = shard.rows.clone();
+        GroupedGemmCase {
+            lhs: self.lhs.slice(s![rows.clone(), ..]).to_owned(),
+            rhs: self.rhs.experts(shard.experts.clone()),
+            group_sizes: self.group_sizes[shard.experts.clone()].to_vec(),
+            dout: self.dout.as_ref().map(|d| d.slice(s![rows, ..]).to_owned()),
+            dtype: self.dtype,
+            out_dtype: self.out_dtype,
+            tail: self.tail,
+        }
+    }
+}
+
+/// A shard's element location as it is in the whole case.
+fn moved(at: GemmAt, shard: &Shard, pass: Pass) -> GemmAt {
+    GemmAt {
+        group: match at.group {
+            GroupId::Expert(g) => GroupId::Expert(g + shard.experts.start),
+            GroupId::Tail => GroupId::Tail,
+        },
+        // drhs rows are the k index of the expert's gradient, the same in any shard.
+        row: if pass == Pass::Wgrad {
+            at.row
+        } else {
+            at.row + shard.rows.start
+        },
+        col: at.col,
+    }
+}
+
+/// The shape of `pass`'s output in the whole case.
+fn whole_shape(case: &GroupedGemmCase, pass: Pass) -> Vec<usize> {
+    match pass {
+        Pass::Fwd => vec![case.m(), case.n()],
+        Pass::Dgrad => vec![case.m(), case.k()],
+        Pass::Wgrad => vec![case.groups(), case.k(), case.n()],
+    }
+}
+
+/// One pass's report of the whole case from its shards' (in shard order).
+fn merge_pass(
+    case: &GroupedGemmCase,
+    output: Format,
+    parts: &[(&Shard, &PassReport)],
+) -> PassReport {
+    let (_, first) = parts[0];
+    let pass = first.pass;
+    let shape = whole_shape(case, pass);
+    if let Some((shard, p)) = parts.iter().find(|(_, p)| p.error.is_some()) {
+        let why = p.error.as_deref().unwrap_or_default();
+        return PassReport {
+            shape,
+            error: Some(format!("{shard}: {why}")),
+            groups: Vec::new(),
+            ..(*p).clone()
+        };
+    }
+    let last = parts.len() - 1;
+    let mut groups: Vec<GroupStats> = Vec::with_capacity(case.groups() + 1);
+    let mut fit = Fit::ALL;
+    for (i, (shard, p)) in parts.iter().enumerate() {
+        fit = fit.and(p.fit);
+        for g in &p.groups {
+            // The tail rows are the last shard's: the others' tail groups are empty.
+            if g.group == GroupId::Tail && i != last {
+                continue;
+            }
+            let mut g = g.clone();
+            g.group = moved(
+                GemmAt {
+                    group: g.group,
+                    row: 0,
+                    col: 0,
+                },
+                shard,
+                pass,
+            )
+            .group;
+            if let Some(w) = g.stats.worst.as_mut() {
+                w.at = moved(w.at, shard, pass);
+            }
+            groups.push(g);
+        }
+    }
+    PassReport {
+        pass,
+        shape,
+        reduction_len: parts.iter().map(|(_, p)| p.reduction_len).max().unwrap_or(0),
+        bound_depth: parts.iter().map(|(_, p)| p.bound_depth).max().unwrap_or(0),
+        bound_vacuous: parts.iter().any(|(_, p)| p.bound_vacuous),
+        tail_checked: parts[last].1.tail_checked,
+        groups,
+        error: None,
+        zero_ratio: parts
+            .iter()
+            .map(|(_, p)| p.zero_ratio)
+            .fold(0.0, f64::max),
+        looks_like: fit.narrower_than(output),
+        fit,
+    }
+}
+
+/// The report of the whole case from its shards' reports (in shard order, every one of the
+/// same passes): groups, rows and worst elements renumbered as in the whole case; counts
+/// summed, maxima taken; the first shard's error, naming the shard, fails its pass.
+///
+/// # Panics
+/// When `parts` is empty.
+pub fn merge_case(case: &GroupedGemmCase, parts: &[(Shard, CaseReport)]) -> CaseReport {
+    let (_, first) = &parts[0];
+    let passes = (0..first.passes.len())
+        .map(|i| {
+            let of_pass: Vec<(&Shard, &PassReport)> =
+                parts.iter().map(|(s, r)| (s, &r.passes[i])).collect();
+            merge_pass(case, first.precision.output, &of_pass)
+        })
+        .collect();
+    CaseReport {
+        precision: first.precision,
+        tail: first.tail,
+        passes,
+    }
+}
+
+/// [`merge_case`] for fast verification: the sampled elements as there, the projections'
+/// rows and failures summed, the worst projection the one furthest past its threshold.
+///
+/// # Panics
+/// When `parts` is empty.
+pub fn merge_fast(case: &GroupedGemmCase, parts: &[(Shard, FastReport)]) -> FastReport {
+    let sampled: Vec<(Shard, CaseReport)> = parts
+        .iter()
+        .map(|(s, r)| (s.clone(), r.sampled.clone()))
+        .collect();
+    let fast = (0..parts[0].1.fast.len())
+        .map(|i| {
+            let mut merged: Option<FastPass> = None;
+            for (shard, r) in parts {
+                let p = &r.fast[i];
+                let worst = p.worst.as_ref().map(|w| ProjectionWorst {
+                    group: w.group + shard.experts.start,
+                    row: if p.pass == Pass::Wgrad {
+                        w.row
+                    } else {
+                        w.row + shard.rows.start
+                    },
+                    ..w.clone()
+                });
+                let first_non_finite = p.first_non_finite.map(|at| moved(at, shard, p.pass));
+                let m = merged.get_or_insert_with(|| FastPass {
+                    worst: None,
+                    first_non_finite: None,
+                    rows: 0,
+                    failed_rows: 0,
+                    non_finite: 0,
+                    max_ratio: 0.0,
+                    ..p.clone()
+                });
+                m.rows += p.rows;
+                m.failed_rows += p.failed_rows;
+                m.non_finite += p.non_finite;
+                m.first_non_finite = m.first_non_finite.or(first_non_finite);
+                // As inside one shard: the first of equal ratios stays (a NaN row's is ∞).
+                if worst.is_some() && (m.worst.is_none() || p.max_ratio > m.max_ratio) {
+                    m.max_ratio = p.max_ratio;
+                    m.worst = worst;
+                }
+            }
+            merged.expect("at least one shard")
+        })
+        .collect();
+    FastReport {
+        sampled: merge_case(case, &sampled),
+        fast,
+    }
+}
+
+/// A grouped-GEMM check whose reports merge across shards: [`Gemm`] and [`GemmFast`].
+pub trait Sharded: Op<Case = GroupedGemmCase, Ask = Passes> {
+    /// The report of the whole case from its shards' ([`merge_case`], [`merge_fast`]).
+    fn merge(case: &GroupedGemmCase, parts: &[(Shard, Self::Report)]) -> Self::Report;
+
+    /// What a run checked in shards keeps as its reference: nothing is held for the whole
+    /// case, and the grouped GEMM's reports read nothing of it.
+    fn unheld() -> Self::Expected;
+}
+
+impl Sharded for Gemm {
+    fn merge(case: &GroupedGemmCase, parts: &[(Shard, CaseReport)]) -> CaseReport {
+        merge_case(case, parts)
+    }
+    fn unheld() -> Streamed {
+        Streamed
+    }
+}
+
+impl Sharded for GemmFast {
+    fn merge(case: &GroupedGemmCase, parts: &[(Shard, FastReport)]) -> FastReport {
+        merge_fast(case, parts)
+    }
+    fn unheld() -> FastExpected {
+        FastExpected { passes: Vec::new() }
+    }
+}
+
+#[cfg(test)]
+#[path = "shard_tests.rs"]
+mod tests;
