@@ -128,9 +128,7 @@ fn gemm_bytes_on(
     let cores = cores as u64;
     let add = |terms: &[u64]| terms.iter().fold(0u64, |a, t| a.saturating_add(*t));
     let mul = |a: u64, b: u64| a.saturating_mul(b);
-    // The generated case always holds dout, whichever passes are asked.
-    let rhs_bytes = if dtype == Format::Bf16 { 2 } else { 4 };
-    let inputs = add(&[mul(add(&[mk, mn]), 4), mul(gkn, rhs_bytes)]);
+    let inputs = input_bytes(size, dtype);
     let out_bytes = if out_dtype == Format::F64 { 8 } else { 4 };
     let outputs = mul(
         add(&[
@@ -176,6 +174,76 @@ fn gemm_bytes_on(
     .max()
     .unwrap_or(0);
     add(&[inputs, outputs, check, emulate, 256 << 20])
+}
+
+/// The inputs of a generated grouped GEMM as they are held: `lhs` and `dout` (which the
+/// generated case always has, whichever passes are asked) in f32, `rhs` in bf16 when `dtype`
+/// is bf16 and in f32 otherwise.
+fn input_bytes(size: GemmSize, dtype: Format) -> u64 {
+    let GemmSize { m, k, n, groups } = size;
+    let rhs_bytes = if dtype == Format::Bf16 { 2 } else { 4 };
+    elements(&[m, k])
+        .saturating_add(elements(&[m, n]))
+        .saturating_mul(4)
+        .saturating_add(elements(&[groups, k, n]).saturating_mul(rhs_bytes))
+}
+
+/// [`gemm_bytes`] for a case checked `parts` shards of consecutive experts at a time
+/// (`moecheck_reference::gemm::shard`): the whole case's inputs, and what one shard holds
+/// while it runs and is checked, counted as [`gemm_bytes`] counts a whole case. A shard is
+/// counted with one expert more than an even share (the plan balances shards by size, to
+/// within an expert) and the rows of that many experts on average.
+pub fn gemm_bytes_sharded(
+    size: GemmSize,
+    passes: Passes,
+    verify: Verify,
+    formats: Formats,
+    parts: usize,
+) -> u64 {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    sharded_on(cores, size, passes, verify, formats, parts)
+}
+
+fn sharded_on(
+    cores: usize,
+    size: GemmSize,
+    passes: Passes,
+    verify: Verify,
+    formats: Formats,
+    parts: usize,
+) -> u64 {
+    if parts <= 1 || size.groups <= 1 {
+        return gemm_bytes_on(cores, size, passes, verify, formats);
+    }
+    let experts = (size.groups.div_ceil(parts) + 1).min(size.groups);
+    let shard = GemmSize {
+        m: size.m.saturating_mul(experts).div_ceil(size.groups),
+        groups: experts,
+        ..size
+    };
+    input_bytes(size, formats.dtype)
+        .saturating_add(gemm_bytes_on(cores, shard, passes, verify, formats))
+}
+
+/// The share of the available memory a case checked in shards is planned to need: the
+/// fewest shards under it are used (more shards cost little, and leave the machine room).
+pub const SHARDED_SHARE: f64 = 0.5;
+
+/// How many shards `moecheck gemm` checks a case in when it may choose: 1 when the whole case
+/// fits the guard ([`USABLE`] of `available`, or the machine does not say); otherwise the
+/// fewest (at most `groups`) whose estimate `need(parts)` is at most [`SHARDED_SHARE`] of
+/// `available`, or else at most [`USABLE`] of it, or else `groups` (which the guard refuses).
+pub fn shards_for(available: Option<u64>, groups: usize, need: impl Fn(usize) -> u64) -> usize {
+    let Some(have) = available else {
+        return 1;
+    };
+    let under = |share: f64| (1..=groups.max(1)).find(|&p| need(p) as f64 <= have as f64 * share);
+    if need(1) as f64 <= have as f64 * USABLE {
+        return 1;
+    }
+    under(SHARDED_SHARE)
+        .or_else(|| under(USABLE))
+        .unwrap_or(groups.max(1))
 }
 
 /// The estimated peak of `moecheck gemm --dtype fp8` (module docs).
@@ -247,6 +315,49 @@ mod tests {
         assert!(m > 941_000_000 && m < 2_000_000_000, "{m}");
         let m = moe_bytes(8192, 128, 8, 64, 0);
         assert!(m > 588_000_000 && m < 1_000_000_000, "{m}");
+    }
+
+    #[test]
+    fn shards_hold_the_inputs_once_and_one_shard_of_the_rest() {
+        let ds = GemmSize {
+            m: 32768,
+            k: 7168,
+            n: 2048,
+            groups: 256,
+        };
+        let full = |p| sharded_on(2, ds, Passes::ALL, Verify::Full, BF16_F32, p);
+        let whole = gemm_bytes_on(2, ds, Passes::ALL, Verify::Full, BF16_F32);
+        assert_eq!(full(1), whole);
+        let inputs = input_bytes(ds, Format::Bf16);
+        // lhs and dout in f32, 256 bf16 weights of 7168 x 2048: 8.73 GB.
+        assert_eq!(inputs, (32768 * (7168 + 2048)) * 4 + 256 * 7168 * 2048 * 2);
+        // Each halving of the shards' size takes about half of what is not the inputs.
+        for p in [2, 4, 8, 16] {
+            let (a, b) = (full(p) - inputs, full(2 * p) - inputs);
+            assert!(b < a && b as f64 > a as f64 * 0.4, "{p}: {a} -> {b}");
+        }
+        // Sixteen shards of DeepSeek-V3's three passes fit in 16 GiB with the whole inputs.
+        assert!(full(16) < 16 << 30 && full(16) > inputs, "{}", full(16));
+        // One expert a shard: an expert and its rows beside the inputs.
+        assert!(full(256) < inputs + 2_000_000_000);
+    }
+
+    #[test]
+    fn shards_are_the_fewest_that_leave_room() {
+        let gb = 1u64 << 30;
+        // 10 GiB of inputs and 16 GiB of the rest, split evenly.
+        let need = |p: usize| 10 * gb + 16 * gb / p as u64;
+        // Fits whole: one shard.
+        assert_eq!(shards_for(Some(64 * gb), 256, need), 1);
+        assert_eq!(shards_for(None, 256, need), 1);
+        // 24 GiB: half of it, 12 GiB, needs 8 shards (12 GiB exactly).
+        assert_eq!(shards_for(Some(24 * gb), 256, need), 8);
+        // 20 GiB: nothing under half (10 GiB), the fewest under 85% (17 GiB): 3.
+        assert_eq!(shards_for(Some(20 * gb), 256, need), 3);
+        // Nothing fits: every expert its own shard, for the guard to refuse.
+        assert_eq!(shards_for(Some(8 * gb), 256, need), 256);
+        // Never more shards than experts.
+        assert_eq!(shards_for(Some(20 * gb), 2, need), 2);
     }
 
     #[test]

@@ -13,7 +13,8 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 
-use moecheck_reference::op::{verify_against, Implementation, Op, Verdict, Verified};
+use moecheck_reference::gemm::shard::{self, Sharded};
+use moecheck_reference::op::{verify_against, Implementation, Op, RunError, Verdict, Verified};
 use moecheck_reference::protocol::Protocol;
 use moecheck_reference::report::{Implemented, Reported, RunInfo};
 
@@ -91,19 +92,8 @@ pub fn run<O: Backends>(
         replaceable(dir, "--dump")?;
     }
     let progress = Progress::new(generator.work());
-    progress.stage("generating the case");
-    let precision_of = |case: &O::Case| match imp {
-        Some(i) => i.precision(case),
-        None => O::reference_precision(case),
-    };
-    let generated = generator.generate(&precision_of)?;
+    let generated = prepare(generator, imp, &progress)?;
     let (case, ask) = (&generated.case, generated.ask);
-    O::validate(case, ask).context("generated case")?;
-    if let Some(i) = imp {
-        if let Err(reason) = i.supports(case, ask) {
-            bail!("{reason}");
-        }
-    }
     // For the grouped GEMM this is only the validation: its reference is computed during the
     // check, expert by expert (`moecheck_reference::gemm::stream`).
     progress.stage("preparing the f64 reference");
@@ -148,6 +138,94 @@ pub fn run<O: Backends>(
         expected,
         reference_seconds,
         checked,
+    })
+}
+
+/// Generates the case and validates it, and refuses an implementation that cannot run it as
+/// declared.
+fn prepare<O: Op>(
+    generator: &dyn Generate<O>,
+    imp: Option<&dyn Implementation<O>>,
+    progress: &Progress,
+) -> anyhow::Result<Generated<O>> {
+    progress.stage("generating the case");
+    let precision_of = |case: &O::Case| match imp {
+        Some(i) => i.precision(case),
+        None => O::reference_precision(case),
+    };
+    let generated = generator.generate(&precision_of)?;
+    let (case, ask) = (&generated.case, generated.ask);
+    O::validate(case, ask).context("generated case")?;
+    if let Some(i) = imp {
+        if let Err(reason) = i.supports(case, ask) {
+            bail!("{reason}");
+        }
+    }
+    Ok(generated)
+}
+
+/// [`run`] for a grouped GEMM checked `parts` shards of consecutive experts at a time
+/// ([`moecheck_reference::gemm::shard`]): the whole case is generated, then each shard is
+/// cut from it, run by `imp`, checked and dropped with its outputs, and the shards' reports
+/// are merged into the whole case's. Only for an implementation that is
+/// [`Implementation::shardable`]; nothing is dumped (no shard's outputs are kept).
+///
+/// An implementation that fails on a shard fails the run, naming the shard; the shards after
+/// it are not run.
+pub fn run_sharded<O: Backends + Sharded>(
+    generator: &dyn Generate<O>,
+    imp: &dyn Implementation<O>,
+    parts: usize,
+) -> anyhow::Result<Run<O>> {
+    debug_assert!(imp.shardable(), "{} is checked whole", imp.name());
+    let progress = Progress::new(generator.work());
+    let generated = prepare(generator, Some(imp), &progress)?;
+    let (case, ask) = (&generated.case, generated.ask);
+    let plan = shard::plan(case, parts);
+    let mut reports = Vec::with_capacity(plan.len());
+    let mut reference_seconds = 0.0;
+    let mut failed = None;
+    for (i, s) in plan.iter().enumerate() {
+        progress.stage(&format!(
+            "{s} ({} of {}): running {} and checking it against the f64 reference",
+            i + 1,
+            plan.len(),
+            imp.name()
+        ));
+        let sub = case.shard(s);
+        let start = Instant::now();
+        let expected = O::expected(&sub, ask).with_context(|| format!("generated case, {s}"))?;
+        reference_seconds += start.elapsed().as_secs_f64();
+        let report = match verify_against(imp, &sub, ask, &expected).verdict {
+            Verdict::BadInput(e) => bail!("generated case, {s}: {e}"),
+            Verdict::RunFailed(e) => {
+                failed = Some(RunError(format!("{s}: {e}")));
+                break;
+            }
+            Verdict::Pass(r)
+            | Verdict::Fail { report: r, .. }
+            | Verdict::Inconclusive { report: r, .. } => r,
+        };
+        reports.push((s.clone(), report));
+    }
+    let verdict = match failed {
+        Some(e) => Verdict::RunFailed(e),
+        None => Verdict::of(O::merge(case, &reports)),
+    };
+    let implemented = Implemented {
+        name: imp.name(),
+        is_model: imp.is_model(),
+    };
+    let verified = Verified {
+        precision: imp.precision(case),
+        outputs: None,
+        verdict,
+    };
+    Ok(Run {
+        generated,
+        expected: O::unheld(),
+        reference_seconds,
+        checked: Some((implemented, verified)),
     })
 }
 

@@ -145,6 +145,17 @@ pub trait Implementation<O: Op> {
         None
     }
 
+    /// Whether what it writes for a slice of a case (a shard of consecutive experts of a
+    /// grouped GEMM, `crate::gemm::shard`) is what it writes for that slice of the whole case,
+    /// so that a case too large to hold with all its outputs may be checked a slice at a
+    /// time. True for the in-process models that compute each expert on its own (the
+    /// reference, `emulate`); false (the default) for every kernel under test, which is
+    /// checked at the size it is given: a bug that only the whole size shows (an offset past
+    /// 2^31 elements, the 200th expert's scale) must not be cut away.
+    fn shardable(&self) -> bool {
+        false
+    }
+
     /// Runs `case` (already validated).
     fn run(&self, case: &O::Case, ask: O::Ask) -> Result<O::Outputs, RunError>;
 
@@ -170,6 +181,10 @@ impl<O: Op> Implementation<O> for Reference {
     }
     fn precision(&self, case: &O::Case) -> O::Precision {
         O::reference_precision(case)
+    }
+    /// Every output element is computed from its own inputs alone.
+    fn shardable(&self) -> bool {
+        true
     }
     fn run(&self, case: &O::Case, ask: O::Ask) -> Result<O::Outputs, RunError> {
         O::expected(case, ask)

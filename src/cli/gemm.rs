@@ -12,7 +12,9 @@ use moecheck::registry::{self, Backends, Declared};
 use moecheck::{memory, pipeline, report};
 use moecheck_reference::format::Format;
 use moecheck_reference::fp8::Fp8Gemm;
+use moecheck_reference::gemm::shard::Sharded;
 use moecheck_reference::gemm::{Gemm, GemmFast, Passes, TailContract, Verify};
+use moecheck_reference::op::{Implementation, Op};
 use moecheck_reference::report::Reported;
 
 use super::ImplFlags;
@@ -89,6 +91,12 @@ pub struct GemmFlags {
     /// Machine-readable report on stdout, with a top-level "verdict".
     #[arg(long)]
     pub json: bool,
+    /// Check the case N shards of consecutive experts at a time, holding one shard's outputs
+    /// at a time (the in-process models, reference and emulate, only; a kernel under test is
+    /// checked whole). The report is the whole case's. [default: 1 when the case fits in
+    /// memory, else the fewest shards that fit in half of it]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub shards: Option<u64>,
     /// Run even when the case's estimated memory exceeds what this machine has available
     /// (without it such a case is refused with exit 2).
     #[arg(long)]
@@ -135,23 +143,58 @@ impl GemmFlags {
         }
     }
 
-    /// Refuses a case larger than the memory available ([`memory`]), unless `--allow-large`;
-    /// `verify` is `None` for the FP8 GEMM.
-    fn guard_memory(&self, verify: Option<Verify>) -> anyhow::Result<()> {
-        let m = self.tokens.saturating_mul(self.topk);
-        let (k, n, g) = (self.hidden, self.ffn, self.experts);
-        let need = match verify {
-            Some(v) => memory::gemm_bytes(
-                memory::GemmSize { m, k, n, groups: g },
-                self.passes,
-                v,
-                memory::Formats {
-                    dtype: self.dtype,
-                    out_dtype: self.out_dtype,
-                },
-            ),
-            None => memory::fp8_gemm_bytes(m, k, n, g),
+    fn size(&self) -> memory::GemmSize {
+        memory::GemmSize {
+            m: self.tokens.saturating_mul(self.topk),
+            k: self.hidden,
+            n: self.ffn,
+            groups: self.experts,
+        }
+    }
+
+    /// The estimated peak of the grouped GEMM checked in `parts` shards ([`memory`]).
+    fn gemm_bytes(&self, verify: Verify, parts: usize) -> u64 {
+        let formats = memory::Formats {
+            dtype: self.dtype,
+            out_dtype: self.out_dtype,
         };
+        memory::gemm_bytes_sharded(self.size(), self.passes, verify, formats, parts)
+    }
+
+    /// How many shards of consecutive experts the case is checked in (`--shards`, or chosen
+    /// so that it fits in memory, [`memory::shards_for`]), after the memory guard. `imp` is
+    /// checked whole unless it is shardable ([`Implementation::shardable`]), and so is a
+    /// dumped case.
+    fn shards<O: Op>(&self, verify: Verify, imp: &dyn Implementation<O>) -> anyhow::Result<usize> {
+        let whole = if !imp.shardable() {
+            Some(format!(
+                "--impl {} is checked whole, at the size it is given (only the in-process models that compute each expert on its own are checked a shard of experts at a time: reference, and emulate without group-offset-after-empty)",
+                imp.name()
+            ))
+        } else if self.dump.is_some() {
+            Some("--dump writes every output of the case, so the case is checked whole".into())
+        } else {
+            None
+        };
+        let parts = match (self.shards.map(|p| usize::try_from(p).unwrap_or(usize::MAX)), &whole) {
+            (Some(p), Some(why)) if p > 1 => anyhow::bail!("--shards {p}: {why}"),
+            (Some(p), _) if p > self.experts.max(1) => anyhow::bail!(
+                "--shards {p}: more shards than experts (--experts {})",
+                self.experts
+            ),
+            (Some(p), _) => p,
+            (None, Some(_)) => 1,
+            (None, None) => memory::shards_for(memory::available(), self.experts, |p| {
+                self.gemm_bytes(verify, p)
+            }),
+        };
+        self.guard(self.gemm_bytes(verify, parts))?;
+        Ok(parts)
+    }
+
+    /// Refuses `need` bytes when more than the memory available ([`memory`]), unless
+    /// `--allow-large`.
+    fn guard(&self, need: u64) -> anyhow::Result<()> {
         memory::guard(
             "--experts/--tokens/--topk/--hidden/--ffn",
             need,
@@ -181,22 +224,31 @@ pub fn run(a: GemmFlags) -> anyhow::Result<ExitCode> {
     let spec = a.spec(a.dtype);
     spec.validate().map_err(|e| anyhow::anyhow!(e.as_flag()))?;
     let verify = a.verify.unwrap_or_else(|| Verify::default_for(spec.work()));
-    a.guard_memory(Some(verify))?;
     match verify {
-        Verify::Full => check::<Gemm>(&a, &spec),
-        Verify::Fast => check::<GemmFast>(&a, &spec),
+        Verify::Full => check::<Gemm>(&a, &spec, verify),
+        Verify::Fast => check::<GemmFast>(&a, &spec, verify),
     }
 }
 
 /// The check of `spec` as op `O` ([`Gemm`] or [`GemmFast`]: the same implementations, another
-/// comparison).
-fn check<O>(a: &GemmFlags, spec: &GemmSpec) -> anyhow::Result<ExitCode>
+/// comparison), whole or in shards of experts ([`GemmFlags::shards`]).
+fn check<O>(a: &GemmFlags, spec: &GemmSpec, verify: Verify) -> anyhow::Result<ExitCode>
 where
-    O: Backends + Reported,
+    O: Backends + Reported + Sharded,
     GemmSpec: pipeline::Generate<O>,
 {
     let imp = registry::build::<O>(&a.imp.choice(a.declared())).map_err(anyhow::Error::msg)?;
-    let run = pipeline::run(spec, Some(imp.as_ref()), a.dump.as_deref())?;
+    let parts = a.shards(verify, imp.as_ref())?;
+    let run = if parts > 1 {
+        let run = pipeline::run_sharded(spec, imp.as_ref(), parts)?;
+        eprintln!(
+            "moecheck: checked in {parts} shards of consecutive experts, one shard's outputs held at a time ({} computes each expert on its own; the report is the whole case's)",
+            imp.name()
+        );
+        run
+    } else {
+        pipeline::run(spec, Some(imp.as_ref()), a.dump.as_deref())?
+    };
     report::finish(&pipeline::report(&run), a.json)
 }
 
@@ -219,7 +271,11 @@ fn run_fp8(a: GemmFlags) -> anyhow::Result<ExitCode> {
     spec.gemm
         .validate()
         .map_err(|e| anyhow::anyhow!(e.as_flag()))?;
-    a.guard_memory(None)?;
+    if a.shards.is_some_and(|p| p > 1) {
+        anyhow::bail!("--shards: the FP8 grouped GEMM is checked whole");
+    }
+    let size = a.size();
+    a.guard(memory::fp8_gemm_bytes(size.m, size.k, size.n, size.groups))?;
     let imp =
         registry::build::<Fp8Gemm>(&a.imp.choice(a.declared())).map_err(anyhow::Error::msg)?;
     let run = pipeline::run(&spec, Some(imp.as_ref()), a.dump.as_deref())?;

@@ -27,6 +27,9 @@ impl Implementation<GemmFast> for Fast {
     fn broken(&self) -> Option<RunError> {
         self.0.broken()
     }
+    fn shardable(&self) -> bool {
+        self.0.shardable()
+    }
     fn run(&self, case: &GroupedGemmCase, passes: Passes) -> Result<GemmOutputs, RunError> {
         self.0.run(case, passes)
     }
