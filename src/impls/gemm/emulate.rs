@@ -17,9 +17,20 @@ use moecheck_reference::gemm::{
 use moecheck_reference::op::{Implementation, RunError};
 
 use crate::impls::{model_name, PlantedBug};
+use moecheck_reference::gemm::stream::by_group_rows;
 use moecheck_reference::par::map_by_cost;
 use ndarray::linalg::general_mat_mul;
 use ndarray::{s, Array2, Array3, ArrayView2, ArrayViewMut2, Axis};
+
+/// Most output rows and columns [`Emulate::blocked_into`] sums at once: the running sum and
+/// a block's partial, 256 × 256 f32 each, stay in a core's cache.
+const PANEL_ROWS: usize = 256;
+const PANEL_COLS: usize = 256;
+
+thread_local! {
+    /// The block partials of [`Emulate::blocked_into`], kept for the thread's life.
+    static PART: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// A defect that can be injected into [`Emulate`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -169,46 +180,70 @@ impl Emulate {
         }
     }
 
-    /// `a·b` as the kernel accumulates it: for each K block of `tile_k` products a partial
-    /// sum in f32 (one f32 GEMM of depth `tile_k`, summed in any order inside the block), the
-    /// partials added in f32 in block order. Under `LowPrecisionAccumulator` every addition is
-    /// rounded to bf16 instead ([`Emulate::dot`], element by element).
-    fn blocked(&self, a: ArrayView2<f32>, b: ArrayView2<f32>) -> Array2<f32> {
+    /// `acc ← a·b` as the kernel accumulates it: for each K block of `tile_k` products a
+    /// partial sum in f32 (one f32 GEMM of depth `tile_k`, summed in any order inside the
+    /// block), the partials added in f32 in block order. Under `LowPrecisionAccumulator` every
+    /// addition is rounded to bf16 instead ([`Emulate::dot`], element by element). Every
+    /// element of `acc` is written.
+    ///
+    /// The output is computed in panels of at most [`PANEL_ROWS`] × [`PANEL_COLS`], so that
+    /// the running sum and the block's partial stay in cache while the K blocks go by; the
+    /// first block is written into the sum directly (`0 + p` is `p`), and the partials'
+    /// buffer is this thread's, reused. Each element's arithmetic is the same whatever the
+    /// panels.
+    fn blocked_into(&self, a: ArrayView2<f32>, b: ArrayView2<f32>, mut acc: ArrayViewMut2<f32>) {
         let (rows, depth) = a.dim();
         let cols = b.ncols();
         if self.has(Bug::LowPrecisionAccumulator) {
-            return Array2::from_shape_fn((rows, cols), |(r, c)| {
+            acc.assign(&Array2::from_shape_fn((rows, cols), |(r, c)| {
                 self.dot(depth, |i| a[(r, i)] * b[(i, c)])
-            });
+            }));
+            return;
+        }
+        if depth == 0 {
+            acc.fill(0.0);
+            return;
         }
         let tile = self.tile_k.max(1);
-        let mut acc = Array2::<f32>::zeros((rows, cols));
-        let mut part = Array2::<f32>::zeros((rows, cols));
-        let mut start = 0;
-        while start < depth {
-            let end = (start + tile).min(depth);
-            general_mat_mul(
-                1.0,
-                &a.slice(s![.., start..end]),
-                &b.slice(s![start..end, ..]),
-                0.0,
-                &mut part,
-            );
-            acc += &part;
-            start = end;
-        }
-        acc
+        PART.with(|part| {
+            let buf = &mut *part.borrow_mut();
+            for r0 in (0..rows).step_by(PANEL_ROWS) {
+                let r1 = (r0 + PANEL_ROWS).min(rows);
+                for c0 in (0..cols).step_by(PANEL_COLS) {
+                    let c1 = (c0 + PANEL_COLS).min(cols);
+                    let mut sum = acc.slice_mut(s![r0..r1, c0..c1]);
+                    let len = (r1 - r0) * (c1 - c0);
+                    if buf.len() < len {
+                        buf.resize(len, 0.0);
+                    }
+                    let mut p = ArrayViewMut2::from_shape((r1 - r0, c1 - c0), &mut buf[..len])
+                        .expect("the buffer holds the panel");
+                    let mut start = 0;
+                    while start < depth {
+                        let end = (start + tile).min(depth);
+                        let a_blk = a.slice(s![r0..r1, start..end]);
+                        let b_blk = b.slice(s![start..end, c0..c1]);
+                        // β = 0: the destination is overwritten, never read.
+                        if start == 0 {
+                            general_mat_mul(1.0, &a_blk, &b_blk, 0.0, &mut sum);
+                        } else {
+                            general_mat_mul(1.0, &a_blk, &b_blk, 0.0, &mut p);
+                            sum += &p;
+                        }
+                        start = end;
+                    }
+                }
+            }
+        });
     }
 
-    /// Writes `part` into `dst`, rounded once to the case's output format. Outputs are held
-    /// in f32 whatever the format: an f32 accumulator's values, and their roundings to a
+    /// Rounds the f32 values of `dst` once to the case's output format, in place. Outputs are
+    /// held in f32 whatever the format: an f32 accumulator's values, and their roundings to a
     /// narrower format, are f32 values (and f64 values) exactly.
-    fn store(&self, dst: &mut ArrayViewMut2<f32>, part: &Array2<f32>, case: &GroupedGemmCase) {
+    fn round_out(&self, dst: &mut ArrayViewMut2<f32>, case: &GroupedGemmCase) {
         match case.out_dtype {
-            Format::F32 | Format::F64 => dst.assign(part),
-            out => dst.zip_mut_with(part, |d, v| {
-                *d = round_to(f64::from(*v), out, Overflow::Ieee) as f32
-            }),
+            Format::F32 | Format::F64 => {}
+            out => dst.mapv_inplace(|v| round_to(f64::from(v), out, Overflow::Ieee) as f32),
         }
     }
 
@@ -276,29 +311,29 @@ impl Implementation<Gemm> for Emulate {
             let mut out = Array2::<f32>::from_elem((m, n), f32::NAN);
             let k_zero_poison = k == 0 && self.has(Bug::KZeroGarbage);
             if !k_zero_poison {
-                let parts = map_by_cost(
-                    (0..g_count).collect(),
-                    |&g| (off[g + 1] - off[g]) * n * k,
-                    |g| {
+                // Each expert writes its own rows.
+                by_group_rows(
+                    out.view_mut(),
+                    &off,
+                    |g| (off[g + 1] - off[g]) * n * k,
+                    |g, dst| {
                         let (lo, hi) = written(g);
                         if lo == hi {
-                            return Array2::zeros((0, n));
+                            return;
                         }
                         let e = self.expert_of(sizes, g);
                         // bf16 weights are widened to f32 for the sgemm, an expert at a time.
                         let mut buf = Vec::new();
                         let w = rhs.expert(e).f32_in(&mut buf);
-                        self.blocked(lhs.slice(s![lo..hi, ..klim]), w.slice(s![..klim, ..]))
+                        let mut dst = dst.slice_move(s![..hi - lo, ..]);
+                        self.blocked_into(
+                            lhs.slice(s![lo..hi, ..klim]),
+                            w.slice(s![..klim, ..]),
+                            dst.view_mut(),
+                        );
+                        self.round_out(&mut dst, case);
                     },
                 );
-                for (g, part) in parts.into_iter().enumerate() {
-                    let lo = off[g];
-                    self.store(
-                        &mut out.slice_mut(s![lo..lo + part.nrows(), ..]),
-                        &part,
-                        case,
-                    );
-                }
                 if tail_zero {
                     out.slice_mut(s![used.., ..]).fill(0.0);
                 }
@@ -309,26 +344,28 @@ impl Implementation<Gemm> for Emulate {
         if passes.dgrad {
             let dout = dout()?;
             let mut dlhs = Array2::<f32>::from_elem((m, k), f32::NAN);
-            let parts = map_by_cost(
-                (0..g_count).collect(),
-                |&g| (off[g + 1] - off[g]) * k * n,
-                |g| {
+            by_group_rows(
+                dlhs.view_mut(),
+                &off,
+                |g| (off[g + 1] - off[g]) * k * n,
+                |g, dst| {
                     let (lo, hi) = written(g);
                     if lo == hi {
-                        return Array2::zeros((0, klim));
+                        return;
                     }
                     let e = self.expert_of(sizes, g);
                     let mut buf = Vec::new();
                     let w = rhs.expert(e).f32_in(&mut buf);
                     // Columns past the last full K block stay unwritten under the bug.
-                    self.blocked(dout.slice(s![lo..hi, ..]), w.slice(s![..klim, ..]).t())
+                    let mut dst = dst.slice_move(s![..hi - lo, ..klim]);
+                    self.blocked_into(
+                        dout.slice(s![lo..hi, ..]),
+                        w.slice(s![..klim, ..]).t(),
+                        dst.view_mut(),
+                    );
+                    self.round_out(&mut dst, case);
                 },
             );
-            for (g, part) in parts.into_iter().enumerate() {
-                let lo = off[g];
-                let mut dst = dlhs.slice_mut(s![lo..lo + part.nrows(), ..klim]);
-                self.store(&mut dst, &part, case);
-            }
             if tail_zero {
                 dlhs.slice_mut(s![used.., ..]).fill(0.0);
             }
@@ -365,8 +402,9 @@ impl Implementation<Gemm> for Emulate {
                     let b = dout.select(Axis(0), &rows);
                     // An empty expert that reads the tail writes every k; others stop at klim.
                     let cols = if empty { k } else { klim };
-                    let part = self.blocked(a.slice(s![.., ..cols]).t(), b.view());
-                    self.store(&mut dst.slice_mut(s![..cols, ..]), &part, case);
+                    let mut dst = dst.slice_mut(s![..cols, ..]);
+                    self.blocked_into(a.slice(s![.., ..cols]).t(), b.view(), dst.view_mut());
+                    self.round_out(&mut dst, case);
                 },
             );
             result.drhs = Some(drhs.into());

@@ -161,7 +161,7 @@ fn text(o: &GemmOutputs) -> String {
 
 #[test]
 fn blocked_model_is_the_element_model_for_every_bug() {
-    let shapes: [(&[usize], usize, usize, usize); 5] = [
+    let shapes: [(&[usize], usize, usize, usize); 6] = [
         // Partial M and K tiles, empty first/middle/last experts, a tail.
         (&[0, 70, 3, 0, 130, 0], 220, 70, 9),
         // The last expert empty with a tail (wgrad-reads-tail writes it), K = 0.
@@ -171,6 +171,8 @@ fn blocked_model_is_the_element_model_for_every_bug() {
         (&[128], 128, 64, 3),
         // No rows at all.
         (&[0, 0], 0, 40, 2),
+        // Over a panel of output rows and columns (256 × 256), in fwd, dgrad and wgrad.
+        (&[300, 0, 20], 330, 280, 270),
     ];
     let bugs = std::iter::once(None).chain(Bug::ALL.iter().copied().map(Some));
     for bug in bugs {
