@@ -20,16 +20,18 @@ fn main() -> ExitCode {
 }
 
 /// Makes glibc's malloc keep the memory it frees for reuse instead of returning it to the
-/// kernel: no allocation is its own mapping (each was unmapped when freed), and the heap is
-/// not trimmed below 2 GiB of free memory.
+/// kernel: large allocations are served from the heap instead of mappings of their own (a
+/// worker thread's arena still maps a request larger than its own 64 MiB heap), and the heap
+/// is not trimmed below 2 GiB of free memory.
 ///
 /// A large check allocates and frees gigabytes over and over (each shard's case and outputs,
-/// each expert's partial sums). Memory handed back to the kernel is cleared again, page by
-/// page, when it is touched next; on the virtual machines we run on that clearing ran at
-/// about 0.2 GB/s, longer than the arithmetic. Measured on 40 of DeepSeek-V3's experts in 4
-/// shards (`gemm --experts 40 --tokens 640 --topk 8 --hidden 7168 --ffn 2048 --verify fast
-/// --shards 4`): 33.8 s / 2.6 GB without it, 27.5 s / 3.1 GB with it (the same settings as
-/// `GLIBC_TUNABLES`).
+/// each expert's copies). Memory handed back to the kernel is cleared again, page by page,
+/// when it is touched next; on the virtual machines we run on that clearing ran at about
+/// 0.2 GB/s, longer than the arithmetic. Measured on a 20-expert slice of DeepSeek-V3
+/// (`gemm --experts 20 --tokens 320 --topk 8 --hidden 7168 --ffn 2048 --verify fast`, one
+/// profiled run each): 19.5 s without it, 14.9 s with it. The memory kept raises peaks a
+/// little (2.6 to 3.1 GB on 40 experts in 4 shards); the memory guard's figures
+/// (`moecheck::memory`) are measured with it.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn keep_freed_memory() {
     // SAFETY: mallopt only sets malloc's parameters; it is called before any other thread

@@ -14,7 +14,16 @@ use moecheck::impls::PlantedBug;
 
 /// The tests' small case with a partial K block (40 is not a multiple of the model's 32).
 const CASE: [&str; 10] = [
-    "--experts", "6", "--tokens", "40", "--hidden", "40", "--ffn", "16", "--empty", "2",
+    "--experts",
+    "6",
+    "--tokens",
+    "40",
+    "--hidden",
+    "40",
+    "--ffn",
+    "16",
+    "--empty",
+    "2",
 ];
 
 fn gemm(extra: &[&str]) -> Command {
@@ -24,12 +33,8 @@ fn gemm(extra: &[&str]) -> Command {
 /// The JSON report of `gemm(args)` and its exit status; timings are left out.
 fn report(args: &[&str]) -> (Value, i32) {
     let out = gemm(&[args, &["--json"]].concat()).output().unwrap();
-    let mut v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{args:?}: {e}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    let mut v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
     fn strip(v: &mut Value) {
         match v {
             Value::Object(m) => {
@@ -88,17 +93,25 @@ fn what_must_be_checked_whole_refuses_shards() {
         (&["--inject", "group-offset-after-empty"], "checked whole"),
         (&["--dump", dump_arg], "--dump"),
         (&["--dtype", "fp8"], "FP8"),
-        (&["--experts", "2", "--empty", "0"], "more shards than experts"),
+        (
+            &["--experts", "2", "--empty", "0"],
+            "more shards than experts",
+        ),
     ];
     for (args, needle) in cases {
         let out = gemm(&[args, &["--shards", "3"]].concat()).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("--shards") && err.contains(needle), "{args:?}: {err}");
+        assert!(
+            err.contains("--shards") && err.contains(needle),
+            "{args:?}: {err}"
+        );
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
     }
     assert!(!dump_dir.exists(), "nothing is dumped");
     // One shard is the whole case: allowed for everything.
-    let out = gemm(&["--impl", "reference", "--shards", "1"]).output().unwrap();
+    let out = gemm(&["--impl", "reference", "--shards", "1"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0));
 }

@@ -7,12 +7,12 @@ use std::process::ExitCode;
 use clap::Args;
 
 use moecheck::generate::fp8::Fp8Spec;
-use moecheck::generate::gemm::{GemmSpec, Spread};
+use moecheck::generate::gemm::{sizes_of, GemmSpec, Spread};
 use moecheck::registry::{self, Backends, Declared};
 use moecheck::{memory, pipeline, report};
 use moecheck_reference::format::Format;
 use moecheck_reference::fp8::Fp8Gemm;
-use moecheck_reference::gemm::shard::Sharded;
+use moecheck_reference::gemm::shard::{self, Sharded};
 use moecheck_reference::gemm::{Gemm, GemmFast, Passes, TailContract, Verify};
 use moecheck_reference::op::{Implementation, Op};
 use moecheck_reference::report::Reported;
@@ -94,7 +94,8 @@ pub struct GemmFlags {
     /// Check the case N shards of consecutive experts at a time, holding one shard's outputs
     /// at a time (the in-process models, reference and emulate, only; a kernel under test is
     /// checked whole). The report is the whole case's. [default: 1 when the case fits in
-    /// memory, else the fewest shards that fit in half of it]
+    /// memory, else the fewest shards estimated to need at most half of the memory
+    /// available, or else at most 85% of it]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub shards: Option<u64>,
     /// Run even when the case's estimated memory exceeds what this machine has available
@@ -152,20 +153,28 @@ impl GemmFlags {
         }
     }
 
-    /// The estimated peak of the grouped GEMM checked in `parts` shards ([`memory`]).
-    fn gemm_bytes(&self, verify: Verify, parts: usize) -> u64 {
+    /// The estimated peak of the grouped GEMM checked in `parts` shards ([`memory`]), planned
+    /// from the case's group sizes `sizes` as [`shard::plan`] will plan them.
+    fn gemm_bytes(&self, verify: Verify, sizes: &[usize], parts: usize) -> u64 {
         let formats = memory::Formats {
             dtype: self.dtype,
             out_dtype: self.out_dtype,
         };
-        memory::gemm_bytes_sharded(self.size(), self.passes, verify, formats, parts)
+        let size = self.size();
+        let plan = shard::plan_sizes(sizes, size.m, size.k, size.n, parts);
+        memory::gemm_bytes_sharded(size, self.passes, verify, formats, &plan)
     }
 
     /// How many shards of consecutive experts the case is checked in (`--shards`, or chosen
     /// so that it fits in memory, [`memory::shards_for`]), after the memory guard. `imp` is
     /// checked whole unless it is shardable ([`Implementation::shardable`]), and so is a
     /// dumped case.
-    fn shards<O: Op>(&self, verify: Verify, imp: &dyn Implementation<O>) -> anyhow::Result<usize> {
+    fn shards<O: Op>(
+        &self,
+        spec: &GemmSpec,
+        verify: Verify,
+        imp: &dyn Implementation<O>,
+    ) -> anyhow::Result<usize> {
         let whole = if !imp.shardable() {
             Some(format!(
                 "--impl {} is checked whole, at the size it is given (only the in-process models that compute each expert on its own are checked a shard of experts at a time: reference, and emulate without group-offset-after-empty)",
@@ -176,7 +185,13 @@ impl GemmFlags {
         } else {
             None
         };
-        let parts = match (self.shards.map(|p| usize::try_from(p).unwrap_or(usize::MAX)), &whole) {
+        // The group sizes are the seed's first draws: the shards are planned on them.
+        let sizes = sizes_of(spec);
+        let parts = match (
+            self.shards
+                .map(|p| usize::try_from(p).unwrap_or(usize::MAX)),
+            &whole,
+        ) {
             (Some(p), Some(why)) if p > 1 => anyhow::bail!("--shards {p}: {why}"),
             (Some(p), _) if p > self.experts.max(1) => anyhow::bail!(
                 "--shards {p}: more shards than experts (--experts {})",
@@ -185,10 +200,18 @@ impl GemmFlags {
             (Some(p), _) => p,
             (None, Some(_)) => 1,
             (None, None) => memory::shards_for(memory::available(), self.experts, |p| {
-                self.gemm_bytes(verify, p)
+                self.gemm_bytes(verify, &sizes, p)
             }),
         };
-        self.guard(self.gemm_bytes(verify, parts))?;
+        let need = self.gemm_bytes(verify, &sizes, parts);
+        if parts > 1 {
+            // The refusal names the shards, which a user may change.
+            self.guard(need).map_err(|e| {
+                anyhow::anyhow!("{e} (checked in {parts} shards of experts, --shards)")
+            })?;
+            return Ok(parts);
+        }
+        self.guard(need)?;
         Ok(parts)
     }
 
@@ -238,14 +261,13 @@ where
     GemmSpec: pipeline::Generate<O>,
 {
     let imp = registry::build::<O>(&a.imp.choice(a.declared())).map_err(anyhow::Error::msg)?;
-    let parts = a.shards(verify, imp.as_ref())?;
+    let parts = a.shards(spec, verify, imp.as_ref())?;
     let run = if parts > 1 {
-        let run = pipeline::run_sharded(spec, imp.as_ref(), parts)?;
         eprintln!(
-            "moecheck: checked in {parts} shards of consecutive experts, one shard's outputs held at a time ({} computes each expert on its own; the report is the whole case's)",
+            "moecheck: checking the case in {parts} shards of consecutive experts, one shard's outputs held at a time ({} computes each expert on its own; the report is the whole case's)",
             imp.name()
         );
-        run
+        pipeline::run_sharded(spec, imp.as_ref(), parts)?
     } else {
         pipeline::run(spec, Some(imp.as_ref()), a.dump.as_deref())?
     };

@@ -223,6 +223,12 @@ fn shuffle<T>(v: &mut [T], rng: &mut ChaCha8Rng) {
     }
 }
 
+/// The group sizes [`generate`] gives `spec`'s case, without making the case (they are its
+/// stream's first draws).
+pub fn sizes_of(spec: &GemmSpec) -> Vec<usize> {
+    group_sizes(spec, &mut ChaCha8Rng::seed_from_u64(spec.seed))
+}
+
 /// Generates the case of `spec`, with `dout` (the backward passes may be asked).
 ///
 /// The values are those of one ChaCha8 stream read in order — the group sizes, `lhs` row by
@@ -338,6 +344,8 @@ mod tests {
         assert_eq!(case.group_sizes[15], 0);
         assert_eq!(case.rows_used(), 180);
         case.validate(Passes::ALL).unwrap();
+        // What the memory guard plans shards with, before the case is made.
+        assert_eq!(sizes_of(&s), case.group_sizes);
     }
 
     /// The original, sequential generator: one stream drawn in order.

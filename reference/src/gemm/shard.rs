@@ -26,8 +26,8 @@ use ndarray::s;
 use super::case::{GroupedGemmCase, Pass, Passes};
 use super::compare::{CaseReport, GemmAt, GroupId, GroupStats, PassReport};
 use super::fast::{FastExpected, FastPass, FastReport, GemmFast, ProjectionWorst};
-use super::op::{Gemm, Streamed};
 use super::fit::Fit;
+use super::op::{Gemm, Streamed};
 use super::weights::Weights;
 use crate::format::Format;
 use crate::op::Op;
@@ -46,15 +46,21 @@ impl std::fmt::Display for Shard {
     }
 }
 
-/// Splits `case`'s experts into `parts` shards (as many as there are experts, when fewer) of consecutive experts whose inputs
-/// and outputs are about the same size (an expert costs its `K·N` weight and gradient and its
-/// rows' `K + N` inputs and outputs). Every shard has at least one expert; a case without
-/// experts is one empty shard.
+/// Splits `case`'s experts into `parts` shards (as many as there are experts, when fewer) of
+/// consecutive experts whose inputs and outputs are about the same size ([`plan_sizes`]).
 pub fn plan(case: &GroupedGemmCase, parts: usize) -> Vec<Shard> {
-    let (m, k, n, groups) = (case.m(), case.k(), case.n(), case.groups());
-    let off = case.offsets();
+    plan_sizes(&case.group_sizes, case.m(), case.k(), case.n(), parts)
+}
+
+/// [`plan`] for a case of `m` rows whose experts have `sizes` rows, `K = k`, `N = n`, before
+/// it is made (the memory guard plans with it). An expert costs its `K·N` weight and gradient
+/// and its rows' `K + N` inputs and outputs. Every shard has at least one expert; the last
+/// one's rows run to `m` (the tail rows); no experts make one empty shard.
+pub fn plan_sizes(sizes: &[usize], m: usize, k: usize, n: usize, parts: usize) -> Vec<Shard> {
+    let groups = sizes.len();
+    let off = super::case::offsets(sizes);
     let parts = parts.clamp(1, groups.max(1));
-    let cost = |g: usize| (k * n) as f64 * 6.0 + (case.group_sizes[g] * (k + n)) as f64 * 8.0;
+    let cost = |g: usize| (k * n) as f64 * 6.0 + (sizes[g] * (k + n)) as f64 * 8.0;
     let total: f64 = (0..groups).map(cost).sum();
     let mut shards = Vec::with_capacity(parts);
     let (mut start, mut seen) = (0, 0.0);
@@ -75,7 +81,7 @@ pub fn plan(case: &GroupedGemmCase, parts: usize) -> Vec<Shard> {
     }
     shards.push(Shard {
         experts: start..groups,
-        rows: off[start]..m,
+        rows: off[start]..m.max(off[groups]),
     });
     shards
 }
@@ -181,16 +187,17 @@ fn merge_pass(
     PassReport {
         pass,
         shape,
-        reduction_len: parts.iter().map(|(_, p)| p.reduction_len).max().unwrap_or(0),
+        reduction_len: parts
+            .iter()
+            .map(|(_, p)| p.reduction_len)
+            .max()
+            .unwrap_or(0),
         bound_depth: parts.iter().map(|(_, p)| p.bound_depth).max().unwrap_or(0),
         bound_vacuous: parts.iter().any(|(_, p)| p.bound_vacuous),
         tail_checked: parts[last].1.tail_checked,
         groups,
         error: None,
-        zero_ratio: parts
-            .iter()
-            .map(|(_, p)| p.zero_ratio)
-            .fold(0.0, f64::max),
+        zero_ratio: parts.iter().map(|(_, p)| p.zero_ratio).fold(0.0, f64::max),
         looks_like: fit.narrower_than(output),
         fit,
     }
@@ -228,43 +235,49 @@ pub fn merge_fast(case: &GroupedGemmCase, parts: &[(Shard, FastReport)]) -> Fast
         .iter()
         .map(|(s, r)| (s.clone(), r.sampled.clone()))
         .collect();
-    let fast = (0..parts[0].1.fast.len())
-        .map(|i| {
-            let mut merged: Option<FastPass> = None;
-            for (shard, r) in parts {
-                let p = &r.fast[i];
-                let worst = p.worst.as_ref().map(|w| ProjectionWorst {
-                    group: w.group + shard.experts.start,
-                    row: if p.pass == Pass::Wgrad {
-                        w.row
-                    } else {
-                        w.row + shard.rows.start
-                    },
-                    ..w.clone()
-                });
-                let first_non_finite = p.first_non_finite.map(|at| moved(at, shard, p.pass));
-                let m = merged.get_or_insert_with(|| FastPass {
-                    worst: None,
-                    first_non_finite: None,
-                    rows: 0,
-                    failed_rows: 0,
-                    non_finite: 0,
-                    max_ratio: 0.0,
-                    ..p.clone()
-                });
-                m.rows += p.rows;
-                m.failed_rows += p.failed_rows;
-                m.non_finite += p.non_finite;
-                m.first_non_finite = m.first_non_finite.or(first_non_finite);
-                // As inside one shard: the first of equal ratios stays (a NaN row's is ∞).
-                if worst.is_some() && (m.worst.is_none() || p.max_ratio > m.max_ratio) {
-                    m.max_ratio = p.max_ratio;
-                    m.worst = worst;
+    // A shard whose output of a pass could not be read has no projections for it: the
+    // passes are matched by name, and such a pass fails in the sampled report.
+    let mut fast: Vec<FastPass> = Vec::new();
+    for (shard, r) in parts {
+        for p in &r.fast {
+            let worst = p.worst.as_ref().map(|w| ProjectionWorst {
+                group: w.group + shard.experts.start,
+                row: if p.pass == Pass::Wgrad {
+                    w.row
+                } else {
+                    w.row + shard.rows.start
+                },
+                ..w.clone()
+            });
+            let first_non_finite = p.first_non_finite.map(|at| moved(at, shard, p.pass));
+            let i = match fast.iter().position(|m| m.pass == p.pass) {
+                Some(i) => i,
+                None => {
+                    fast.push(FastPass {
+                        worst: None,
+                        first_non_finite: None,
+                        rows: 0,
+                        failed_rows: 0,
+                        non_finite: 0,
+                        max_ratio: 0.0,
+                        ..p.clone()
+                    });
+                    fast.len() - 1
                 }
+            };
+            let m = &mut fast[i];
+            m.rows += p.rows;
+            m.failed_rows += p.failed_rows;
+            m.non_finite += p.non_finite;
+            m.first_non_finite = m.first_non_finite.or(first_non_finite);
+            // As inside one shard: the first of equal ratios stays (a NaN row's is ∞).
+            if worst.is_some() && (m.worst.is_none() || p.max_ratio > m.max_ratio) {
+                m.max_ratio = p.max_ratio;
+                m.worst = worst;
             }
-            merged.expect("at least one shard")
-        })
-        .collect();
+        }
+    }
+    fast.sort_by_key(|f| f.pass);
     FastReport {
         sampled: merge_case(case, &sampled),
         fast,

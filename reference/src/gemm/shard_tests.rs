@@ -28,7 +28,9 @@ fn case() -> GroupedGemmCase {
             Format::Bf16,
         ),
         group_sizes: SIZES.to_vec(),
-        dout: Some(Array2::from_shape_fn((m, n), |(i, j)| v(i * 17 + j * 3 + 5))),
+        dout: Some(Array2::from_shape_fn((m, n), |(i, j)| {
+            v(i * 17 + j * 3 + 5)
+        })),
         // lhs and dout are not bf16 values.
         dtype: Format::F32,
         out_dtype: Format::F32,
@@ -102,7 +104,10 @@ fn plan_covers_every_expert_once_in_order() {
     // Balanced by cost: with two parts the heavy experts 1 and 5 fall in different shards.
     let two = plan(&c, 2);
     assert_eq!(two.len(), 2);
-    assert!(two[0].experts.contains(&1) && two[1].experts.contains(&5), "{two:?}");
+    assert!(
+        two[0].experts.contains(&1) && two[1].experts.contains(&5),
+        "{two:?}"
+    );
 }
 
 #[test]
@@ -121,7 +126,10 @@ fn a_shard_is_its_experts_rows_and_weights() {
     for (i, g) in mid.experts.clone().enumerate() {
         assert_eq!(sub.rhs.expert(i).to_f64(), c.rhs.expert(g).to_f64());
     }
-    assert_eq!((sub.dtype, sub.out_dtype, sub.tail), (c.dtype, c.out_dtype, c.tail));
+    assert_eq!(
+        (sub.dtype, sub.out_dtype, sub.tail),
+        (c.dtype, c.out_dtype, c.tail)
+    );
     sub.validate(Passes::ALL).unwrap();
     let last = c.shard(plan.last().unwrap());
     assert_eq!(last.m() - last.rows_used(), c.m() - c.rows_used());
@@ -226,9 +234,48 @@ fn merged_fast_reports_find_what_the_whole_case_finds() {
         assert_eq!((nan.group, nan.row, nan.col), (GroupId::Expert(1), 10, 3));
         let tail = wrong.sampled.passes[1].groups.last().unwrap();
         assert_eq!((tail.group, tail.stats.failed), (GroupId::Tail, 1));
-        // drhs: the last expert's gradient is not zero.
+        // drhs: the last expert's gradient is not zero, in its sampled elements and in
+        // its projections (the row of a drhs projection is the k index, in any shard).
         let g6 = &wrong.sampled.passes[2].groups[6];
         assert_eq!(g6.group, GroupId::Expert(6));
         assert!(g6.stats.failed >= 1, "{parts}: {g6:?}");
+        let worst = wrong.fast[2].worst.as_ref().unwrap();
+        assert_eq!((worst.group, worst.row), (6, 2), "{parts}");
     }
+}
+
+/// A shard whose output of a pass could not be read has no projections for that pass: the
+/// passes are still merged by name, and the whole pass fails.
+#[test]
+fn a_shard_without_an_output_fails_its_pass_in_fast_mode() {
+    let c = case();
+    let p = precision();
+    let got = reference_written(&c, Passes::ALL);
+    let reports: Vec<(Shard, FastReport)> = plan(&c, 3)
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let sub = c.shard(&s);
+            let mut o = outputs_of(&got, &s);
+            if i == 1 {
+                o.dlhs = None;
+            }
+            let e = fast_expected(&sub, Passes::ALL).unwrap();
+            (s.clone(), fast_compare(&sub, Passes::ALL, &p, &e, &o))
+        })
+        .collect();
+    assert_eq!(
+        reports[1].1.fast.len(),
+        2,
+        "no projections of the missing dlhs"
+    );
+    let merged = merge_fast(&c, &reports);
+    let passes: Vec<Pass> = merged.fast.iter().map(|f| f.pass).collect();
+    assert_eq!(passes, vec![Pass::Fwd, Pass::Dgrad, Pass::Wgrad]);
+    // The two shards that were read, every row of theirs.
+    let read: usize = [0, 2].iter().map(|&i| reports[i].1.fast[1].rows).sum();
+    assert_eq!(merged.fast[1].rows, read);
+    assert!(!merged.passed());
+    assert!(merged.sampled.passes[1].error.is_some());
+    assert!(merged.sampled.passes[0].passed() && merged.sampled.passes[2].passed());
 }

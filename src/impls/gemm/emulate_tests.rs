@@ -190,6 +190,39 @@ fn blocked_model_is_the_element_model_for_every_bug() {
     }
 }
 
+/// With one product per K block the order of every f32 addition is fixed: on inexact values
+/// the blocked model still gives the element model's bits (the first block written directly,
+/// the partials added in block order, panels over 256 rows and columns), for every bug.
+#[test]
+fn one_product_blocks_add_in_the_element_models_order() {
+    let v = |i: usize| ((i * 2_654_435_761) % 1000) as f32 / 997.0 - 0.5;
+    let (sizes, m, k, n): (&[usize], usize, usize, usize) = (&[0, 270, 5, 0, 40], 330, 37, 260);
+    let g = sizes.len();
+    let c = GroupedGemmCase {
+        lhs: Array2::from_shape_fn((m, k), |(i, j)| v(i * 131 + j)),
+        rhs: Weights::F32(Array3::from_shape_fn((g, k, n), |(e, i, j)| {
+            v(e * 7919 + i * 31 + j * 7)
+        })),
+        group_sizes: sizes.to_vec(),
+        dout: Some(Array2::from_shape_fn((m, n), |(i, j)| {
+            v(i * 17 + j * 3 + 5)
+        })),
+        dtype: Format::F32,
+        out_dtype: Format::F32,
+        tail: TailContract::Zero,
+    };
+    let bugs = std::iter::once(None).chain(Bug::ALL.iter().copied().map(Some));
+    for bug in bugs {
+        let e = Emulate {
+            tile_k: 1,
+            ..Emulate::with_bug(bug)
+        };
+        let blocked = e.run(&c, Passes::ALL).unwrap();
+        let element = scalar(&e, &c, Passes::ALL).unwrap();
+        assert_eq!(text(&blocked), text(&element), "{bug:?}");
+    }
+}
+
 /// The check above can fail: the models differ visibly when one of them is changed.
 #[test]
 fn the_comparison_sees_one_changed_element() {
