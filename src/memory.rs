@@ -237,17 +237,47 @@ pub const SHARDED_SHARE: f64 = 0.5;
 /// fits the guard ([`USABLE`] of `available`, or the machine does not say); otherwise the
 /// fewest (at most `groups`) whose estimate `need(parts)` is at most [`SHARDED_SHARE`] of
 /// `available`, or else at most [`USABLE`] of it, or else `groups` (which the guard refuses).
+///
+/// `need` is taken to fall as the shards grow: the search tries 1, 2, 4, … shards and then
+/// halves the last gap, so a case of many experts costs a few dozen plans, not one per count.
 pub fn shards_for(available: Option<u64>, groups: usize, need: impl Fn(usize) -> u64) -> usize {
     let Some(have) = available else {
         return 1;
     };
-    let under = |share: f64| (1..=groups.max(1)).find(|&p| need(p) as f64 <= have as f64 * share);
+    let groups = groups.max(1);
+    let under = |share: f64| {
+        let fits = |p: usize| need(p) as f64 <= have as f64 * share;
+        let (mut lo, mut hi) = (0, 1);
+        while !fits(hi) {
+            if hi == groups {
+                return None;
+            }
+            lo = hi;
+            hi = (hi * 2).min(groups);
+        }
+        // `lo` does not fit (or is 0), `hi` does: the fewest is in between.
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if fits(mid) {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        Some(hi)
+    };
     if need(1) as f64 <= have as f64 * USABLE {
         return 1;
     }
     under(SHARDED_SHARE)
         .or_else(|| under(USABLE))
-        .unwrap_or(groups.max(1))
+        .unwrap_or(groups)
+}
+
+/// Whether no number of shards can make a case of `size` fit the guard: its inputs alone,
+/// which every shard's run holds whole, are above [`USABLE`] of `available`.
+pub fn inputs_too_large(size: GemmSize, dtype: Format, available: Option<u64>) -> bool {
+    available.is_some_and(|have| input_bytes(size, dtype) as f64 > have as f64 * USABLE)
 }
 
 /// The estimated peak of `moecheck gemm --dtype fp8` (module docs).
@@ -379,6 +409,32 @@ mod tests {
         assert_eq!(shards_for(Some(8 * gb), 256, need), 256);
         // Never more shards than experts.
         assert_eq!(shards_for(Some(20 * gb), 2, need), 2);
+        // Many experts: a few dozen estimates, not one per count.
+        let calls = std::cell::Cell::new(0);
+        let counted = |p: usize| {
+            calls.set(calls.get() + 1);
+            need(p)
+        };
+        assert_eq!(shards_for(Some(24 * gb), 100_000_000, counted), 8);
+        assert!(calls.get() < 64, "{}", calls.get());
+        // The fewest, between powers of two: 10 GiB + 16 GiB / p under 12.5 GiB needs 7.
+        let need_half = |p: usize| 10 * gb + 16 * gb / p as u64;
+        assert_eq!(shards_for(Some(25 * gb), 256, need_half), 7);
+    }
+
+    #[test]
+    fn inputs_that_cannot_fit_are_known_without_a_plan() {
+        let gb = 1u64 << 30;
+        let huge = GemmSize {
+            m: 1024,
+            k: 7000,
+            n: 7000,
+            groups: 100_000_000,
+        };
+        assert!(inputs_too_large(huge, Format::Bf16, Some(24 * gb)));
+        assert!(!inputs_too_large(huge, Format::Bf16, None));
+        let small = GemmSize { groups: 8, ..huge };
+        assert!(!inputs_too_large(small, Format::Bf16, Some(24 * gb)));
     }
 
     #[test]

@@ -185,13 +185,34 @@ impl GemmFlags {
         } else {
             None
         };
+        let asked = self
+            .shards
+            .map(|p| usize::try_from(p).unwrap_or(usize::MAX));
+        if let (Some(p), Some(why)) = (asked, &whole) {
+            if p > 1 {
+                anyhow::bail!("--shards {p}: {why}");
+            }
+        }
+        let available = memory::available();
+        let formats = memory::Formats {
+            dtype: self.dtype,
+            out_dtype: self.out_dtype,
+        };
+        // Decided without planning (which draws every expert's size) when the whole case
+        // fits, or when no number of shards could make it: the guard passes or refuses it
+        // whole.
+        let whole_need = memory::gemm_bytes(self.size(), self.passes, verify, formats);
+        let no_plan = asked.is_none_or(|p| p <= 1)
+            && (whole.is_some()
+                || available.is_none_or(|have| whole_need as f64 <= have as f64 * memory::USABLE)
+                || memory::inputs_too_large(self.size(), self.dtype, available));
+        if no_plan {
+            self.guard(whole_need)?;
+            return Ok(1);
+        }
         // The group sizes are the seed's first draws: the shards are planned on them.
         let sizes = sizes_of(spec);
-        let parts = match (
-            self.shards
-                .map(|p| usize::try_from(p).unwrap_or(usize::MAX)),
-            &whole,
-        ) {
+        let parts = match (asked, &whole) {
             (Some(p), Some(why)) if p > 1 => anyhow::bail!("--shards {p}: {why}"),
             (Some(p), _) if p > self.experts.max(1) => anyhow::bail!(
                 "--shards {p}: more shards than experts (--experts {})",
@@ -199,7 +220,7 @@ impl GemmFlags {
             ),
             (Some(p), _) => p,
             (None, Some(_)) => 1,
-            (None, None) => memory::shards_for(memory::available(), self.experts, |p| {
+            (None, None) => memory::shards_for(available, self.experts, |p| {
                 self.gemm_bytes(verify, &sizes, p)
             }),
         };

@@ -2,12 +2,13 @@
 //! pass the reference side of each row's projections and its magnitude, and the sampled rows
 //! and columns in f64 with their magnitudes. Nothing here is `O(M·K·N)`.
 
+use ndarray::linalg::general_mat_mul;
 use ndarray::{s, Array1, Array2, ArrayView2, Axis};
 
 use super::mode::VECTORS;
 use super::sample::{sampled, seed_of, sign};
 use crate::gemm::case::{GroupedGemmCase, Pass, Passes};
-use crate::gemm::weights::{WeightView, Weights};
+use crate::gemm::weights::{bf16_to_f32, WeightView, Weights};
 use crate::Error;
 
 /// One dense product of a pass, `C = A·B` with `A (rows × n)` and `B (n × cols)`, whose rows
@@ -154,35 +155,153 @@ pub fn fast_expected(case: &GroupedGemmCase, passes: Passes) -> Result<FastExpec
     Ok(FastExpected { passes })
 }
 
+/// Rows of the right operand widened to f64 at once in [`block_expected`]: a block of the
+/// weight (at most 256 × max(K, N) f64, 3.5 MiB at DeepSeek-V3's size) instead of all of it.
+const B_ROWS: usize = 256;
+
+/// Rows `t0..t1` of `b` in f64, with the logical shape `(t1 - t0, cols)`, read in `b`'s own
+/// memory order (a transposed weight's block is widened column-major, so each of its rows
+/// is read contiguously).
+fn widened_rows(b: WeightView<'_>, t0: usize, t1: usize) -> Array2<f64> {
+    fn rows<T: Copy>(v: ArrayView2<T>, t0: usize, t1: usize, f: impl Fn(T) -> f64) -> Array2<f64> {
+        let v = v.slice_move(s![t0..t1, ..]);
+        if v.strides()[1] == 1 || v.ncols() < 2 {
+            v.mapv(f)
+        } else {
+            v.reversed_axes().mapv(f).reversed_axes()
+        }
+    }
+    match b {
+        WeightView::F32(v) => rows(v, t0, t1, f64::from),
+        WeightView::Bf16(v) => rows(v, t0, t1, |x| f64::from(bf16_to_f32(x))),
+    }
+}
+
+/// The reference side of one block. The right operand (an expert's weight, or its rows of
+/// `dout`) is read where it lies and widened [`B_ROWS`] rows at a time: each block of its
+/// rows adds its share of every sum (the projections' `B·x`, the magnitudes' `Σ_j |b_tj|`,
+/// the sampled rows' and columns' values and magnitudes). The sums are in f64 in another
+/// order than one dense product's, within the same `γ(n)·Σ|a·b|`.
 fn block_expected(block: &Block, vectors: &Array2<f64>, pass: usize) -> BlockExpected {
-    let (a, b) = (block.a.mapv(f64::from), block.b.to_f64());
+    let a = block.a.mapv(f64::from);
     let abs_a = a.mapv(f64::abs);
-    let abs_b = b.mapv(f64::abs);
-    let magnitude = abs_a.dot(&abs_b.sum_axis(Axis(1)));
-    let projection = a.dot(&b.dot(&vectors.t()));
-    let rows = sampled(a.nrows(), seed_of(pass, block.group, 0x726f_7773));
-    let cols = sampled(b.ncols(), seed_of(pass, block.group, 0x636f_6c73));
-    // Both as small dense products (matrixmultiply packs its operands, so a strided `B` costs
-    // nothing extra); any summation order keeps the reference's error within `γ(n)·Σ|a·b|`.
-    let (ra, abs_ra) = (a.select(Axis(0), &rows), abs_a.select(Axis(0), &rows));
-    let rows = Sampled {
-        want: ra.dot(&b),
-        magnitude: abs_ra.dot(&abs_b),
-        index: rows,
-    };
-    let (cb, abs_cb) = (b.select(Axis(1), &cols), abs_b.select(Axis(1), &cols));
-    let cols = Sampled {
-        want: a.dot(&cb).reversed_axes(),
-        magnitude: abs_a.dot(&abs_cb).reversed_axes(),
-        index: cols,
-    };
+    let (n, cols) = block.b.dim();
+    let row_index = sampled(a.nrows(), seed_of(pass, block.group, 0x726f_7773));
+    let col_index = sampled(cols, seed_of(pass, block.group, 0x636f_6c73));
+    let (ra, abs_ra) = (
+        a.select(Axis(0), &row_index),
+        abs_a.select(Axis(0), &row_index),
+    );
+    let mut bx = Array2::<f64>::zeros((n, VECTORS));
+    let mut row_sums = Array1::<f64>::zeros(n);
+    let mut rows_want = Array2::<f64>::zeros((row_index.len(), cols));
+    let mut rows_mag = Array2::<f64>::zeros((row_index.len(), cols));
+    let mut cols_want = Array2::<f64>::zeros((a.nrows(), col_index.len()));
+    let mut cols_mag = Array2::<f64>::zeros((a.nrows(), col_index.len()));
+    for t0 in (0..n).step_by(B_ROWS) {
+        let t1 = (t0 + B_ROWS).min(n);
+        let b = widened_rows(block.b, t0, t1);
+        let abs_b = b.mapv(f64::abs);
+        bx.slice_mut(s![t0..t1, ..]).assign(&b.dot(&vectors.t()));
+        row_sums
+            .slice_mut(s![t0..t1])
+            .assign(&abs_b.sum_axis(Axis(1)));
+        // Small dense products (matrixmultiply packs its operands, so strided ones cost
+        // nothing extra), added block by block.
+        let (ra_t, abs_ra_t) = (ra.slice(s![.., t0..t1]), abs_ra.slice(s![.., t0..t1]));
+        general_mat_mul(1.0, &ra_t, &b, 1.0, &mut rows_want);
+        general_mat_mul(1.0, &abs_ra_t, &abs_b, 1.0, &mut rows_mag);
+        let (cb, abs_cb) = (
+            b.select(Axis(1), &col_index),
+            abs_b.select(Axis(1), &col_index),
+        );
+        let (a_t, abs_a_t) = (a.slice(s![.., t0..t1]), abs_a.slice(s![.., t0..t1]));
+        general_mat_mul(1.0, &a_t, &cb, 1.0, &mut cols_want);
+        general_mat_mul(1.0, &abs_a_t, &abs_cb, 1.0, &mut cols_mag);
+    }
     BlockExpected {
         group: block.group,
         row0: block.row0,
-        n: a.ncols(),
-        magnitude,
-        projection,
-        rows,
-        cols,
+        n,
+        magnitude: abs_a.dot(&row_sums),
+        projection: a.dot(&bx),
+        rows: Sampled {
+            want: rows_want,
+            magnitude: rows_mag,
+            index: row_index,
+        },
+        cols: Sampled {
+            want: cols_want.reversed_axes(),
+            magnitude: cols_mag.reversed_axes(),
+            index: col_index,
+        },
+    }
+}
+
+#[cfg(test)]
+mod block_tests {
+    use super::*;
+    use crate::gemm::weights::bf16_of;
+    use ndarray::Array3;
+
+    /// The dense, whole-operand computation [`block_expected`] replaced: the oracle.
+    fn dense(block: &Block, vectors: &Array2<f64>, pass: usize) -> BlockExpected {
+        let (a, b) = (block.a.mapv(f64::from), block.b.to_f64());
+        let (abs_a, abs_b) = (a.mapv(f64::abs), b.mapv(f64::abs));
+        let rows = sampled(a.nrows(), seed_of(pass, block.group, 0x726f_7773));
+        let cols = sampled(b.ncols(), seed_of(pass, block.group, 0x636f_6c73));
+        let (ra, abs_ra) = (a.select(Axis(0), &rows), abs_a.select(Axis(0), &rows));
+        let (cb, abs_cb) = (b.select(Axis(1), &cols), abs_b.select(Axis(1), &cols));
+        BlockExpected {
+            group: block.group,
+            row0: block.row0,
+            n: a.ncols(),
+            magnitude: abs_a.dot(&abs_b.sum_axis(Axis(1))),
+            projection: a.dot(&b.dot(&vectors.t())),
+            rows: Sampled {
+                want: ra.dot(&b),
+                magnitude: abs_ra.dot(&abs_b),
+                index: rows,
+            },
+            cols: Sampled {
+                want: a.dot(&cb).reversed_axes(),
+                magnitude: abs_a.dot(&abs_cb).reversed_axes(),
+                index: cols,
+            },
+        }
+    }
+
+    /// Widening the right operand a block of rows at a time gives the dense computation's
+    /// values, on small integers (every sum exact in any order): over several blocks, with
+    /// the operand in f32 and in bf16, read in place and transposed (dgrad's `rhs_gᵀ`).
+    #[test]
+    fn blocks_of_rows_are_the_dense_computation() {
+        let (rows, n, cols) = (70, 600, 45);
+        let a = Array2::from_shape_fn((rows, n), |(i, j)| ((i * 5 + j * 3) % 7) as f32 - 3.0);
+        let w = Array3::from_shape_fn((1, n, cols), |(_, i, j)| ((i + 2 * j) % 9) as f32 - 4.0);
+        let wt = Array3::from_shape_fn((1, cols, n), |(_, i, j)| w[(0, j, i)]);
+        let held = [
+            Weights::F32(w.clone()),
+            Weights::Bf16(w.mapv(bf16_of)),
+            Weights::F32(wt.clone()),
+            Weights::Bf16(wt.mapv(bf16_of)),
+        ];
+        let vectors = Array2::from_shape_fn((VECTORS, cols), |(v, j)| {
+            sign(seed_of(1, v, 0x7665_6374), j as u64)
+        });
+        for (i, h) in held.iter().enumerate() {
+            // The last two hold the operand transposed: its transpose is the (n, cols) view.
+            let b = if i < 2 { h.expert(0) } else { h.expert(0).t() };
+            assert_eq!(b.dim(), (n, cols));
+            let block = Block {
+                group: 3,
+                a: a.view(),
+                b,
+                row0: 11,
+            };
+            let got = block_expected(&block, &vectors, 1);
+            assert_eq!(got, dense(&block, &vectors, 1), "operand {i}");
+            assert!(got.rows.index.len() > 4 && got.projection.iter().any(|p| *p != 0.0));
+        }
     }
 }
