@@ -3,21 +3,23 @@
 //! this machine has available, instead of aborting on allocation minutes later.
 //!
 //! The estimates are per-element costs measured with `/usr/bin/time -f %M` on release builds
-//! (2026-12-03), rounded up:
+//! (2026-12-03 and 2026-12-04), rounded up:
 //! * `gemm`, counted per array: the inputs as they are held (4 bytes per element of `lhs` and
-//!   `dout`, which the generated case always has, and of `rhs`, 2 with `--dtype bf16`), each asked output as it is held (4 bytes
-//!   per element of `out`, `dlhs`, `drhs`; 8 with `--out-dtype f64`; an `exec:` program that
-//!   writes float64 for a narrower format is held in f64, twice this), what the check
-//!   holds per core while it widens one expert at a time (`gemm_bytes` spells it out per
-//!   verification mode), and the emulated kernel's f32 partial sums; plus 256 MiB. Measured
-//!   in the README's end-to-end run (2026-12-04 03:42, outputs held in f32): 64 experts,
-//!   M = 4096, K = 2048, N = 1024, three passes, 1.13 GiB (reference) to 1.30 GiB (emulate,
-//!   fast), estimate 1.5 GiB (1.7 fast); DeepSeek-V3's forward pass (256 experts,
-//!   M = 32768, K = 7168, N = 2048), emulate, full, 15.63 GiB, estimate 16.7 GiB.
+//!   `dout`, which the generated case always has, and of `rhs`, 2 with `--dtype bf16`), each
+//!   asked output as it is held (4 bytes per element of `out`, `dlhs`, `drhs`; 8 with
+//!   `--out-dtype f64`; an `exec:` program that writes float64 for a narrower format is held
+//!   in f64, twice this), what the check holds per core while it widens one expert at a time
+//!   (`gemm_bytes` spells it out per verification mode), and what the emulated kernel holds
+//!   beside its outputs; plus 256 MiB. A case checked in shards of experts
+//!   ([`gemm_bytes_sharded`]) counts the whole inputs and its largest shard as a case of its
+//!   own. Measured in the README's end-to-end runs (release builds, two cores): 64 experts,
+//!   M = 4096, K = 2048, N = 1024, three passes, 0.88 GiB (reference) to 1.03 GiB (emulate,
+//!   fast); DeepSeek-V3's forward pass (256 experts, M = 32768, K = 7168, N = 2048),
+//!   emulate, full, 8.49 GiB; its three passes in shards, the README's table.
 //! * `gemm --dtype fp8`: about 55 bytes per element of `lhs`, `rhs` and `out` together (the
 //!   FP8 references are held whole), measured with `/usr/bin/time` at 16 experts, M = 2048,
 //!   K = 1024, N = 512 (0.63 GB) and 64 experts, M = 4096, K = 2048, N = 1024 (7.76 GB; the
-//!   end-to-end run's 7.18 GiB); the guard counts 64. (Before the comparison with the
+//!   end-to-end runs' 7.18 and 7.25 GiB); the guard counts 64. (Before the comparison with the
 //!   unquantised GEMM stopped copying every element, the peaks were 74 bytes per element,
 //!   above the 64 counted then.)
 //! * `moe`: about 100 bytes per expert-weight element and 600 per element of `x` (the
