@@ -3,11 +3,12 @@
 //! and columns in f64 with their magnitudes. Nothing here is `O(M·K·N)`.
 
 use ndarray::linalg::general_mat_mul;
-use ndarray::{s, Array1, Array2, ArrayView2, Axis};
+use ndarray::{s, Array1, Array2, ArrayView2, ArrayViewMut2, Axis};
 
 use super::mode::VECTORS;
 use super::sample::{sampled, seed_of, sign};
 use crate::gemm::case::{GroupedGemmCase, Pass, Passes};
+use crate::gemm::kernel::gemm_magnitude;
 use crate::gemm::weights::{bf16_to_f32, WeightView, Weights};
 use crate::Error;
 
@@ -177,27 +178,77 @@ fn widened_rows(b: WeightView<'_>, t0: usize, t1: usize) -> Array2<f64> {
     }
 }
 
-/// The reference side of one block. The right operand (an expert's weight, or its rows of
-/// `dout`) is read where it lies and widened [`B_ROWS`] rows at a time: each block of its
-/// rows adds its share of every sum (the projections' `B·x`, the magnitudes' `Σ_j |b_tj|`,
-/// the sampled rows' and columns' values and magnitudes). The sums are in f64 in another
-/// order than one dense product's, within the same `γ(n)·Σ|a·b|`.
+/// `want ← a·b` and `mag ← |a|·|b|` in one sweep of the f64 kernel, `b` read where it lies
+/// (f32 or bf16, widened in registers).
+fn product_magnitude(
+    a: ArrayView2<f64>,
+    b: WeightView<'_>,
+    want: ArrayViewMut2<f64>,
+    mag: ArrayViewMut2<f64>,
+) {
+    match b {
+        WeightView::F32(b) => gemm_magnitude(a, b, want, mag),
+        WeightView::Bf16(b) => gemm_magnitude(a, b, want, mag),
+    }
+}
+
+/// Columns `index` of `b`, held as `b` is.
+fn select_cols<'a>(b: WeightView<'_>, index: &[usize], buf: &'a mut Held) -> WeightView<'a> {
+    match b {
+        WeightView::F32(b) => {
+            buf.f32 = b.select(Axis(1), index);
+            WeightView::F32(buf.f32.view())
+        }
+        WeightView::Bf16(b) => {
+            buf.bf16 = b.select(Axis(1), index);
+            WeightView::Bf16(buf.bf16.view())
+        }
+    }
+}
+
+/// Owners of [`select_cols`]' copies.
+#[derive(Default)]
+struct Held {
+    f32: Array2<f32>,
+    bf16: Array2<half::bf16>,
+}
+
+/// The reference side of one block. The sampled rows (when the right operand's rows are
+/// contiguous: fwd's weight, wgrad's rows of `dout`) and columns go through the f64 kernel
+/// with values and magnitudes in one sweep, the right operand read where it lies. The
+/// projections' `B·x`, the magnitudes' `Σ_j |b_tj|` and (dgrad, whose `rhs_gᵀ` is strided)
+/// the sampled rows take the right operand widened [`B_ROWS`] rows at a time, each block
+/// adding its share. The sums are in f64 in other orders than one dense product's, within
+/// the same `γ(n)·Σ|a·b|`.
 fn block_expected(block: &Block, vectors: &Array2<f64>, pass: usize) -> BlockExpected {
     let a = block.a.mapv(f64::from);
     let abs_a = a.mapv(f64::abs);
     let (n, cols) = block.b.dim();
     let row_index = sampled(a.nrows(), seed_of(pass, block.group, 0x726f_7773));
     let col_index = sampled(cols, seed_of(pass, block.group, 0x636f_6c73));
-    let (ra, abs_ra) = (
-        a.select(Axis(0), &row_index),
-        abs_a.select(Axis(0), &row_index),
-    );
-    let mut bx = Array2::<f64>::zeros((n, VECTORS));
-    let mut row_sums = Array1::<f64>::zeros(n);
+    let ra = a.select(Axis(0), &row_index);
     let mut rows_want = Array2::<f64>::zeros((row_index.len(), cols));
     let mut rows_mag = Array2::<f64>::zeros((row_index.len(), cols));
+    let in_place = match block.b {
+        WeightView::F32(b) => b.strides()[1] == 1 || cols < 2,
+        WeightView::Bf16(b) => b.strides()[1] == 1 || cols < 2,
+    };
+    if in_place {
+        product_magnitude(
+            ra.view(),
+            block.b,
+            rows_want.view_mut(),
+            rows_mag.view_mut(),
+        );
+    }
     let mut cols_want = Array2::<f64>::zeros((a.nrows(), col_index.len()));
     let mut cols_mag = Array2::<f64>::zeros((a.nrows(), col_index.len()));
+    let mut held = Held::default();
+    let cb = select_cols(block.b, &col_index, &mut held);
+    product_magnitude(a.view(), cb, cols_want.view_mut(), cols_mag.view_mut());
+    let abs_ra = ra.mapv(f64::abs);
+    let mut bx = Array2::<f64>::zeros((n, VECTORS));
+    let mut row_sums = Array1::<f64>::zeros(n);
     for t0 in (0..n).step_by(B_ROWS) {
         let t1 = (t0 + B_ROWS).min(n);
         let b = widened_rows(block.b, t0, t1);
@@ -206,18 +257,13 @@ fn block_expected(block: &Block, vectors: &Array2<f64>, pass: usize) -> BlockExp
         row_sums
             .slice_mut(s![t0..t1])
             .assign(&abs_b.sum_axis(Axis(1)));
-        // Small dense products (matrixmultiply packs its operands, so strided ones cost
-        // nothing extra), added block by block.
-        let (ra_t, abs_ra_t) = (ra.slice(s![.., t0..t1]), abs_ra.slice(s![.., t0..t1]));
-        general_mat_mul(1.0, &ra_t, &b, 1.0, &mut rows_want);
-        general_mat_mul(1.0, &abs_ra_t, &abs_b, 1.0, &mut rows_mag);
-        let (cb, abs_cb) = (
-            b.select(Axis(1), &col_index),
-            abs_b.select(Axis(1), &col_index),
-        );
-        let (a_t, abs_a_t) = (a.slice(s![.., t0..t1]), abs_a.slice(s![.., t0..t1]));
-        general_mat_mul(1.0, &a_t, &cb, 1.0, &mut cols_want);
-        general_mat_mul(1.0, &abs_a_t, &abs_cb, 1.0, &mut cols_mag);
+        if !in_place {
+            // Small dense products (matrixmultiply packs its operands, so strided ones cost
+            // nothing extra), added block by block.
+            let (ra_t, abs_ra_t) = (ra.slice(s![.., t0..t1]), abs_ra.slice(s![.., t0..t1]));
+            general_mat_mul(1.0, &ra_t, &b, 1.0, &mut rows_want);
+            general_mat_mul(1.0, &abs_ra_t, &abs_b, 1.0, &mut rows_mag);
+        }
     }
     BlockExpected {
         group: block.group,
