@@ -72,7 +72,7 @@ pub const USABLE: f64 = 0.85;
 /// names the flags that set the size and `--allow-large`.
 pub fn guard(flags: &str, need: u64, available: Option<u64>, allow: bool) -> Result<(), String> {
     match available {
-        Some(have) if need as f64 > have as f64 * USABLE && !allow => Err(format!(
+        Some(have) if !within(need, have, USABLE) && !allow => Err(format!(
             "{flags}: this case needs about {} of memory and {} is available (a case may use {:.0}% of it); make it smaller, or pass --allow-large to try anyway",
             gib(need),
             gib(have),
@@ -80,6 +80,22 @@ pub fn guard(flags: &str, need: u64, available: Option<u64>, allow: bool) -> Res
         )),
         _ => Ok(()),
     }
+}
+
+/// Whether `need` bytes are at most `share` of `have`.
+fn within(need: u64, have: u64, share: f64) -> bool {
+    need as f64 <= have as f64 * share
+}
+
+/// Whether the guard lets `need` bytes run without `--allow-large`: at most [`USABLE`] of
+/// `available`, or the machine does not say.
+pub fn fits(need: u64, available: Option<u64>) -> bool {
+    available.is_none_or(|have| within(need, have, USABLE))
+}
+
+/// The cores this process may use.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |c| c.get())
 }
 
 /// Saturating product of sizes, as bytes.
@@ -100,8 +116,7 @@ pub struct GemmSize {
 /// The estimated peak of `moecheck gemm` (module docs) for `size`, the asked passes, the
 /// verification mode and the output format (outputs are held in f32 unless it is f64).
 pub fn gemm_bytes(size: GemmSize, passes: Passes, verify: Verify, formats: Formats) -> u64 {
-    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    gemm_bytes_on(cores, size, passes, verify, formats)
+    gemm_bytes_on(cores(), size, passes, verify, formats)
 }
 
 /// The input and output formats of a grouped GEMM: bf16 weights are held in bf16, outputs in
@@ -201,8 +216,7 @@ pub fn gemm_bytes_sharded(
     formats: Formats,
     shards: &[Shard],
 ) -> u64 {
-    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    sharded_on(cores, size, passes, verify, formats, shards)
+    sharded_on(cores(), size, passes, verify, formats, shards)
 }
 
 fn sharded_on(
@@ -248,7 +262,7 @@ pub fn shards_for(available: Option<u64>, groups: usize, need: impl Fn(usize) ->
     };
     let groups = groups.max(1);
     let under = |share: f64| {
-        let fits = |p: usize| need(p) as f64 <= have as f64 * share;
+        let fits = |p: usize| within(need(p), have, share);
         let (mut lo, mut hi) = (0, 1);
         while !fits(hi) {
             if hi == groups {
@@ -268,7 +282,7 @@ pub fn shards_for(available: Option<u64>, groups: usize, need: impl Fn(usize) ->
         }
         Some(hi)
     };
-    if need(1) as f64 <= have as f64 * USABLE {
+    if within(need(1), have, USABLE) {
         return 1;
     }
     under(SHARDED_SHARE)
@@ -279,7 +293,7 @@ pub fn shards_for(available: Option<u64>, groups: usize, need: impl Fn(usize) ->
 /// Whether no number of shards can make a case of `size` fit the guard: its inputs alone,
 /// which every shard's run holds whole, are above [`USABLE`] of `available`.
 pub fn inputs_too_large(size: GemmSize, dtype: Format, available: Option<u64>) -> bool {
-    available.is_some_and(|have| input_bytes(size, dtype) as f64 > have as f64 * USABLE)
+    !fits(input_bytes(size, dtype), available)
 }
 
 /// The estimated peak of `moecheck gemm --dtype fp8` (module docs).

@@ -153,16 +153,19 @@ impl GemmFlags {
         }
     }
 
+    fn formats(&self) -> memory::Formats {
+        memory::Formats {
+            dtype: self.dtype,
+            out_dtype: self.out_dtype,
+        }
+    }
+
     /// The estimated peak of the grouped GEMM checked in `parts` shards ([`memory`]), planned
     /// from the case's group sizes `sizes` as [`shard::plan`] will plan them.
     fn gemm_bytes(&self, verify: Verify, sizes: &[usize], parts: usize) -> u64 {
-        let formats = memory::Formats {
-            dtype: self.dtype,
-            out_dtype: self.out_dtype,
-        };
         let size = self.size();
         let plan = shard::plan_sizes(sizes, size.m, size.k, size.n, parts);
-        memory::gemm_bytes_sharded(size, self.passes, verify, formats, &plan)
+        memory::gemm_bytes_sharded(size, self.passes, verify, self.formats(), &plan)
     }
 
     /// How many shards of consecutive experts the case is checked in (`--shards`, or chosen
@@ -188,51 +191,41 @@ impl GemmFlags {
         let asked = self
             .shards
             .map(|p| usize::try_from(p).unwrap_or(usize::MAX));
-        if let (Some(p), Some(why)) = (asked, &whole) {
-            if p > 1 {
-                anyhow::bail!("--shards {p}: {why}");
-            }
-        }
-        let available = memory::available();
-        let formats = memory::Formats {
-            dtype: self.dtype,
-            out_dtype: self.out_dtype,
-        };
-        // Decided without planning (which draws every expert's size) when the whole case
-        // fits, or when no number of shards could make it: the guard passes or refuses it
-        // whole.
-        let whole_need = memory::gemm_bytes(self.size(), self.passes, verify, formats);
-        let no_plan = asked.is_none_or(|p| p <= 1)
-            && (whole.is_some()
-                || available.is_none_or(|have| whole_need as f64 <= have as f64 * memory::USABLE)
-                || memory::inputs_too_large(self.size(), self.dtype, available));
-        if no_plan {
-            self.guard(whole_need)?;
-            return Ok(1);
-        }
-        // The group sizes are the seed's first draws: the shards are planned on them.
-        let sizes = sizes_of(spec);
-        let parts = match (asked, &whole) {
+        match (asked, &whole) {
             (Some(p), Some(why)) if p > 1 => anyhow::bail!("--shards {p}: {why}"),
             (Some(p), _) if p > self.experts.max(1) => anyhow::bail!(
                 "--shards {p}: more shards than experts (--experts {})",
                 self.experts
             ),
-            (Some(p), _) => p,
-            (None, Some(_)) => 1,
-            (None, None) => memory::shards_for(available, self.experts, |p| {
-                self.gemm_bytes(verify, &sizes, p)
-            }),
-        };
-        let need = self.gemm_bytes(verify, &sizes, parts);
-        if parts > 1 {
-            // The refusal names the shards, which a user may change.
-            self.guard(need).map_err(|e| {
-                anyhow::anyhow!("{e} (checked in {parts} shards of experts, --shards)")
-            })?;
-            return Ok(parts);
+            _ => {}
         }
-        self.guard(need)?;
+        let available = memory::available();
+        // Checked whole, decided without planning (which draws every expert's size): when
+        // asked, when it must be, when the whole case fits, or when no number of shards
+        // could make it fit (the guard refuses it whole).
+        let whole_need = memory::gemm_bytes(self.size(), self.passes, verify, self.formats());
+        let at_once = match asked {
+            Some(p) => p == 1,
+            None => {
+                whole.is_some()
+                    || memory::fits(whole_need, available)
+                    || memory::inputs_too_large(self.size(), self.dtype, available)
+            }
+        };
+        if at_once {
+            self.guard(whole_need)?;
+            return Ok(1);
+        }
+        // The group sizes are the seed's first draws: the shards are planned on them.
+        let sizes = sizes_of(spec);
+        let parts = asked.unwrap_or_else(|| {
+            memory::shards_for(available, self.experts, |p| {
+                self.gemm_bytes(verify, &sizes, p)
+            })
+        });
+        // The refusal names the shards, which a user may change.
+        self.guard(self.gemm_bytes(verify, &sizes, parts))
+            .map_err(|e| anyhow::anyhow!("{e} (checked in {parts} shards of experts, --shards)"))?;
         Ok(parts)
     }
 

@@ -113,20 +113,32 @@ impl GroupedGemmCase {
     }
 }
 
-/// A shard's element location as it is in the whole case.
-fn moved(at: GemmAt, shard: &Shard, pass: Pass) -> GemmAt {
-    GemmAt {
-        group: match at.group {
-            GroupId::Expert(g) => GroupId::Expert(g + shard.experts.start),
+impl Shard {
+    /// A shard's group as it is in the whole case.
+    fn group(&self, group: GroupId) -> GroupId {
+        match group {
+            GroupId::Expert(g) => GroupId::Expert(g + self.experts.start),
             GroupId::Tail => GroupId::Tail,
-        },
-        // drhs rows are the k index of the expert's gradient, the same in any shard.
-        row: if pass == Pass::Wgrad {
-            at.row
+        }
+    }
+
+    /// A row of a shard's output of `pass` as it is in the whole case: `drhs` rows are the
+    /// `k` index of the expert's gradient, the same in any shard.
+    fn row(&self, row: usize, pass: Pass) -> usize {
+        if pass == Pass::Wgrad {
+            row
         } else {
-            at.row + shard.rows.start
-        },
-        col: at.col,
+            row + self.rows.start
+        }
+    }
+
+    /// A shard's element location as it is in the whole case.
+    fn at(&self, at: GemmAt, pass: Pass) -> GemmAt {
+        GemmAt {
+            group: self.group(at.group),
+            row: self.row(at.row, pass),
+            col: at.col,
+        }
     }
 }
 
@@ -168,18 +180,9 @@ fn merge_pass(
                 continue;
             }
             let mut g = g.clone();
-            g.group = moved(
-                GemmAt {
-                    group: g.group,
-                    row: 0,
-                    col: 0,
-                },
-                shard,
-                pass,
-            )
-            .group;
+            g.group = shard.group(g.group);
             if let Some(w) = g.stats.worst.as_mut() {
-                w.at = moved(w.at, shard, pass);
+                w.at = shard.at(w.at, pass);
             }
             groups.push(g);
         }
@@ -242,14 +245,10 @@ pub fn merge_fast(case: &GroupedGemmCase, parts: &[(Shard, FastReport)]) -> Fast
         for p in &r.fast {
             let worst = p.worst.as_ref().map(|w| ProjectionWorst {
                 group: w.group + shard.experts.start,
-                row: if p.pass == Pass::Wgrad {
-                    w.row
-                } else {
-                    w.row + shard.rows.start
-                },
+                row: shard.row(w.row, p.pass),
                 ..w.clone()
             });
-            let first_non_finite = p.first_non_finite.map(|at| moved(at, shard, p.pass));
+            let first_non_finite = p.first_non_finite.map(|at| shard.at(at, p.pass));
             let i = match fast.iter().position(|m| m.pass == p.pass) {
                 Some(i) => i,
                 None => {

@@ -12,7 +12,7 @@
 
 use moecheck_reference::format::{round_to, Format, Overflow};
 use moecheck_reference::gemm::{
-    Accumulator, Gemm, GemmOutputs, GroupedGemmCase, Passes, Precision,
+    Accumulator, Gemm, GemmOutputs, GroupedGemmCase, Pass, Passes, Precision,
 };
 use moecheck_reference::op::{Implementation, RunError};
 
@@ -247,6 +247,51 @@ impl Emulate {
         }
     }
 
+    /// Each expert's rows of `all`, the output of `pass` (fwd's `out`, dgrad's `dlhs`): rows
+    /// `written(g)` of group `g` (its M tiles) through [`Emulate::blocked_into`], rounded to the
+    /// output format; the experts in parallel, bf16 weights widened to f32 one expert at a
+    /// time. Columns past the last full K block stay unwritten under `PartialKTileIgnored`
+    /// (dgrad), as do rows past the written ones.
+    fn expert_rows(
+        &self,
+        case: &GroupedGemmCase,
+        pass: Pass,
+        all: ArrayViewMut2<f32>,
+        written: &(dyn Fn(usize) -> (usize, usize) + Sync),
+    ) {
+        let off = case.offsets();
+        let (k, n) = (case.k(), case.n());
+        let klim = self.k_limit(k);
+        by_group_rows(
+            all,
+            &off,
+            |g| (off[g + 1] - off[g]) * k * n,
+            |g, dst| {
+                let (lo, hi) = written(g);
+                if lo == hi {
+                    return;
+                }
+                let mut buf = Vec::new();
+                let w = case
+                    .rhs
+                    .expert(self.expert_of(&case.group_sizes, g))
+                    .f32_in(&mut buf);
+                let w = w.slice(s![..klim, ..]);
+                let (left, right, cols) = match pass {
+                    Pass::Fwd => (case.lhs.slice(s![lo..hi, ..klim]), w, n),
+                    Pass::Dgrad => {
+                        let dout = case.dout.as_ref().expect("checked by the caller");
+                        (dout.slice(s![lo..hi, ..]), w.t(), klim)
+                    }
+                    Pass::Wgrad => unreachable!("wgrad writes drhs, not rows of the output"),
+                };
+                let mut dst = dst.slice_move(s![..hi - lo, ..cols]);
+                self.blocked_into(left, right, dst.view_mut());
+                self.round_out(&mut dst, case);
+            },
+        );
+    }
+
     /// Which expert's weights group `g` reads (compacted under `GroupOffsetAfterEmpty`).
     fn expert_of(&self, sizes: &[usize], g: usize) -> usize {
         if self.has(Bug::GroupOffsetAfterEmpty) {
@@ -290,7 +335,7 @@ impl Implementation<Gemm> for Emulate {
         let g_count = case.groups();
         let off = case.offsets();
         let used = off[g_count];
-        let (lhs, rhs, sizes) = (&case.lhs, &case.rhs, &case.group_sizes);
+        let lhs = &case.lhs;
         let tail_zero = !self.has(Bug::TailRowsUninitialised);
         let klim = self.k_limit(k);
         let mut result = GemmOutputs::default();
@@ -311,29 +356,7 @@ impl Implementation<Gemm> for Emulate {
             let mut out = Array2::<f32>::from_elem((m, n), f32::NAN);
             let k_zero_poison = k == 0 && self.has(Bug::KZeroGarbage);
             if !k_zero_poison {
-                // Each expert writes its own rows.
-                by_group_rows(
-                    out.view_mut(),
-                    &off,
-                    |g| (off[g + 1] - off[g]) * n * k,
-                    |g, dst| {
-                        let (lo, hi) = written(g);
-                        if lo == hi {
-                            return;
-                        }
-                        let e = self.expert_of(sizes, g);
-                        // bf16 weights are widened to f32 for the sgemm, an expert at a time.
-                        let mut buf = Vec::new();
-                        let w = rhs.expert(e).f32_in(&mut buf);
-                        let mut dst = dst.slice_move(s![..hi - lo, ..]);
-                        self.blocked_into(
-                            lhs.slice(s![lo..hi, ..klim]),
-                            w.slice(s![..klim, ..]),
-                            dst.view_mut(),
-                        );
-                        self.round_out(&mut dst, case);
-                    },
-                );
+                self.expert_rows(case, Pass::Fwd, out.view_mut(), &written);
                 if tail_zero {
                     out.slice_mut(s![used.., ..]).fill(0.0);
                 }
@@ -342,30 +365,9 @@ impl Implementation<Gemm> for Emulate {
         }
 
         if passes.dgrad {
-            let dout = dout()?;
+            dout()?;
             let mut dlhs = Array2::<f32>::from_elem((m, k), f32::NAN);
-            by_group_rows(
-                dlhs.view_mut(),
-                &off,
-                |g| (off[g + 1] - off[g]) * k * n,
-                |g, dst| {
-                    let (lo, hi) = written(g);
-                    if lo == hi {
-                        return;
-                    }
-                    let e = self.expert_of(sizes, g);
-                    let mut buf = Vec::new();
-                    let w = rhs.expert(e).f32_in(&mut buf);
-                    // Columns past the last full K block stay unwritten under the bug.
-                    let mut dst = dst.slice_move(s![..hi - lo, ..klim]);
-                    self.blocked_into(
-                        dout.slice(s![lo..hi, ..]),
-                        w.slice(s![..klim, ..]).t(),
-                        dst.view_mut(),
-                    );
-                    self.round_out(&mut dst, case);
-                },
-            );
+            self.expert_rows(case, Pass::Dgrad, dlhs.view_mut(), &written);
             if tail_zero {
                 dlhs.slice_mut(s![used.., ..]).fill(0.0);
             }

@@ -192,30 +192,18 @@ fn product_magnitude(
     }
 }
 
-/// Columns `index` of `b`, held as `b` is.
-fn select_cols<'a>(b: WeightView<'_>, index: &[usize], buf: &'a mut Held) -> WeightView<'a> {
+/// Columns `index` of `b` in f64 (a few columns: the copy is small).
+fn widened_cols(b: WeightView<'_>, index: &[usize]) -> Array2<f64> {
     match b {
-        WeightView::F32(b) => {
-            buf.f32 = b.select(Axis(1), index);
-            WeightView::F32(buf.f32.view())
-        }
-        WeightView::Bf16(b) => {
-            buf.bf16 = b.select(Axis(1), index);
-            WeightView::Bf16(buf.bf16.view())
-        }
+        WeightView::F32(b) => b.select(Axis(1), index).mapv(f64::from),
+        WeightView::Bf16(b) => b.select(Axis(1), index).mapv(|x| f64::from(bf16_to_f32(x))),
     }
 }
 
-/// Owners of [`select_cols`]' copies.
-#[derive(Default)]
-struct Held {
-    f32: Array2<f32>,
-    bf16: Array2<half::bf16>,
-}
-
 /// The reference side of one block. The sampled rows (when the right operand's rows are
-/// contiguous: fwd's weight, wgrad's rows of `dout`) and columns go through the f64 kernel
-/// with values and magnitudes in one sweep, the right operand read where it lies. The
+/// contiguous: fwd's weight, wgrad's rows of `dout`, read where they lie) and the sampled
+/// columns (widened, a few of them) go through the f64 kernel, values and magnitudes in one
+/// sweep. The
 /// projections' `B·x`, the magnitudes' `Σ_j |b_tj|` and (dgrad, whose `rhs_gᵀ` is strided)
 /// the sampled rows take the right operand widened [`B_ROWS`] rows at a time, each block
 /// adding its share. The sums are in f64 in other orders than one dense product's, within
@@ -243,9 +231,13 @@ fn block_expected(block: &Block, vectors: &Array2<f64>, pass: usize) -> BlockExp
     }
     let mut cols_want = Array2::<f64>::zeros((a.nrows(), col_index.len()));
     let mut cols_mag = Array2::<f64>::zeros((a.nrows(), col_index.len()));
-    let mut held = Held::default();
-    let cb = select_cols(block.b, &col_index, &mut held);
-    product_magnitude(a.view(), cb, cols_want.view_mut(), cols_mag.view_mut());
+    let cb = widened_cols(block.b, &col_index);
+    gemm_magnitude(
+        a.view(),
+        cb.view(),
+        cols_want.view_mut(),
+        cols_mag.view_mut(),
+    );
     let abs_ra = ra.mapv(f64::abs);
     let mut bx = Array2::<f64>::zeros((n, VECTORS));
     let mut row_sums = Array1::<f64>::zeros(n);
