@@ -71,6 +71,7 @@ impl FormatInfo {
 }
 
 /// `2^e` as f64, exact for `-1074 <= e <= 1023`.
+#[inline]
 pub fn pow2(e: i32) -> f64 {
     if e >= -1022 {
         f64::from_bits(((e + 1023) as u64) << 52)
@@ -91,6 +92,7 @@ impl Format {
     ];
 
     /// The format's constants.
+    #[inline]
     pub fn info(self) -> FormatInfo {
         match self {
             Format::F64 => FormatInfo {

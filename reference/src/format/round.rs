@@ -21,6 +21,10 @@ use super::kind::{pow2, Format, Overflow};
 /// assert_eq!(round_to(1e9, Format::E4m3, Overflow::Saturate), 448.0);
 /// assert_eq!(round_to(1.0 + 1.0 / 256.0, Format::Bf16, Overflow::Ieee), 1.0);
 /// ```
+///
+/// Inlined (its fast path is a few integer operations, and generating a case calls it once per
+/// value); the general path stays out of line.
+#[inline]
 pub fn round_to(x: f64, format: Format, overflow: Overflow) -> f64 {
     if format == Format::F64 || x.is_nan() {
         return x;
@@ -44,6 +48,7 @@ pub fn round_to(x: f64, format: Format, overflow: Overflow) -> f64 {
 }
 
 /// [`round_to`] by its formula alone (the fast path's reference).
+#[inline(never)]
 fn round_general(x: f64, format: Format, overflow: Overflow) -> f64 {
     let info = format.info();
     let over = |negative: bool| -> f64 {
