@@ -146,7 +146,7 @@ pub fn transpose_groups(
     group_sizes: &[usize],
 ) -> Result<Vec<u8>, CudaError> {
     let used: usize = group_sizes.iter().sum();
-    if cols == 0 || q.len() % cols != 0 || used * cols > q.len() {
+    if cols == 0 || !q.len().is_multiple_of(cols) || used * cols > q.len() {
         return Err(CudaError::Driver(format!(
             "transpose_groups: {} bytes do not hold the {used} grouped rows of {cols} columns",
             q.len()

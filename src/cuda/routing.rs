@@ -72,7 +72,7 @@ pub fn check_params(t: usize, e: usize, p: &RouteParams) -> Result<(), String> {
             p.topk
         ));
     }
-    if p.groups == 0 || p.groups > MAX_GROUPS || e % p.groups != 0 {
+    if p.groups == 0 || p.groups > MAX_GROUPS || !e.is_multiple_of(p.groups) {
         return Err(format!(
             "{} groups must divide {e} experts (at most {MAX_GROUPS})",
             p.groups

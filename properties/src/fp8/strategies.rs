@@ -66,7 +66,7 @@ impl Fp8CaseArgs {
     fn value(&self, tag: u64, index: usize, exp: i32) -> f32 {
         let h = mix(self.value_seed ^ mix((tag << 56) ^ index as u64));
         let u = ((h >> 40) as f64 + 0.5) / pow2(24) * 2.0 - 1.0;
-        let tiny = self.tiny_every > 0 && (h & 0xff) as usize % self.tiny_every == 0;
+        let tiny = self.tiny_every > 0 && ((h & 0xff) as usize).is_multiple_of(self.tiny_every);
         let t = if tiny { pow2(-14) } else { 1.0 };
         (u * t * pow2(exp)) as f32
     }

@@ -95,7 +95,7 @@ pub struct MoeRequire {
 }
 
 fn routing_config(e: usize, req: MoeRequire) -> BoxedStrategy<RoutingConfig> {
-    let divisors: Vec<usize> = (1..=e).filter(|g| e % g == 0).collect();
+    let divisors: Vec<usize> = (1..=e).filter(|g| e.is_multiple_of(*g)).collect();
     let capacity: BoxedStrategy<Option<Capacity>> = if req.no_dropping {
         Just(None).boxed()
     } else {

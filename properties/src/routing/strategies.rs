@@ -201,7 +201,7 @@ fn score() -> impl Strategy<Value = ScoreFunction> {
 
 /// `(G, TG, K)` for `E` experts.
 fn shape(e: usize, req: RouteRequire) -> BoxedStrategy<(Option<(usize, usize)>, usize)> {
-    let divisors: Vec<usize> = (1..=e).filter(|g| e % g == 0).collect();
+    let divisors: Vec<usize> = (1..=e).filter(|g| e.is_multiple_of(*g)).collect();
     let min_k = if req.capacity == Some(true) { 2 } else { 1 };
     let plain = (min_k.min(e)..=e)
         .prop_flat_map(move |k| prop_oneof![3 => Just(k), 1 => Just(e)])
@@ -238,7 +238,7 @@ fn capacity(
     t: usize,
     req: RouteRequire,
 ) -> BoxedStrategy<Option<(f64, DropPolicy, Option<usize>)>> {
-    let divisors: Vec<usize> = (1..=t.max(1)).filter(|s| t % s == 0).collect();
+    let divisors: Vec<usize> = (1..=t.max(1)).filter(|s| t.is_multiple_of(*s)).collect();
     let some = (
         proptest::sample::select(CAPACITY_FACTORS.to_vec()),
         prop_oneof![

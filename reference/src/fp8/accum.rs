@@ -420,7 +420,7 @@ mod tests {
         // promotion all of them after the first are dropped; with it every chunk starts from
         // 0, so chunk 1 (products 128..256) keeps its own 1 + 127·2^-14 = 1 + 0.00775…
         // truncated to 14 bits per addition: each 2^-14 added to 1 is dropped again.
-        let q = |i: usize| if i % 128 == 0 { 1.0 } else { tiny };
+        let q = |i: usize| if i.is_multiple_of(128) { 1.0 } else { tiny };
         assert_eq!(AccumModel::Fast.dot(300, q), 3.0);
         assert_eq!(AccumModel::FastPromote.dot(300, q), 3.0);
         // Products in chunk order small first: 127 · 2^-14 accumulate exactly (below 2^-7 the

@@ -176,7 +176,7 @@ impl RoutingConfig {
             if g.groups == 0 {
                 return bad("groups", "must be at least 1".into());
             }
-            if experts % g.groups != 0 {
+            if !experts.is_multiple_of(g.groups) {
                 return bad(
                     "groups",
                     format!("{} does not divide the {experts} experts", g.groups),
@@ -256,7 +256,7 @@ impl RoutingConfig {
                 (DropPolicy::Position, Some(0)) => {
                     return bad("seq_len", "must be at least 1".into())
                 }
-                (DropPolicy::Position, Some(s)) if tokens % s != 0 => {
+                (DropPolicy::Position, Some(s)) if !tokens.is_multiple_of(s) => {
                     return bad(
                         "seq_len",
                         format!("{s} does not divide the {tokens} tokens"),
