@@ -1,36 +1,27 @@
 //! `emulate`: a CPU model of a tiled grouped-GEMM kernel, with optional injected bugs.
 //!
 //! The model poisons every output with NaN, then for each group walks M tiles of `tile_m`
-//! rows and K blocks of `tile_k`: products are formed in f32 and summed in f32 within a block
-//! (one f32 GEMM of depth `tile_k` through matrixmultiply's sgemm, in its order, with FMA
-//! where the CPU has it), and each block partial is added to an f32 accumulator. The result is
-//! rounded once to `case.out_dtype`. Groups run in parallel. Zero-size work writes exact zeros where the contract
-//! demands (tail rows of `out`/`dlhs`, `drhs` of empty experts, `out` when `K = 0`).
+//! rows and K blocks of `tile_k`: products are formed in f32 and summed in f32 within a block,
+//! in order from 0 (one fused multiply-add each where the CPU has FMA), and each block partial
+//! is added to an f32 accumulator that starts at 0 ([`super::blocked`], register-blocked and
+//! packed, reading bf16 weights where they lie). The result is rounded once to
+//! `case.out_dtype`. Groups run in parallel. Zero-size work writes exact zeros where the
+//! contract demands (tail rows of `out`/`dlhs`, `drhs` of empty experts, `out` when `K = 0`).
 //!
 //! [`Bug`] injects one realistic kernel defect; `moecheck selftest` checks that the
 //! properties catch every one of them.
 
 use moecheck_reference::format::{round_to, Format, Overflow};
 use moecheck_reference::gemm::{
-    Accumulator, Gemm, GemmOutputs, GroupedGemmCase, Pass, Passes, Precision,
+    Accumulator, Gemm, GemmOutputs, GroupedGemmCase, Pass, Passes, Precision, WeightView,
 };
 use moecheck_reference::op::{Implementation, RunError};
 
+use super::blocked::{blocked_gemm, Elem};
 use crate::impls::{model_name, PlantedBug};
 use moecheck_reference::gemm::stream::by_group_rows;
 use moecheck_reference::par::map_by_cost;
-use ndarray::linalg::general_mat_mul;
 use ndarray::{s, Array2, Array3, ArrayView2, ArrayViewMut2, Axis};
-
-/// Most output rows and columns [`Emulate::blocked_into`] sums at once: the running sum and
-/// a block's partial, 256 × 256 f32 each, stay in a core's cache.
-const PANEL_ROWS: usize = 256;
-const PANEL_COLS: usize = 256;
-
-thread_local! {
-    /// The block partials of [`Emulate::blocked_into`], kept for the thread's life.
-    static PART: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
 
 /// A defect that can be injected into [`Emulate`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -173,7 +164,7 @@ impl Emulate {
     /// The first index of the last partial K block, when `PartialKTileIgnored` skips it.
     fn k_limit(&self, k: usize) -> usize {
         let b = self.tile_k.max(1);
-        if self.has(Bug::PartialKTileIgnored) && k % b != 0 {
+        if self.has(Bug::PartialKTileIgnored) && !k.is_multiple_of(b) {
             k - k % b
         } else {
             k
@@ -181,60 +172,24 @@ impl Emulate {
     }
 
     /// `acc ← a·b` as the kernel accumulates it: for each K block of `tile_k` products a
-    /// partial sum in f32 (one f32 GEMM of depth `tile_k`, summed in any order inside the
-    /// block), the partials added in f32 in block order. Under `LowPrecisionAccumulator` every
-    /// addition is rounded to bf16 instead ([`Emulate::dot`], element by element). Every
-    /// element of `acc` is written.
-    ///
-    /// The output is computed in panels of at most [`PANEL_ROWS`] × [`PANEL_COLS`], so that
-    /// the running sum and the block's partial stay in cache while the K blocks go by; the
-    /// first block is written into the sum directly (`0 + p` is `p`), and the partials'
-    /// buffer is this thread's, reused. Each element's arithmetic is the same whatever the
-    /// panels.
-    fn blocked_into(&self, a: ArrayView2<f32>, b: ArrayView2<f32>, mut acc: ArrayViewMut2<f32>) {
-        let (rows, depth) = a.dim();
-        let cols = b.ncols();
+    /// partial sum in f32 from 0, the partials added in f32 in block order
+    /// ([`blocked::blocked_gemm`], which reads `b` where it lies, f32 or bf16). Under
+    /// `LowPrecisionAccumulator` every addition is rounded to bf16 instead ([`Emulate::dot`],
+    /// element by element). Every element of `acc` is written.
+    fn blocked_into<B: Elem>(
+        &self,
+        a: ArrayView2<f32>,
+        b: ArrayView2<B>,
+        mut acc: ArrayViewMut2<f32>,
+    ) {
         if self.has(Bug::LowPrecisionAccumulator) {
-            acc.assign(&Array2::from_shape_fn((rows, cols), |(r, c)| {
-                self.dot(depth, |i| a[(r, i)] * b[(i, c)])
+            let (rows, depth) = a.dim();
+            acc.assign(&Array2::from_shape_fn((rows, b.ncols()), |(r, c)| {
+                self.dot(depth, |i| a[(r, i)] * b[(i, c)].widen())
             }));
             return;
         }
-        if depth == 0 {
-            acc.fill(0.0);
-            return;
-        }
-        let tile = self.tile_k.max(1);
-        PART.with(|part| {
-            let buf = &mut *part.borrow_mut();
-            for r0 in (0..rows).step_by(PANEL_ROWS) {
-                let r1 = (r0 + PANEL_ROWS).min(rows);
-                for c0 in (0..cols).step_by(PANEL_COLS) {
-                    let c1 = (c0 + PANEL_COLS).min(cols);
-                    let mut sum = acc.slice_mut(s![r0..r1, c0..c1]);
-                    let len = (r1 - r0) * (c1 - c0);
-                    if buf.len() < len {
-                        buf.resize(len, 0.0);
-                    }
-                    let mut p = ArrayViewMut2::from_shape((r1 - r0, c1 - c0), &mut buf[..len])
-                        .expect("the buffer holds the panel");
-                    let mut start = 0;
-                    while start < depth {
-                        let end = (start + tile).min(depth);
-                        let a_blk = a.slice(s![r0..r1, start..end]);
-                        let b_blk = b.slice(s![start..end, c0..c1]);
-                        // β = 0: the destination is overwritten, never read.
-                        if start == 0 {
-                            general_mat_mul(1.0, &a_blk, &b_blk, 0.0, &mut sum);
-                        } else {
-                            general_mat_mul(1.0, &a_blk, &b_blk, 0.0, &mut p);
-                            sum += &p;
-                        }
-                        start = end;
-                    }
-                }
-            }
-        });
+        blocked_gemm(a, b, self.tile_k, acc);
     }
 
     /// Rounds the f32 values of `dst` once to the case's output format, in place. Outputs are
@@ -271,22 +226,33 @@ impl Emulate {
                 if lo == hi {
                     return;
                 }
-                let mut buf = Vec::new();
-                let w = case
-                    .rhs
-                    .expert(self.expert_of(&case.group_sizes, g))
-                    .f32_in(&mut buf);
-                let w = w.slice(s![..klim, ..]);
-                let (left, right, cols) = match pass {
-                    Pass::Fwd => (case.lhs.slice(s![lo..hi, ..klim]), w, n),
+                let w = case.rhs.expert(self.expert_of(&case.group_sizes, g));
+                let (left, cols) = match pass {
+                    Pass::Fwd => (case.lhs.slice(s![lo..hi, ..klim]), n),
                     Pass::Dgrad => {
                         let dout = case.dout.as_ref().expect("checked by the caller");
-                        (dout.slice(s![lo..hi, ..]), w.t(), klim)
+                        (dout.slice(s![lo..hi, ..]), klim)
                     }
                     Pass::Wgrad => unreachable!("wgrad writes drhs, not rows of the output"),
                 };
                 let mut dst = dst.slice_move(s![..hi - lo, ..cols]);
-                self.blocked_into(left, right, dst.view_mut());
+                // The weight where it lies: fwd reads `rhs_g[..klim, :]`, dgrad `rhs_g[..klim, :]ᵀ`.
+                fn right<T>(w: ArrayView2<'_, T>, klim: usize, pass: Pass) -> ArrayView2<'_, T> {
+                    let w = w.slice_move(s![..klim, ..]);
+                    if pass == Pass::Fwd {
+                        w
+                    } else {
+                        w.reversed_axes()
+                    }
+                }
+                match w {
+                    WeightView::F32(w) => {
+                        self.blocked_into(left, right(w, klim, pass), dst.view_mut())
+                    }
+                    WeightView::Bf16(w) => {
+                        self.blocked_into(left, right(w, klim, pass), dst.view_mut())
+                    }
+                }
                 self.round_out(&mut dst, case);
             },
         );
@@ -400,12 +366,20 @@ impl Implementation<Gemm> for Emulate {
                         }
                         return;
                     }
-                    let a = lhs.select(Axis(0), &rows);
-                    let b = dout.select(Axis(0), &rows);
                     // An empty expert that reads the tail writes every k; others stop at klim.
                     let cols = if empty { k } else { klim };
                     let mut dst = dst.slice_mut(s![..cols, ..]);
-                    self.blocked_into(a.slice(s![.., ..cols]).t(), b.view(), dst.view_mut());
+                    let contiguous = rows.windows(2).all(|w| w[1] == w[0] + 1);
+                    if contiguous {
+                        // The expert's rows where they lie.
+                        let r = rows.first().map_or(0..0, |&f| f..f + rows.len());
+                        let a = lhs.slice(s![r.clone(), ..cols]);
+                        self.blocked_into(a.t(), dout.slice(s![r, ..]), dst.view_mut());
+                    } else {
+                        let a = lhs.select(Axis(0), &rows);
+                        let b = dout.select(Axis(0), &rows);
+                        self.blocked_into(a.slice(s![.., ..cols]).t(), b.view(), dst.view_mut());
+                    }
                     self.round_out(&mut dst, case);
                 },
             );

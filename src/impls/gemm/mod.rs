@@ -1,8 +1,10 @@
 //! The grouped GEMM's implementations besides `reference` and `exec:`: its CPU model
 //! ([`emulate`]) and, with the `cuda` feature, our kernels and cuBLAS ([`crate::cuda`]).
 
+mod blocked;
 pub mod emulate;
 pub mod fast;
+mod simd;
 
 use moecheck_reference::format::Format;
 use moecheck_reference::gemm::{Accumulator, Gemm, Precision};
