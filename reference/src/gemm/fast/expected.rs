@@ -8,7 +8,7 @@ use ndarray::{s, Array1, Array2, ArrayView2, ArrayViewMut2, Axis};
 use super::mode::VECTORS;
 use super::sample::{sampled, seed_of, sign};
 use crate::gemm::case::{GroupedGemmCase, Pass, Passes};
-use crate::gemm::kernel::gemm_magnitude;
+use crate::gemm::kernel::{gemm_magnitude, Operand};
 use crate::gemm::weights::{bf16_to_f32, WeightView, Weights};
 use crate::Error;
 
@@ -156,8 +156,9 @@ pub fn fast_expected(case: &GroupedGemmCase, passes: Passes) -> Result<FastExpec
     Ok(FastExpected { passes })
 }
 
-/// Rows of the right operand widened to f64 at once in [`block_expected`]: a block of the
-/// weight (at most 256 × max(K, N) f64, 3.5 MiB at DeepSeek-V3's size) instead of all of it.
+/// Rows of a strided right operand (dgrad's `rhs_gᵀ`) widened to f64 at once in
+/// [`block_expected`]: a block of the weight (256 × K f64, 14 MiB at DeepSeek-V3's size)
+/// instead of all of it.
 const B_ROWS: usize = 256;
 
 /// Rows `t0..t1` of `b` in f64, with the logical shape `(t1 - t0, cols)`, read in `b`'s own
@@ -192,6 +193,50 @@ fn product_magnitude(
     }
 }
 
+/// `bx[t, v] = Σ_j b[t, j]·x[v, j]` and `sums[t] = Σ_j |b[t, j]|` for every row `t` of `b`
+/// (rows contiguous: fwd's weight, wgrad's rows of `dout`), in one sweep over `b` where it
+/// lies: each row widened into one reused buffer, then nine sums over it, each in eight
+/// interleaved partial sums (a vectorisable order; any order is within `γ(n)·Σ|a·b|`).
+fn project_rows<T: Operand>(
+    b: ArrayView2<T>,
+    x: &Array2<f64>,
+    bx: &mut Array2<f64>,
+    sums: &mut Array1<f64>,
+) {
+    let mut wide = vec![0.0f64; b.ncols()];
+    let x: Vec<&[f64]> = x
+        .rows()
+        .into_iter()
+        .map(|r| r.to_slice().expect("the vectors are standard layout"))
+        .collect();
+    for (t, row) in b.rows().into_iter().enumerate() {
+        for (w, v) in wide.iter_mut().zip(row) {
+            *w = v.wide();
+        }
+        sums[t] = lanes(&wide, |w, _| w.abs(), &wide);
+        for (v, xv) in x.iter().enumerate() {
+            bx[(t, v)] = lanes(&wide, |w, y| w * y, xv);
+        }
+    }
+}
+
+/// `Σ_j f(a_j, b_j)` in eight interleaved partial sums, added pairwise at the end.
+#[inline(always)]
+fn lanes(a: &[f64], f: impl Fn(f64, f64) -> f64, b: &[f64]) -> f64 {
+    let mut acc = [0.0f64; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ar, br) = (ac.remainder(), bc.remainder());
+    for (ca, cb) in ac.zip(bc) {
+        for l in 0..8 {
+            acc[l] += f(ca[l], cb[l]);
+        }
+    }
+    for (l, (x, y)) in ar.iter().zip(br).enumerate() {
+        acc[l] += f(*x, *y);
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
+}
+
 /// Columns `index` of `b` in f64 (a few columns: the copy is small).
 fn widened_cols(b: WeightView<'_>, index: &[usize]) -> Array2<f64> {
     match b {
@@ -203,11 +248,11 @@ fn widened_cols(b: WeightView<'_>, index: &[usize]) -> Array2<f64> {
 /// The reference side of one block. The sampled rows (when the right operand's rows are
 /// contiguous: fwd's weight, wgrad's rows of `dout`, read where they lie) and the sampled
 /// columns (widened, a few of them) go through the f64 kernel, values and magnitudes in one
-/// sweep. The
-/// projections' `B·x`, the magnitudes' `Σ_j |b_tj|` and (dgrad, whose `rhs_gᵀ` is strided)
-/// the sampled rows take the right operand widened [`B_ROWS`] rows at a time, each block
-/// adding its share. The sums are in f64 in other orders than one dense product's, within
-/// the same `γ(n)·Σ|a·b|`.
+/// sweep. The projections' `B·x` and the magnitudes' `Σ_j |b_tj|` read the right operand's
+/// rows once where they lie ([`project_rows`]) when they are contiguous; dgrad's `rhs_gᵀ` is
+/// strided, and is widened [`B_ROWS`] rows at a time for those and for its sampled rows, each
+/// block adding its share. The sums are in f64 in other orders than one dense product's,
+/// within the same `γ(n)·Σ|a·b|`.
 fn block_expected(block: &Block, vectors: &Array2<f64>, pass: usize) -> BlockExpected {
     let a = block.a.mapv(f64::from);
     let abs_a = a.mapv(f64::abs);
@@ -238,18 +283,25 @@ fn block_expected(block: &Block, vectors: &Array2<f64>, pass: usize) -> BlockExp
         cols_want.view_mut(),
         cols_mag.view_mut(),
     );
-    let abs_ra = ra.mapv(f64::abs);
     let mut bx = Array2::<f64>::zeros((n, VECTORS));
     let mut row_sums = Array1::<f64>::zeros(n);
-    for t0 in (0..n).step_by(B_ROWS) {
-        let t1 = (t0 + B_ROWS).min(n);
-        let b = widened_rows(block.b, t0, t1);
-        let abs_b = b.mapv(f64::abs);
-        bx.slice_mut(s![t0..t1, ..]).assign(&b.dot(&vectors.t()));
-        row_sums
-            .slice_mut(s![t0..t1])
-            .assign(&abs_b.sum_axis(Axis(1)));
-        if !in_place {
+    if in_place {
+        // Every row of the right operand read once, where it lies.
+        match block.b {
+            WeightView::F32(b) => project_rows(b, vectors, &mut bx, &mut row_sums),
+            WeightView::Bf16(b) => project_rows(b, vectors, &mut bx, &mut row_sums),
+        }
+    } else {
+        // dgrad's `rhs_gᵀ`: blocks of rows widened, which its sampled rows need too.
+        let abs_ra = ra.mapv(f64::abs);
+        for t0 in (0..n).step_by(B_ROWS) {
+            let t1 = (t0 + B_ROWS).min(n);
+            let b = widened_rows(block.b, t0, t1);
+            let abs_b = b.mapv(f64::abs);
+            bx.slice_mut(s![t0..t1, ..]).assign(&b.dot(&vectors.t()));
+            row_sums
+                .slice_mut(s![t0..t1])
+                .assign(&abs_b.sum_axis(Axis(1)));
             // Small dense products (matrixmultiply packs its operands, so strided ones cost
             // nothing extra), added block by block.
             let (ra_t, abs_ra_t) = (ra.slice(s![.., t0..t1]), abs_ra.slice(s![.., t0..t1]));
