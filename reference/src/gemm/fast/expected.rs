@@ -2,13 +2,12 @@
 //! pass the reference side of each row's projections and its magnitude, and the sampled rows
 //! and columns in f64 with their magnitudes. Nothing here is `O(M·K·N)`.
 
-use ndarray::linalg::general_mat_mul;
 use ndarray::{s, Array1, Array2, ArrayView2, ArrayViewMut2, Axis};
 
 use super::mode::VECTORS;
 use super::sample::{sampled, seed_of, sign};
 use crate::gemm::case::{GroupedGemmCase, Pass, Passes};
-use crate::gemm::kernel::{gemm_magnitude, Operand};
+use crate::gemm::kernel::{gemm, gemm_magnitude, Operand};
 use crate::gemm::weights::{bf16_to_f32, WeightView, Weights};
 use crate::Error;
 
@@ -292,21 +291,27 @@ fn block_expected(block: &Block, vectors: &Array2<f64>, pass: usize) -> BlockExp
             WeightView::Bf16(b) => project_rows(b, vectors, &mut bx, &mut row_sums),
         }
     } else {
-        // dgrad's `rhs_gᵀ`: blocks of rows widened, which its sampled rows need too.
-        let abs_ra = ra.mapv(f64::abs);
-        for t0 in (0..n).step_by(B_ROWS) {
-            let t1 = (t0 + B_ROWS).min(n);
-            let b = widened_rows(block.b, t0, t1);
-            let abs_b = b.mapv(f64::abs);
-            bx.slice_mut(s![t0..t1, ..]).assign(&b.dot(&vectors.t()));
-            row_sums
-                .slice_mut(s![t0..t1])
-                .assign(&abs_b.sum_axis(Axis(1)));
-            // Small dense products (matrixmultiply packs its operands, so strided ones cost
-            // nothing extra), added block by block.
-            let (ra_t, abs_ra_t) = (ra.slice(s![.., t0..t1]), abs_ra.slice(s![.., t0..t1]));
-            general_mat_mul(1.0, &ra_t, &b, 1.0, &mut rows_want);
-            general_mat_mul(1.0, &abs_ra_t, &abs_b, 1.0, &mut rows_mag);
+        // dgrad's `rhs_gᵀ`: its transpose `rhs_g` has contiguous rows `j` (one per output
+        // column, each the reduction's `n` values). Blocks of them are widened to f64, and each
+        // block adds its share: the sampled rows' columns `j` (values and magnitudes in one
+        // sweep of the kernel), `B·x` and the row magnitudes.
+        let w = block.b.t();
+        let ra_t = ra.t().as_standard_layout().into_owned();
+        let x_t = vectors.t().as_standard_layout().into_owned();
+        let mut share = Array2::<f64>::zeros((n, VECTORS));
+        for j0 in (0..cols).step_by(B_ROWS) {
+            let j1 = (j0 + B_ROWS).min(cols);
+            let wb = widened_rows(w, j0, j1);
+            let mut want = Array2::<f64>::zeros((j1 - j0, ra_t.ncols()));
+            let mut mag = want.clone();
+            gemm_magnitude(wb.view(), ra_t.view(), want.view_mut(), mag.view_mut());
+            rows_want.slice_mut(s![.., j0..j1]).assign(&want.t());
+            rows_mag.slice_mut(s![.., j0..j1]).assign(&mag.t());
+            gemm(wb.t(), x_t.slice(s![j0..j1, ..]), share.view_mut());
+            bx += &share;
+            for row in wb.rows() {
+                row_sums.zip_mut_with(&row, |s, v| *s += v.abs());
+            }
         }
     }
     BlockExpected {
