@@ -244,31 +244,35 @@ pub fn generate(spec: &GemmSpec) -> GroupedGemmCase {
     let value = move |x: f64, scale: f64| round_to(x * scale, dtype, Overflow::Ieee) as f32;
     let mut lhs = ndarray::Array2::<f32>::zeros((m, k));
     let at = rng.get_word_pos();
-    fill(&rng, at, slice(&mut lhs), |x, _| value(x, 1.0));
+    let unscaled = Scales {
+        of: &[1.0],
+        per: usize::MAX,
+    };
+    fill(&rng, at, slice(&mut lhs), &unscaled, value);
     rng.set_word_pos(at + 2 * (m * k) as u128);
     let scales: Vec<f64> = (0..g)
         .map(|_| 2f64.powi(rng.random_range(-6..=6)))
         .collect();
     let at = rng.get_word_pos();
-    let per_expert = (k * n).max(1);
-    let weight = |x: f64, i: usize| value(x, scales[i / per_expert]);
+    let per_expert = Scales {
+        of: &scales,
+        per: (k * n).max(1),
+    };
     // bf16 weights are made and held in bf16 (every value is one): half the bytes.
     let rhs = if dtype == Format::Bf16 {
         let mut w = ndarray::Array3::from_elem((g, k, n), bf16::ZERO);
-        fill(&rng, at, slice(&mut w), |x, i| bf16_of(weight(x, i)));
+        fill(&rng, at, slice(&mut w), &per_expert, |x, scale| {
+            bf16_of(value(x, scale))
+        });
         Weights::Bf16(w)
     } else {
         let mut w = ndarray::Array3::<f32>::zeros((g, k, n));
-        fill(&rng, at, slice(&mut w), weight);
+        fill(&rng, at, slice(&mut w), &per_expert, value);
         Weights::F32(w)
     };
     let mut dout = ndarray::Array2::<f32>::zeros((m, n));
-    fill(
-        &rng,
-        at + 2 * (g * k * n) as u128,
-        slice(&mut dout),
-        |x, _| value(x, 1.0),
-    );
+    let at = at + 2 * (g * k * n) as u128;
+    fill(&rng, at, slice(&mut dout), &unscaled, value);
     GroupedGemmCase {
         lhs,
         rhs,
@@ -285,15 +289,24 @@ fn slice<T, D: ndarray::Dimension>(a: &mut ndarray::Array<T, D>) -> &mut [T] {
     a.as_slice_mut().expect("a new array is in standard layout")
 }
 
-/// `out[i] = value(x_i, i)` where `x_i`, uniform in (-1, 1), is the value drawn from `rng`'s
-/// stream at word position `start + 2i`; in parallel chunks, each seeking to its start.
+/// Value `i` of an array is scaled by `of[i / per]`.
+struct Scales<'a> {
+    of: &'a [f64],
+    per: usize,
+}
+
+/// `out[i] = value(x_i, scales.of[i / scales.per])` where `x_i`, uniform in (-1, 1), is the
+/// value drawn from `rng`'s stream at word position `start + 2i`; in parallel chunks, each
+/// seeking to its start. The scale is looked up where it changes, not divided out per value.
 fn fill<T: Send>(
     rng: &ChaCha8Rng,
     start: u128,
     out: &mut [T],
-    value: impl Fn(f64, usize) -> T + Sync,
+    scales: &Scales,
+    value: impl Fn(f64, f64) -> T + Sync,
 ) {
     const CHUNK: usize = 1 << 20;
+    const WORDS: usize = 1024;
     let chunks: Vec<(usize, &mut [T])> = out
         .chunks_mut(CHUNK)
         .enumerate()
@@ -305,12 +318,37 @@ fn fill<T: Send>(
         |(first, part)| {
             let mut r = rng.clone();
             r.set_word_pos(start + 2 * first as u128);
-            for (i, v) in part.iter_mut().enumerate() {
-                let x: f64 = r.random_range(-1.0..1.0);
-                *v = value(x, first + i);
+            // The stream's words in bulk (the same words as one `u64` at a time), each made
+            // into rand's `random_range(-1.0..1.0)` value by its own formula.
+            let mut words = [0u64; WORDS];
+            let mut group = first / scales.per;
+            let mut next = (group + 1).saturating_mul(scales.per);
+            let mut i = first;
+            for out in part.chunks_mut(WORDS) {
+                let words = &mut words[..out.len()];
+                r.fill(words);
+                let mut scale = scales.of[group];
+                for (v, w) in out.iter_mut().zip(words.iter()) {
+                    if i == next {
+                        group += 1;
+                        next = next.saturating_add(scales.per);
+                        scale = scales.of[group];
+                    }
+                    *v = value(unit_range(*w), scale);
+                    i += 1;
+                }
             }
         },
     );
+}
+
+/// rand's `random_range(-1.0..1.0)` for f64 from the `u64` it draws: the top 52 bits as a
+/// value in `[1, 2)`, minus 1, times the range's width 2, plus its low end -1 (each step
+/// exact or rounded as rand rounds it; a test checks the two agree).
+#[inline(always)]
+fn unit_range(w: u64) -> f64 {
+    let one_two = f64::from_bits((w >> 12) | 1.0f64.to_bits());
+    (one_two - 1.0) * 2.0 + -1.0
 }
 
 #[cfg(test)]
@@ -399,6 +437,20 @@ mod tests {
             let (a, b) = (generate(&s), sequential(&s));
             assert!(a == b, "{tokens} x {hidden} x {ffn} {dtype}");
         }
+    }
+
+    /// The bulk words and formula give rand's own draws, word for word.
+    #[test]
+    fn unit_range_is_rands_random_range() {
+        let mut a = ChaCha8Rng::seed_from_u64(3);
+        let mut b = a.clone();
+        let mut words = [0u64; 1000];
+        b.fill(&mut words[..]);
+        for w in words {
+            let x: f64 = a.random_range(-1.0..1.0);
+            assert_eq!(x.to_bits(), unit_range(w).to_bits());
+        }
+        assert_eq!(a.get_word_pos(), b.get_word_pos());
     }
 
     #[test]
