@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use ndarray::{Axis, Ix3};
 use serde::{Deserialize, Serialize};
 
-use super::expected::{BlockExpected, FastExpected, PassExpected};
+use super::expected::{lanes, BlockExpected, FastExpected, PassExpected};
 use super::mode::VECTORS;
 use crate::format::Format;
 use crate::gemm::bound::{gamma, ErrorBound, Precision};
@@ -333,62 +333,67 @@ fn project_block(
     }
     let cols = pe.shape.1;
     let roundoff = Roundoff::new(b.n, cols);
-    // The group's rows a chunk at a time, widened to f64 when held in f32: a chunk of rows,
-    // never a whole group (which can be nearly all of `out`).
-    for lo in (0..rows).step_by(CHUNK_ROWS) {
-        let hi = (lo + CHUNK_ROWS).min(rows);
-        let chunk = got.rows(b.row0 + lo, b.row0 + hi).f64();
-        for ((i, c), v) in chunk.indexed_iter() {
-            if !v.is_finite() {
-                fp.non_finite += 1;
-                if fp.first_non_finite.is_none() {
-                    fp.first_non_finite = Some(at(b, b.row0 + lo + i, c));
+    let vectors: Vec<&[f64]> = pe
+        .vectors
+        .rows()
+        .into_iter()
+        .map(|v| v.to_slice().expect("the vectors are standard layout"))
+        .collect();
+    // Each row once, widened to f64 into one reused buffer when held in f32: scanned for
+    // NaN/inf, then its absolute sum and its projections, each in interleaved partial sums
+    // (any order is within the threshold's `γ(C)`).
+    let block = got.rows(b.row0, b.row0 + rows);
+    let mut buf = Vec::with_capacity(cols);
+    for r in 0..rows {
+        let row = block.row_f64(r, &mut buf);
+        if !row.iter().fold(true, |ok, v| ok & v.is_finite()) {
+            for (c, v) in row.iter().enumerate() {
+                if !v.is_finite() {
+                    fp.non_finite += 1;
+                    if fp.first_non_finite.is_none() {
+                        fp.first_non_finite = Some(at(b, b.row0 + r, c));
+                    }
                 }
             }
         }
-        let q = chunk.dot(&pe.vectors.t());
-        for i in 0..hi - lo {
-            let r = lo + i;
-            let s = b.magnitude[r];
-            let g_abs: f64 = chunk.row(i).iter().map(|v| v.abs()).sum();
-            let threshold = roundoff.threshold(bound, s, g_abs, cols);
-            let deviation = (0..VECTORS)
-                .map(|v| (q[(i, v)] - b.projection[(r, v)]).abs())
-                .fold(0.0f64, |m, d| {
-                    if d.is_nan() || m.is_nan() {
-                        f64::NAN
-                    } else {
-                        m.max(d)
-                    }
-                });
-            fp.rows += 1;
-            let ok = deviation <= threshold; // false for NaN
-            if !ok {
-                fp.failed_rows += 1;
-            }
-            let ratio = if ok && deviation == 0.0 {
-                0.0
-            } else if threshold > 0.0 && deviation.is_finite() {
-                deviation / threshold
-            } else {
-                f64::INFINITY
-            };
-            if fp.worst.is_none() || ratio > fp.max_ratio {
-                fp.max_ratio = ratio;
-                let row = at(b, b.row0 + r, 0).row;
-                fp.worst = Some(ProjectionWorst {
-                    group: b.group,
-                    row,
-                    deviation,
-                    threshold,
-                });
-            }
+        let s = b.magnitude[r];
+        let g_abs = lanes(row, |v, _| v.abs(), row);
+        let threshold = roundoff.threshold(bound, s, g_abs, cols);
+        let deviation = vectors
+            .iter()
+            .enumerate()
+            .map(|(v, x)| (lanes(row, |g, y| g * y, x) - b.projection[(r, v)]).abs())
+            .fold(0.0f64, |m, d| {
+                if d.is_nan() || m.is_nan() {
+                    f64::NAN
+                } else {
+                    m.max(d)
+                }
+            });
+        fp.rows += 1;
+        let ok = deviation <= threshold; // false for NaN
+        if !ok {
+            fp.failed_rows += 1;
+        }
+        let ratio = if ok && deviation == 0.0 {
+            0.0
+        } else if threshold > 0.0 && deviation.is_finite() {
+            deviation / threshold
+        } else {
+            f64::INFINITY
+        };
+        if fp.worst.is_none() || ratio > fp.max_ratio {
+            fp.max_ratio = ratio;
+            let row = at(b, b.row0 + r, 0).row;
+            fp.worst = Some(ProjectionWorst {
+                group: b.group,
+                row,
+                deviation,
+                threshold,
+            });
         }
     }
 }
-
-/// Rows of an output projected at once: widened to f64 together when held in f32.
-const CHUNK_ROWS: usize = 256;
 
 /// The f64 roundoff of one block's projections (see the [module docs](super), "The
 /// threshold"): `γ(C)` for a sum over the `C` output columns, `γ(n)` over the reduction.

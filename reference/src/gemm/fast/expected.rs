@@ -221,7 +221,7 @@ fn project_rows<T: Operand>(
 
 /// `Σ_j f(a_j, b_j)` in eight interleaved partial sums, added pairwise at the end.
 #[inline(always)]
-fn lanes(a: &[f64], f: impl Fn(f64, f64) -> f64, b: &[f64]) -> f64 {
+pub(super) fn lanes(a: &[f64], f: impl Fn(f64, f64) -> f64, b: &[f64]) -> f64 {
     let mut acc = [0.0f64; 8];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
     let (ar, br) = (ac.remainder(), bc.remainder());
