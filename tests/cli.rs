@@ -511,6 +511,62 @@ fn bench_end_to_end_runs_each_case_as_a_user_would() {
         .stderr(predicate::str::contains("unbalanced quotes"));
 }
 
+/// `--runs N` runs each case N times and reports the median run, with every run's wall time
+/// and the child's user and system CPU time; 0 runs, or `--runs` without `--end-to-end`, is
+/// refused.
+#[test]
+fn bench_end_to_end_reports_the_median_of_its_runs() {
+    let case = "gemm --experts 8 --tokens 64 --hidden 32 --ffn 16";
+    let out = moecheck()
+        .args([
+            "bench",
+            "--end-to-end",
+            "--json",
+            "--runs",
+            "3",
+            "--case",
+            case,
+        ])
+        .assert()
+        .code(0)
+        .get_output()
+        .stdout
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["runs"], 3);
+    let c = &v["cases"][0];
+    let mut runs: Vec<f64> = c["runs_s"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_f64().unwrap())
+        .collect();
+    assert_eq!(runs.len(), 3, "{c:?}");
+    runs.sort_by(f64::total_cmp);
+    assert_eq!(c["wall_s"].as_f64().unwrap(), runs[1], "the median run");
+    let (user, sys) = (c["user_s"].as_f64().unwrap(), c["sys_s"].as_f64().unwrap());
+    assert!(
+        user >= 0.0 && sys >= 0.0 && user + sys > 0.0,
+        "{user} {sys}"
+    );
+    assert_eq!(c["verdict"], "PASS");
+    moecheck()
+        .args(["bench", "--end-to-end", "--runs", "2", "--case", case])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("user s").and(predicate::str::contains("runs: ")));
+    moecheck()
+        .args(["bench", "--end-to-end", "--runs", "0", "--case", case])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--runs must be at least 1"));
+    moecheck()
+        .args(["bench", "--runs", "2"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--runs needs --end-to-end"));
+}
+
 #[test]
 fn devices_explains_the_absence_of_a_gpu_in_one_line_and_exits_0() {
     let out = moecheck().arg("devices").output().unwrap();

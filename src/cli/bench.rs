@@ -52,6 +52,10 @@ pub struct BenchArgs {
     /// (repeatable), e.g. --case "gemm --experts 8 --impl emulate".
     #[arg(long = "case", value_name = "ARGS")]
     pub cases: Vec<String>,
+    /// With --end-to-end: run each case this many times in a row and report the median run
+    /// (every run's wall time is listed).
+    #[arg(long, value_name = "N")]
+    pub runs: Option<usize>,
     #[arg(long)]
     pub json: bool,
 }
@@ -114,11 +118,18 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
         if let Some(c) = cases.iter().find(|c| c.args.is_empty()) {
             anyhow::bail!("--case {:?}: empty command line", c.args.join(" "));
         }
-        super::bench_e2e::run(&cases, a.json)?;
+        let runs = a.runs.unwrap_or(1);
+        if runs == 0 {
+            anyhow::bail!("--runs must be at least 1");
+        }
+        super::bench_e2e::run(&cases, runs, a.json)?;
         return Ok(ExitCode::SUCCESS);
     }
     if !a.cases.is_empty() {
         anyhow::bail!("--case needs --end-to-end");
+    }
+    if a.runs.is_some() {
+        anyhow::bail!("--runs needs --end-to-end (the kernel benchmark repeats with --reps)");
     }
     if a.reps == 0 {
         anyhow::bail!("--reps must be at least 1");

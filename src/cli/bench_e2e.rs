@@ -66,8 +66,16 @@ pub struct E2eResult {
     pub exit: Option<i32>,
     /// PASS / FAIL / INCONCLUSIVE from the report, or why there is none.
     pub verdict: String,
+    /// The median of the runs' wall times; the run it comes from gives the exit, verdict and
+    /// CPU times.
     pub wall_s: f64,
-    /// The child's peak resident memory in bytes.
+    /// Every run's wall time, in order (`--runs`).
+    pub runs_s: Vec<f64>,
+    /// CPU time the child spent in user space and in the kernel (on a virtual machine, much
+    /// of the latter is the host providing memory touched for the first time).
+    pub user_s: f64,
+    pub sys_s: f64,
+    /// The child's peak resident memory in bytes (the largest over the runs).
     pub peak_bytes: u64,
     /// `wall_s` over the three dense GEMMs' time (timed after every case ran).
     pub dense_ratio: f64,
@@ -93,7 +101,7 @@ fn run_case(case: &E2eCase) -> anyhow::Result<E2eResult> {
     };
     let out = drain(Box::new(child.stdout.take().expect("piped")));
     let err = drain(Box::new(child.stderr.take().expect("piped")));
-    let (status, peak) = match wait_with_peak(child.id()) {
+    let (status, peak, user_s, sys_s) = match wait_with_peak(child.id()) {
         Ok(waited) => waited,
         Err(e) => {
             // Not left running behind us.
@@ -124,14 +132,32 @@ fn run_case(case: &E2eCase) -> anyhow::Result<E2eResult> {
         exit: status,
         verdict,
         wall_s,
+        runs_s: vec![wall_s],
+        user_s,
+        sys_s,
         peak_bytes: peak,
         dense_ratio: f64::NAN,
     })
 }
 
+/// Runs `case` `runs` times (at least once): the median run by wall time, with every run's
+/// wall time and the largest peak.
+fn run_repeated(case: &E2eCase, runs: usize) -> anyhow::Result<E2eResult> {
+    let mut all = (0..runs.max(1))
+        .map(|_| run_case(case))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let walls: Vec<f64> = all.iter().map(|r| r.wall_s).collect();
+    let peak = all.iter().map(|r| r.peak_bytes).max().unwrap_or(0);
+    all.sort_by(|a, b| a.wall_s.total_cmp(&b.wall_s));
+    let mut median = all.swap_remove(all.len() / 2);
+    median.runs_s = walls;
+    median.peak_bytes = peak;
+    Ok(median)
+}
+
 /// Waits for process `pid` (a child of this one): its exit code (None when killed by a
-/// signal) and peak resident set in bytes.
-fn wait_with_peak(pid: u32) -> anyhow::Result<(Option<i32>, u64)> {
+/// signal), peak resident set in bytes, and user and system CPU seconds.
+fn wait_with_peak(pid: u32) -> anyhow::Result<(Option<i32>, u64, f64, f64)> {
     let mut status = 0;
     // SAFETY: plain FFI call with valid out-pointers; `pid` is our own unwaited child.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -147,8 +173,14 @@ fn wait_with_peak(pid: u32) -> anyhow::Result<(Option<i32>, u64)> {
         }
     }
     let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
     // Linux reports ru_maxrss in KiB.
-    Ok((code, (usage.ru_maxrss.max(0) as u64) * 1024))
+    Ok((
+        code,
+        (usage.ru_maxrss.max(0) as u64) * 1024,
+        secs(usage.ru_utime),
+        secs(usage.ru_stime),
+    ))
 }
 
 /// Seconds for three dense f64 GEMMs `(M × K)·(K × N)` (the FLOPs of the three passes of a
@@ -171,12 +203,15 @@ pub fn dense_three(m: usize, k: usize, n: usize) -> f64 {
 /// Runs every case, then times the dense GEMMs (after the cases: a child's peak memory
 /// counts what this process held when it started the child), and prints the table (or the
 /// whole document with `json`).
-pub fn run(cases: &[E2eCase], json: bool) -> anyhow::Result<()> {
+///
+/// With `runs > 1` each case runs that many times in a row and its row is the median run
+/// (the machines are shared and noisy: one run can be off by half).
+pub fn run(cases: &[E2eCase], runs: usize, json: bool) -> anyhow::Result<()> {
     let mut results = Vec::new();
     let bar = moecheck::progress::Progress::steps(cases.len() as u64, "cases");
     for case in cases {
         bar.stage(&format!("moecheck {}", case.args.join(" ")));
-        results.push(run_case(case)?);
+        results.push(run_repeated(case, runs)?);
         bar.step();
     }
     bar.done();
@@ -185,7 +220,7 @@ pub fn run(cases: &[E2eCase], json: bool) -> anyhow::Result<()> {
         r.dense_ratio = r.wall_s / dense3;
     }
     if json {
-        let doc = serde_json::json!({ "dense_three_s": dense3, "cases": results });
+        let doc = serde_json::json!({ "dense_three_s": dense3, "runs": runs, "cases": results });
         moecheck::outln!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
@@ -193,8 +228,10 @@ pub fn run(cases: &[E2eCase], json: bool) -> anyhow::Result<()> {
         "three dense f64 GEMMs of 4096 x 2048 x 1024 (the mid case's FLOPs): {dense3:.2} s"
     );
     moecheck::outln!(
-        "{:>9} {:>9} {:>8}  {:<12} {:<36} command",
+        "{:>9} {:>8} {:>8} {:>9} {:>8}  {:<12} {:<36} command",
         "wall s",
+        "user s",
+        "sys s",
         "peak GiB",
         "x dense",
         "verdict",
@@ -202,14 +239,20 @@ pub fn run(cases: &[E2eCase], json: bool) -> anyhow::Result<()> {
     );
     for r in &results {
         moecheck::outln!(
-            "{:>9.1} {:>9.2} {:>8.1}  {:<12} {:<36} {}",
+            "{:>9.1} {:>8.1} {:>8.1} {:>9.2} {:>8.1}  {:<12} {:<36} {}",
             r.wall_s,
+            r.user_s,
+            r.sys_s,
             r.peak_bytes as f64 / (1u64 << 30) as f64,
             r.dense_ratio,
             short(&r.verdict),
             r.target,
             r.command
         );
+        if r.runs_s.len() > 1 {
+            let walls: Vec<String> = r.runs_s.iter().map(|w| format!("{w:.1}")).collect();
+            moecheck::outln!("          runs: {} s", walls.join(" / "));
+        }
         if r.verdict.starts_with("none") {
             moecheck::outln!("          {}", r.verdict);
         }
