@@ -31,8 +31,9 @@ const KC: usize = 128;
 /// Values of the right operand packed at once (512 KiB of f32, in L2), read in long runs:
 /// when its rows are contiguous, a panel of whole rows up to 2048 columns (fwd's weight: 64
 /// consecutive rows, one contiguous stretch of memory); when its columns are (dgrad's
-/// `rhs_gᵀ`), `PANEL / 128` rows of 128 columns, each column read 1024 values at a time
-/// (short pieces of columns far apart are read several times slower).
+/// `rhs_gᵀ`), panels of four stripes (128 columns with AVX-512, 64 with AVX2), each column
+/// read 1024 (2048) values at a time (short pieces of columns far apart are read several
+/// times slower).
 const PANEL: usize = 1 << 17;
 
 /// An element of the right operand: read as f32 exactly.
