@@ -167,6 +167,8 @@ unsafe fn gemm<B: Elem, V: Simd>(
     // The buffers are taken out of the thread-local and put back: the loops must not run in
     // a closure, which would not inherit the caller's CPU features (nothing would inline).
     let (mut ap, mut bp) = PACKS.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    // An edge tile's running sums (never read before written: the first chunk starts them).
+    let mut run = [0.0f32; MR * NR_MAX];
     // The right operand's panel: `kd` rows (whole chunks of K) × `nc` columns.
     let by_rows = b.strides()[1] == 1 || cols < 2;
     let nc = if by_rows { cols.min(2048) } else { 4 * nr };
@@ -200,46 +202,30 @@ unsafe fn gemm<B: Elem, V: Simd>(
                             let at = &ap[t * (d1 - d0) * MR + (k0 - d0) * MR..][..kk * MR];
                             let i0 = m0 + t * MR;
                             let h = (rows - i0).min(MR);
-                            if h == MR && w == nr && unit_cols {
-                                // A whole tile of `c`, its rows contiguous: summed where it lies.
-                                let mut ct = c.slice_mut(s![i0..i0 + MR, j0..j0 + nr]);
-                                // SAFETY: `at` holds kk·MR values, `bs` kk·nr; the tile's MR rows
-                                // of nr contiguous values are `ldc` apart; the CPU has `V`'s
-                                // features (the caller's contract).
-                                unsafe {
-                                    micro::<V>(
-                                        at.as_ptr(),
-                                        bs.as_ptr(),
-                                        kk,
-                                        tile,
-                                        ct.as_mut_ptr(),
-                                        ldc,
-                                        k0 == 0,
-                                    )
-                                };
-                                continue;
-                            }
-                            // An edge tile: its running sums copied out and back.
-                            let mut run = [0.0f32; MR * NR_MAX];
-                            if k0 > 0 {
-                                for i in 0..h {
-                                    for j in 0..w {
-                                        run[i * nr + j] = c[(i0 + i, j0 + j)];
+                            // A whole tile of `c` with contiguous rows is summed where it
+                            // lies; an edge tile's running sums are copied out and back.
+                            let whole = h == MR && w == nr && unit_cols;
+                            let (sums, ld) = if whole {
+                                (c.slice_mut(s![i0..i0 + MR, j0..j0 + nr]).as_mut_ptr(), ldc)
+                            } else {
+                                if k0 > 0 {
+                                    for i in 0..h {
+                                        for j in 0..w {
+                                            run[i * nr + j] = c[(i0 + i, j0 + j)];
+                                        }
                                     }
                                 }
-                            }
-                            // SAFETY: as above, with `run` (MR rows of nr values) for the tile.
-                            unsafe {
-                                micro::<V>(
-                                    at.as_ptr(),
-                                    bs.as_ptr(),
-                                    kk,
-                                    tile,
-                                    run.as_mut_ptr(),
-                                    nr,
-                                    false,
-                                )
+                                (run.as_mut_ptr(), nr)
                             };
+                            // SAFETY: `at` holds kk·MR values, `bs` kk·nr; `sums` is MR rows of
+                            // nr values `ld` apart (the tile of `c`, or `run`); the CPU has
+                            // `V`'s features (the caller's contract).
+                            unsafe {
+                                micro::<V>(at.as_ptr(), bs.as_ptr(), kk, tile, sums, ld, k0 == 0)
+                            };
+                            if whole {
+                                continue;
+                            }
                             for i in 0..h {
                                 for j in 0..w {
                                     c[(i0 + i, j0 + j)] = run[i * nr + j];

@@ -49,81 +49,72 @@ pub(super) mod x86 {
     use super::Simd;
     use std::arch::x86_64::*;
 
-    #[derive(Clone, Copy)]
-    pub(in crate::impls::gemm) struct Avx512(__m512);
+    /// A vector type over one `std::arch` register type, its lane count, the features its
+    /// intrinsics need, and the intrinsics of each [`Simd`] method.
+    macro_rules! vector {
+        ($name:ident($reg:ty), $lanes:literal, $features:literal,
+         $zero:ident, $splat:ident, $load:ident, $store:ident, $fma:ident, $add:ident) => {
+            #[derive(Clone, Copy)]
+            pub(in crate::impls::gemm) struct $name($reg);
 
-    impl Simd for Avx512 {
-        const LANES: usize = 16;
-        #[inline]
-        #[target_feature(enable = "avx512f")]
-        unsafe fn zero() -> Self {
-            Avx512(_mm512_setzero_ps())
-        }
-        #[inline]
-        #[target_feature(enable = "avx512f")]
-        unsafe fn splat(x: f32) -> Self {
-            Avx512(_mm512_set1_ps(x))
-        }
-        #[inline]
-        #[target_feature(enable = "avx512f")]
-        unsafe fn load(p: *const f32) -> Self {
-            // SAFETY: the caller's `p` points at 16 values.
-            Avx512(unsafe { _mm512_loadu_ps(p) })
-        }
-        #[inline]
-        #[target_feature(enable = "avx512f")]
-        unsafe fn store(self, p: *mut f32) {
-            // SAFETY: the caller's `p` points at room for 16 values.
-            unsafe { _mm512_storeu_ps(p, self.0) }
-        }
-        #[inline]
-        #[target_feature(enable = "avx512f")]
-        unsafe fn mul_add(a: Self, b: Self, c: Self) -> Self {
-            Avx512(_mm512_fmadd_ps(a.0, b.0, c.0))
-        }
-        #[inline]
-        #[target_feature(enable = "avx512f")]
-        unsafe fn add(self, o: Self) -> Self {
-            Avx512(_mm512_add_ps(self.0, o.0))
-        }
+            impl Simd for $name {
+                const LANES: usize = $lanes;
+                #[inline]
+                #[target_feature(enable = $features)]
+                unsafe fn zero() -> Self {
+                    $name($zero())
+                }
+                #[inline]
+                #[target_feature(enable = $features)]
+                unsafe fn splat(x: f32) -> Self {
+                    $name($splat(x))
+                }
+                #[inline]
+                #[target_feature(enable = $features)]
+                unsafe fn load(p: *const f32) -> Self {
+                    // SAFETY: the caller's `p` points at LANES values.
+                    $name(unsafe { $load(p) })
+                }
+                #[inline]
+                #[target_feature(enable = $features)]
+                unsafe fn store(self, p: *mut f32) {
+                    // SAFETY: the caller's `p` points at room for LANES values.
+                    unsafe { $store(p, self.0) }
+                }
+                #[inline]
+                #[target_feature(enable = $features)]
+                unsafe fn mul_add(a: Self, b: Self, c: Self) -> Self {
+                    $name($fma(a.0, b.0, c.0))
+                }
+                #[inline]
+                #[target_feature(enable = $features)]
+                unsafe fn add(self, o: Self) -> Self {
+                    $name($add(self.0, o.0))
+                }
+            }
+        };
     }
 
-    #[derive(Clone, Copy)]
-    pub(in crate::impls::gemm) struct Avx2(__m256);
-
-    impl Simd for Avx2 {
-        const LANES: usize = 8;
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn zero() -> Self {
-            Avx2(_mm256_setzero_ps())
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn splat(x: f32) -> Self {
-            Avx2(_mm256_set1_ps(x))
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn load(p: *const f32) -> Self {
-            // SAFETY: the caller's `p` points at 8 values.
-            Avx2(unsafe { _mm256_loadu_ps(p) })
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn store(self, p: *mut f32) {
-            // SAFETY: the caller's `p` points at room for 8 values.
-            unsafe { _mm256_storeu_ps(p, self.0) }
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn mul_add(a: Self, b: Self, c: Self) -> Self {
-            Avx2(_mm256_fmadd_ps(a.0, b.0, c.0))
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn add(self, o: Self) -> Self {
-            Avx2(_mm256_add_ps(self.0, o.0))
-        }
-    }
+    vector!(
+        Avx512(__m512),
+        16,
+        "avx512f",
+        _mm512_setzero_ps,
+        _mm512_set1_ps,
+        _mm512_loadu_ps,
+        _mm512_storeu_ps,
+        _mm512_fmadd_ps,
+        _mm512_add_ps
+    );
+    vector!(
+        Avx2(__m256),
+        8,
+        "avx2,fma",
+        _mm256_setzero_ps,
+        _mm256_set1_ps,
+        _mm256_loadu_ps,
+        _mm256_storeu_ps,
+        _mm256_fmadd_ps,
+        _mm256_add_ps
+    );
 }
