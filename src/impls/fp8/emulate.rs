@@ -13,15 +13,16 @@
 //! selftest`'s FP8 section checks that the FP8 properties catch every one.
 
 use moecheck_reference::format::{round_to, Format, Overflow};
-use moecheck_reference::fp8::AccumVariant;
 use moecheck_reference::fp8::{fp8_precision, Fp8Gemm, Fp8GemmCase, Fp8Operands};
+use moecheck_reference::fp8::{AccumModel, AccumVariant};
 use moecheck_reference::gemm::stream::by_group_rows;
 use moecheck_reference::gemm::{GemmOutputs, Passes, Precision};
 use moecheck_reference::op::{Implementation, RunError};
 use moecheck_reference::par::map_by_cost;
-use ndarray::{s, Array2, Array3};
+use ndarray::{s, Array2, Array3, ArrayViewMut2};
 
 use super::bug::Fp8Bug;
+use crate::impls::gemm::blocked::chained_gemm;
 use crate::impls::model_name;
 
 /// The CPU model of an FP8 grouped-GEMM kernel.
@@ -49,6 +50,14 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
         true
     }
 
+    /// Each expert is quantised and computed on its own, so a shard's outputs are its
+    /// experts' in the whole case; except under the two planted bugs that read a scope's
+    /// neighbours (`fp8-scale-inv-not-advanced` counts the empty groups before, and
+    /// `fp8-amax-from-neighbour` reads the next group, which may be in the next shard).
+    fn shardable(&self) -> bool {
+        !(self.has(Fp8Bug::ScaleInvNotAdvanced) || self.has(Fp8Bug::AmaxFromNeighbour))
+    }
+
     /// The recipe's: the model accumulates as the recipe declares.
     fn precision(&self, case: &Fp8GemmCase) -> Precision {
         fp8_precision(case)
@@ -69,10 +78,22 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
         let work = |e: usize| ((off[e + 1] - off[e]) * k * n).max(1);
         // Expert e's K × N weight, row-major.
         let weight = |e: usize| ops.rhs.values().slice(s![e * k..(e + 1) * k, ..]);
+        // Exact accumulation is one f32 sum per element from +0 in order, each product exact:
+        // the chained kernel's sum (module docs), scaled after.
+        let exact = acc == AccumModel::Exact;
         let mut res = GemmOutputs::default();
         if passes.fwd {
             let mut out = Array2::<f32>::zeros((m, n));
             by_group_rows(out.view_mut(), &off, work, |e, mut dst| {
+                if exact {
+                    let r0 = off[e];
+                    let a = ops.lhs.values().slice(s![r0..r0 + dst.nrows(), ..]);
+                    chained_gemm(a, weight(e), dst.view_mut());
+                    let sa: Vec<f32> = (r0..r0 + dst.nrows()).map(|r| ops.lhs.sinv(r, 0)).collect();
+                    let sb: Vec<f32> = (0..n).map(|c| ops.rhs.sinv(e * k, c)).collect();
+                    scale(dst, &sa, &sb, fin);
+                    return;
+                }
                 let w = weight(e).as_standard_layout().into_owned();
                 let w = w.as_slice().expect("standard layout");
                 for (i, mut row) in dst.outer_iter_mut().enumerate() {
@@ -90,6 +111,15 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
             if passes.dgrad {
                 let mut dlhs = Array2::<f32>::zeros((m, k));
                 by_group_rows(dlhs.view_mut(), &off, work, |e, mut dst| {
+                    if exact {
+                        let r0 = off[e];
+                        let a = d.values().slice(s![r0..r0 + dst.nrows(), ..]);
+                        chained_gemm(a, weight(e).t(), dst.view_mut());
+                        let sa: Vec<f32> = (r0..r0 + dst.nrows()).map(|r| d.sinv(r, 0)).collect();
+                        let sb: Vec<f32> = (0..k).map(|c| ops.rhs.sinv(e * k + c, 0)).collect();
+                        scale(dst, &sa, &sb, fin);
+                        return;
+                    }
                     // rhs_eᵀ (N × K): a row's K outputs are contiguous columns.
                     let wt = weight(e).t().as_standard_layout().into_owned();
                     let wt = wt.as_slice().expect("standard layout");
@@ -116,6 +146,15 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
                         let (lo, hi) = (off[e], off[e + 1]);
                         if hi == lo {
                             return; // an empty expert's gradient is exactly 0
+                        }
+                        if exact {
+                            let a = lc.values().slice(s![lo..hi, ..]);
+                            let b = dc.values().slice(s![lo..hi, ..]);
+                            chained_gemm(a.t(), b, dst.view_mut());
+                            let sa: Vec<f32> = (0..k).map(|a| lc.sinv(lo, a)).collect();
+                            let sb: Vec<f32> = (0..n).map(|b| dc.sinv(lo, b)).collect();
+                            scale(dst, &sa, &sb, fin);
+                            return;
                         }
                         // The group's tokens of dout (rows × N): its N outputs are contiguous.
                         let grads = dc
@@ -146,18 +185,31 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
     }
 }
 
+/// Every sum of `dst` scaled and rounded by `fin` with its row's `sa` and column's `sb`.
+fn scale(mut dst: ArrayViewMut2<f32>, sa: &[f32], sb: &[f32], fin: impl Fn(f32, f32, f32) -> f32) {
+    for (mut row, &a) in dst.outer_iter_mut().zip(sa) {
+        for (v, &b) in row.iter_mut().zip(sb) {
+            *v = fin(*v, a, b);
+        }
+    }
+}
+
 /// `fl_out(fl32(fl32(sum · sa) · sb))`: an FP8 GEMM's f32 sum scaled by the two `scale_inv`
 /// in the recipe's order and rounded once to the output format.
 fn finish(out: Format, sum: f32, sa: f32, sb: f32) -> f32 {
     // An f32 rounded to the output format (f32 or narrower, or f64) is an f32 value: the
     // outputs are held in f32.
-    round_to(((sum * sa) * sb) as f64, out, Overflow::Ieee) as f32
+    let v = (sum * sa) * sb;
+    if out == Format::F32 {
+        return v; // already an f32
+    }
+    round_to(v as f64, out, Overflow::Ieee) as f32
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use moecheck_reference::fp8::{AccumModel, Fp8Recipe};
+    use moecheck_reference::fp8::Fp8Recipe;
     use moecheck_reference::gemm::{GroupedGemmCase, Pass, TailContract};
     use moecheck_reference::op::{verify, Verdict};
     use rand::{Rng, SeedableRng};

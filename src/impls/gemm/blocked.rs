@@ -66,10 +66,13 @@ pub fn blocked_gemm<B: Elem>(
     tile: usize,
     c: ArrayViewMut2<f32>,
 ) {
-    let (rows, depth) = a.dim();
-    assert_eq!(b.nrows(), depth, "inner dimensions");
-    assert_eq!(c.dim(), (rows, b.ncols()), "output shape");
-    let tile = tile.max(1);
+    assert_eq!(b.nrows(), a.ncols(), "inner dimensions");
+    assert_eq!(c.dim(), (a.nrows(), b.ncols()), "output shape");
+    dispatch(a, b, tile.max(1), c)
+}
+
+/// [`gemm`] with the widest instructions this CPU has; `tile` = [`CHAIN`] for one chain.
+fn dispatch<B: Elem>(a: ArrayView2<f32>, b: ArrayView2<B>, tile: usize, c: ArrayViewMut2<f32>) {
     #[cfg(target_arch = "x86_64")]
     {
         if std::is_x86_feature_detected!("avx512f") {
@@ -84,6 +87,24 @@ pub fn blocked_gemm<B: Elem>(
     // SAFETY: plain arithmetic, no CPU feature needed.
     unsafe { gemm::<B, Plain>(a, b, tile, c) }
 }
+
+/// `c ← a·b` with each element one sum in order over the whole depth: starting at `+0`, each
+/// product added with one fused multiply-add (`s = fma(a, b, s)`) where the CPU has FMA, a
+/// rounded product and a rounded addition where it has not. Where every product `a·b` is
+/// exact in f32 (two FP8 values), both are the sum of the exact products rounded after every
+/// addition, in order: FP8 `emulate`'s exact accumulator. Shapes and layouts as
+/// [`blocked_gemm`].
+///
+/// # Panics
+/// When the shapes disagree.
+pub fn chained_gemm<B: Elem>(a: ArrayView2<f32>, b: ArrayView2<B>, c: ArrayViewMut2<f32>) {
+    assert_eq!(b.nrows(), a.ncols(), "inner dimensions");
+    assert_eq!(c.dim(), (a.nrows(), b.ncols()), "output shape");
+    dispatch(a, b, CHAIN, c)
+}
+
+/// The block depth that asks [`gemm`] for one chain per element ([`chained_gemm`]).
+const CHAIN: usize = 0;
 
 /// Whether [`blocked_gemm`] fuses each multiply-add on this CPU.
 #[cfg(test)]
@@ -172,7 +193,9 @@ unsafe fn gemm<B: Elem, V: Simd>(
     // The right operand's panel: `kd` rows (whole chunks of K) × `nc` columns.
     let by_rows = b.strides()[1] == 1 || cols < 2;
     let nc = if by_rows { cols.min(2048) } else { 4 * nr };
-    let kc = tile * (KC.min(PANEL / nc) / tile).max(1);
+    // A chunk of K is whole blocks (any number of products for one chain).
+    let step = tile.max(1);
+    let kc = step * (KC.min(PANEL / nc) / step).max(1);
     let kd = kc * (PANEL / nc / kc).max(1);
     // Which rows and depth `ap` holds: a group of at most `MC` rows is packed once per panel
     // depth, not once per panel.
@@ -244,7 +267,8 @@ unsafe fn gemm<B: Elem, V: Simd>(
 /// element (in registers), added to the running sum at the block's end. `a` is `kk × MR`
 /// (k-major), `b` `kk × 2·LANES`, `run` `MR` rows of `2·LANES` values, `ld` apart; with
 /// `fresh`, the running sums start at 0 instead of being read. Blocks start every `tile`
-/// products (the chunk starts on a block boundary).
+/// products (the chunk starts on a block boundary). With `tile` = [`CHAIN`] the running sums
+/// themselves continue the chain: `run = fma(a_k, b_k, run)` for each `k` of the chunk.
 ///
 /// # Safety
 /// The pointers hold those many values; the CPU has `V`'s features.
@@ -261,6 +285,30 @@ unsafe fn micro<V: Simd>(
     let (l, nr) = (V::LANES, 2 * V::LANES);
     // SAFETY: every offset below is inside the caller's buffers.
     unsafe {
+        if tile == CHAIN {
+            let mut p = [[V::zero(); 2]; MR];
+            if !fresh {
+                for (i, pi) in p.iter_mut().enumerate() {
+                    for (w, v) in pi.iter_mut().enumerate() {
+                        *v = V::load(run.add(i * ld + w * l));
+                    }
+                }
+            }
+            for t in 0..kk {
+                let (b0, b1) = (V::load(b.add(t * nr)), V::load(b.add(t * nr + l)));
+                for (i, pi) in p.iter_mut().enumerate() {
+                    let x = V::splat(*a.add(t * MR + i));
+                    pi[0] = V::mul_add(x, b0, pi[0]);
+                    pi[1] = V::mul_add(x, b1, pi[1]);
+                }
+            }
+            for (i, pi) in p.iter().enumerate() {
+                for (w, v) in pi.iter().enumerate() {
+                    v.store(run.add(i * ld + w * l));
+                }
+            }
+            return;
+        }
         let mut k = 0;
         while k < kk {
             let end = (k + tile).min(kk);
@@ -388,81 +436,5 @@ fn transpose_into<T: Copy>(src: ArrayView2<T>, dst: &mut [f32], ld: usize, f: im
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use ndarray::{s, Array2};
-
-    /// The model element by element: block partials from 0 in order, FMA chains.
-    fn element(a: &Array2<f32>, b: &Array2<f32>, tile: usize, fused: bool) -> Array2<f32> {
-        let (rows, depth) = a.dim();
-        Array2::from_shape_fn((rows, b.ncols()), |(i, j)| {
-            let mut run = 0.0f32;
-            for k0 in (0..depth).step_by(tile) {
-                let mut part = 0.0f32;
-                for k in k0..(k0 + tile).min(depth) {
-                    part = if fused {
-                        a[(i, k)].mul_add(b[(k, j)], part)
-                    } else {
-                        part + a[(i, k)] * b[(k, j)]
-                    };
-                }
-                run += part;
-            }
-            run
-        })
-    }
-
-    /// Inexact values (every product and sum rounds): the blocked kernel gives the element
-    /// model's bits, over shapes with partial tiles, stripes, panels, chunks of K and blocks,
-    /// for operands in any layout and bf16 right operands.
-    #[test]
-    fn blocked_is_the_element_model() {
-        let val = |i: usize, j: usize, s: u64| {
-            let h = moecheck_reference::seed::mix((i as u64) << 32 ^ j as u64 ^ s);
-            ((h >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 3.3
-        };
-        for (rows, depth, cols, tile) in [
-            (1, 1, 1, 32),
-            (7, 33, 17, 32),
-            (200, 300, 290, 32),
-            (13, 257, 40, 1),
-            (6, 100, 32, 7),
-            (5, 40, 3, 300),
-            (0, 5, 4, 32),
-            (4, 0, 5, 32),
-        ] {
-            let a = Array2::from_shape_fn((rows, depth), |(i, j)| val(i, j, 1));
-            let b = Array2::from_shape_fn((depth, cols), |(i, j)| val(i, j, 2));
-            let want = element(&a, &b, tile, fused());
-            let mut got = Array2::from_elem((rows, cols), f32::NAN);
-            blocked_gemm(a.view(), b.view(), tile, got.view_mut());
-            let same = |x: &Array2<f32>, y: &Array2<f32>| {
-                x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits())
-            };
-            assert!(same(&got, &want), "{rows} x {depth} x {cols} / {tile}");
-            // Transposed operands (wgrad's lhsᵀ, dgrad's rhsᵀ) and a strided output.
-            let (at, bt) = (a.t().to_owned(), b.t().to_owned());
-            let mut wide = Array2::from_elem((rows, cols + 3), f32::NAN);
-            blocked_gemm(at.t(), bt.t(), tile, wide.slice_mut(s![.., 1..cols + 1]));
-            assert!(same(&wide.slice(s![.., 1..cols + 1]).to_owned(), &want));
-            assert!(wide.column(0).iter().all(|v| v.is_nan()), "wrote outside c");
-            // bf16 right operand: the same as its f32 widening.
-            let b16 = b.mapv(bf16::from_f32);
-            let want16 = element(&a, &b16.mapv(f32::from), tile, fused());
-            blocked_gemm(a.view(), b16.view(), tile, got.view_mut());
-            assert!(
-                same(&got, &want16),
-                "bf16 {rows} x {depth} x {cols} / {tile}"
-            );
-            // The portable fallback (unfused), whatever this CPU has.
-            let plain = element(&a, &b, tile, false);
-            let mut got = Array2::from_elem((rows, cols), f32::NAN);
-            // SAFETY: `Plain` needs no CPU feature.
-            unsafe { gemm::<f32, Plain>(a.view(), b.view(), tile, got.view_mut()) };
-            assert!(
-                same(&got, &plain),
-                "plain {rows} x {depth} x {cols} / {tile}"
-            );
-        }
-    }
-}
+#[path = "blocked_tests.rs"]
+mod tests;

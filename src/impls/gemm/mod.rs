@@ -1,7 +1,7 @@
 //! The grouped GEMM's implementations besides `reference` and `exec:`: its CPU model
 //! ([`emulate`]) and, with the `cuda` feature, our kernels and cuBLAS ([`crate::cuda`]).
 
-mod blocked;
+pub(crate) mod blocked;
 pub mod emulate;
 pub mod fast;
 mod simd;
