@@ -145,6 +145,26 @@ where
         .collect()
 }
 
+/// `f(dst_rows, src_rows)` over matching blocks of rows of `dst` and `src` (the same number
+/// of rows), the blocks in parallel ([`map_by_cost`], each about 64 Ki elements): for
+/// element-wise work on large arrays (quantising an operand).
+///
+/// # Panics
+/// When the row counts differ.
+pub fn zip_rows<A: Send, B: Sync>(
+    mut dst: ndarray::ArrayViewMut2<A>,
+    src: ndarray::ArrayView2<B>,
+    f: impl Fn(ndarray::ArrayViewMut2<A>, ndarray::ArrayView2<B>) + Sync,
+) {
+    assert_eq!(dst.nrows(), src.nrows(), "zip_rows: row counts");
+    let rows = (65_536 / src.ncols().max(1)).max(1);
+    let blocks: Vec<_> = dst
+        .axis_chunks_iter_mut(ndarray::Axis(0), rows)
+        .zip(src.axis_chunks_iter(ndarray::Axis(0), rows))
+        .collect();
+    map_by_cost(blocks, |(_, s)| s.len(), |(d, s)| f(d, s));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

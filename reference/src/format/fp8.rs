@@ -56,7 +56,48 @@ fn layout(format: Format) -> (u32, u32, i32) {
 /// # Panics
 ///
 /// If `format` is not [`Format::E4m3`] or [`Format::E5m2`].
+#[inline]
 pub fn encode_fp8(x: f64, format: Format, overflow: Overflow) -> u8 {
+    let (m, max) = match format {
+        Format::E4m3 => (3u32, 448.0),
+        Format::E5m2 => (2, 57344.0),
+        other => panic!("{other} is not an FP8 format (expected e4m3 or e5m2)"),
+    };
+    let a = x.abs();
+    // Finite values within ±max (nearly every value a scaled operand holds) are rounded here
+    // with integer arithmetic on the f64 bits; the rest (NaN, ±inf, past max) take the
+    // general path. A test checks the two agree.
+    if a <= max {
+        let sign: u8 = if x.is_sign_negative() { 0x80 } else { 0 };
+        let bias = (1i32 << (7 - m)) / 2 - 1;
+        let emin = 1 - bias;
+        if a < pow2(emin) {
+            // M·2^(emin - m) with M = |x|/2^(emin - m) rounded to an integer, ties to even
+            // (exact scaling); M = 2^m is the smallest normal, E = 1 and M = 0: the same byte.
+            return sign | (a * pow2(m as i32 - emin)).round_ties_even() as u8;
+        }
+        let bits = a.to_bits();
+        let mut e = (bits >> 52) as i32 - 1023;
+        let shift = 52 - m;
+        let frac = bits & ((1u64 << 52) - 1);
+        let mut q = frac >> shift;
+        let rem = frac & ((1u64 << shift) - 1);
+        let half = 1u64 << (shift - 1);
+        if rem > half || (rem == half && q & 1 == 1) {
+            q += 1;
+        }
+        if q == 1 << m {
+            q = 0;
+            e += 1;
+        }
+        // |x| <= max rounds to at most max: no overflow here.
+        return sign | (((e + bias) as u8) << m) | q as u8;
+    }
+    encode_general(x, format, overflow)
+}
+
+/// [`encode_fp8`] through [`round_to`] for any value.
+fn encode_general(x: f64, format: Format, overflow: Overflow) -> u8 {
     let (m, ebits, bias) = layout(format);
     let sign: u8 = if x.is_sign_negative() { 0x80 } else { 0 };
     let exp_all = ((1u32 << ebits) - 1) as u8;
@@ -103,7 +144,22 @@ pub fn encode_fp8(x: f64, format: Format, overflow: Overflow) -> u8 {
 /// # Panics
 ///
 /// If `format` is not [`Format::E4m3`] or [`Format::E5m2`].
+#[inline]
 pub fn decode_fp8(byte: u8, format: Format) -> f64 {
+    static TABLES: std::sync::OnceLock<[[f64; 256]; 2]> = std::sync::OnceLock::new();
+    let t = TABLES.get_or_init(|| {
+        let table = |f| std::array::from_fn(|b| decode_formula(b as u8, f));
+        [table(Format::E4m3), table(Format::E5m2)]
+    });
+    match format {
+        Format::E4m3 => t[0][byte as usize],
+        Format::E5m2 => t[1][byte as usize],
+        other => panic!("{other} is not an FP8 format (expected e4m3 or e5m2)"),
+    }
+}
+
+/// [`decode_fp8`] by its formula (the tables are made with it).
+fn decode_formula(byte: u8, format: Format) -> f64 {
     let (m, ebits, bias) = layout(format);
     let sign = if byte & 0x80 != 0 { -1.0 } else { 1.0 };
     let exp_all = (1u32 << ebits) - 1;
@@ -147,6 +203,47 @@ mod tests {
                     };
                     assert_eq!(encode_fp8(v, f, o), want, "{f} {b:#04x}");
                 }
+            }
+        }
+    }
+
+    /// The fast path of `encode_fp8` is the general one: every FP8 value, every midpoint
+    /// between neighbours and the f64 values either side of it, zero, and a spread of f32
+    /// and f64 values over the whole range and past it, both signs, both overflow rules.
+    #[test]
+    fn fast_encoding_is_the_general_one() {
+        for f in FP8 {
+            let mut xs: Vec<f64> = vec![0.0, f64::MIN_POSITIVE, 1e-300, f64::INFINITY, f64::NAN];
+            let vals: Vec<f64> = (0..=0x7fu8)
+                .map(|b| decode_fp8(b, f))
+                .filter(|v| v.is_finite())
+                .collect();
+            for w in vals.windows(2) {
+                let mid = (w[0] + w[1]) / 2.0;
+                xs.extend([w[0], mid, mid.next_up(), mid.next_down(), w[1].next_up()]);
+            }
+            let mut h = 0x9e37_79b9_7f4a_7c15u64;
+            for _ in 0..200_000 {
+                h = crate::seed::mix(h);
+                let v = f32::from_bits((h >> 32) as u32 & 0x47ff_ffff);
+                xs.push(v as f64);
+                xs.push(f64::from_bits(h & 0x40ff_ffff_ffff_ffff));
+            }
+            for x in xs {
+                for x in [x, -x] {
+                    for o in [Overflow::Ieee, Overflow::Saturate] {
+                        assert_eq!(
+                            encode_fp8(x, f, o),
+                            encode_general(x, f, o),
+                            "{f} {o:?} {x:e}"
+                        );
+                    }
+                }
+            }
+            for b in 0..=255u8 {
+                let (t, d) = (decode_fp8(b, f), decode_formula(b, f));
+                assert!(t.to_bits() == d.to_bits() || (t.is_nan() && d.is_nan()));
+                assert_eq!(t.is_sign_negative(), d.is_sign_negative());
             }
         }
     }

@@ -207,10 +207,11 @@ fn quantize_with_scales(
     let mut q = Array2::<u8>::zeros(x.dim());
     for (i, &sc) in scales.iter().enumerate() {
         let (lo, hi) = (off[i], off[i + 1]);
-        q.slice_mut(s![lo..hi, ..])
-            .zip_mut_with(&x.slice(s![lo..hi, ..]), |b, &v| {
-                *b = quantize_value(v, sc, format, overflow)
-            });
+        crate::par::zip_rows(
+            q.slice_mut(s![lo..hi, ..]),
+            x.slice(s![lo..hi, ..]),
+            |mut q, x| q.zip_mut_with(&x, |b, &v| *b = quantize_value(v, sc, format, overflow)),
+        );
     }
     Quantized {
         format,

@@ -8,6 +8,7 @@ use moecheck_reference::fp8::{
     Quantized, Scope, ScopeKind,
 };
 use moecheck_reference::gemm::Passes;
+use moecheck_reference::par::zip_rows;
 use ndarray::{s, Array2, ArrayView2};
 
 use super::bug::Fp8Bug;
@@ -99,11 +100,10 @@ impl EmulateFp8 {
         let mut q = Array2::<u8>::zeros(x.dim());
         for i in 0..scopes {
             let sc = scales[i];
-            for r in off[i]..off[i + 1] {
-                for c in 0..x.ncols() {
-                    q[(r, c)] = self.cast(x[(r, c)] * sc, format, overflow);
-                }
-            }
+            let rows = s![off[i]..off[i + 1], ..];
+            zip_rows(q.slice_mut(rows), x.slice(rows), |mut q, x| {
+                q.zip_mut_with(&x, |b, &v| *b = self.cast(v * sc, format, overflow))
+            });
         }
         let sinv: Vec<f32> = scales.iter().map(|s| scale_inv(*s)).collect();
         let read_sinv = if self.has(Fp8Bug::ScaleInvNotAdvanced) && group_layout {
