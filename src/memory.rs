@@ -21,7 +21,9 @@
 //!   K = 1024, N = 512 (0.63 GB) and 64 experts, M = 4096, K = 2048, N = 1024 (7.76 GB; the
 //!   end-to-end runs' 7.18 and 7.25 GiB); the guard counts 64. (Before the comparison with the
 //!   unquantised GEMM stopped copying every element, the peaks were 74 bytes per element,
-//!   above the 64 counted then.)
+//!   above the 64 counted then.) A case checked in shards of experts
+//!   ([`fp8_gemm_bytes_sharded`]) counts its inputs as held ([`FP8_INPUTS`]) and its largest
+//!   shard as a case of its own.
 //! * `moe`: about 100 bytes per expert-weight element and 600 per element of `x` (the
 //!   per-token copies of the layer's forward and backward), measured at 2048 tokens, hidden
 //!   512, 32 experts, ffn 256 (0.94 GB) and 8192 tokens, hidden 128, 8 experts, ffn 64
@@ -94,7 +96,8 @@ pub fn fits(need: u64, available: Option<u64>) -> bool {
 }
 
 /// The cores this process may use.
-fn cores() -> usize {
+/// The cores the checks run on.
+pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |c| c.get())
 }
 
@@ -260,28 +263,7 @@ pub fn shards_for(available: Option<u64>, groups: usize, need: impl Fn(usize) ->
     let Some(have) = available else {
         return 1;
     };
-    let groups = groups.max(1);
-    let under = |share: f64| {
-        let fits = |p: usize| within(need(p), have, share);
-        let (mut lo, mut hi) = (0, 1);
-        while !fits(hi) {
-            if hi == groups {
-                return None;
-            }
-            lo = hi;
-            hi = (hi * 2).min(groups);
-        }
-        // `lo` does not fit (or is 0), `hi` does: the fewest is in between.
-        while hi - lo > 1 {
-            let mid = lo + (hi - lo) / 2;
-            if fits(mid) {
-                hi = mid;
-            } else {
-                lo = mid;
-            }
-        }
-        Some(hi)
-    };
+    let under = |share: f64| fewest_shards(groups, |p| within(need(p), have, share));
     if within(need(1), have, USABLE) {
         return 1;
     }
@@ -289,6 +271,44 @@ pub fn shards_for(available: Option<u64>, groups: usize, need: impl Fn(usize) ->
         .or_else(|| under(USABLE))
         .unwrap_or(groups)
 }
+
+/// The fewest shards (at most `groups`) for which `fits`, taken to hold from some count on:
+/// 1, 2, 4, … and then the last gap halved, so a case of many experts costs a few dozen
+/// plans. `None` when not even `groups` shards fit.
+pub fn fewest_shards(groups: usize, fits: impl Fn(usize) -> bool) -> Option<usize> {
+    let groups = groups.max(1);
+    let (mut lo, mut hi) = (0, 1);
+    while !fits(hi) {
+        if hi == groups {
+            return None;
+        }
+        lo = hi;
+        hi = (hi * 2).min(groups);
+    }
+    // `lo` does not fit (or is 0), `hi` does: the fewest is in between.
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Some(hi)
+}
+
+/// What one shard of an FP8 case is planned to hold at most ([`fp8_gemm_bytes`] of its
+/// experts): its references are held whole, and memory touched for the first time costs
+/// more than the arithmetic on it here (the kernel clears each fresh page), so an FP8 case
+/// is checked in shards of about this size whenever it may be (`moecheck gemm`). On 64
+/// experts, M = 4096, K = 2048, N = 1024, `--dtype fp8`, two cores: whole 42.2 s and 7.0 GiB;
+/// 4 shards 13.0 s, 16 shards 12.3 s (0.9 GiB), 64 shards 14.0 s.
+pub const FP8_SHARD_BYTES: u64 = 512 << 20;
+
+/// Experts per core an FP8 shard keeps at least, when memory allows: the experts of a shard
+/// run in parallel, so a shard of one expert (DeepSeek-V3's are 1 GB each by
+/// [`fp8_gemm_bytes`]) would leave every core but one idle.
+pub const FP8_EXPERTS_PER_CORE: usize = 2;
 
 /// Whether no number of shards can make a case of `size` fit the guard: its inputs alone,
 /// which every shard's run holds whole, are above [`USABLE`] of `available`.
@@ -304,6 +324,26 @@ pub fn fp8_gemm_bytes(m: usize, k: usize, n: usize, groups: usize) -> u64 {
     per.saturating_mul(64).saturating_add(64 << 20)
 }
 
+/// How an FP8 case's inputs are held: `lhs` and `dout` in f32, `rhs` in bf16 (the generated
+/// weights are bf16 values, `crate::generate::fp8`).
+pub const FP8_INPUTS: Format = Format::Bf16;
+
+/// [`fp8_gemm_bytes`] for a case checked a shard of consecutive experts at a time (`shards`
+/// its plan): the whole case's inputs and the largest shard counted as a case of its own. One
+/// shard (or none planned) is the whole case.
+pub fn fp8_gemm_bytes_sharded(size: GemmSize, shards: &[Shard]) -> u64 {
+    let GemmSize { m, k, n, groups } = size;
+    if shards.len() <= 1 {
+        return fp8_gemm_bytes(m, k, n, groups);
+    }
+    let largest = shards
+        .iter()
+        .map(|s| fp8_gemm_bytes(s.rows.len(), k, n, s.experts.len()))
+        .max()
+        .unwrap_or(0);
+    input_bytes(size, FP8_INPUTS).saturating_add(largest)
+}
+
 /// The estimated peak of `moecheck moe` (module docs).
 pub fn moe_bytes(tokens: usize, hidden: usize, experts: usize, ffn: usize, shared: usize) -> u64 {
     let weights =
@@ -316,157 +356,5 @@ pub fn moe_bytes(tokens: usize, hidden: usize, experts: usize, ffn: usize, share
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const BF16_F32: Formats = Formats {
-        dtype: Format::Bf16,
-        out_dtype: Format::F32,
-    };
-    const BF16_F64: Formats = Formats {
-        dtype: Format::Bf16,
-        out_dtype: Format::F64,
-    };
-
-    #[test]
-    fn estimates_cover_the_measured_peaks() {
-        // Measured peaks (module docs, two cores) are below the estimates, and not far below.
-        let g = fp8_gemm_bytes(2048, 1024, 512, 16);
-        assert!(g > 632_000_000 && g < 900_000_000, "{g}");
-        let g = fp8_gemm_bytes(4096, 2048, 1024, 64);
-        assert!(g > 7_760_000_000 && g < 10_000_000_000, "{g}");
-        let size = |m, k, n, groups| GemmSize { m, k, n, groups };
-        let mid = size(4096, 2048, 1024, 64);
-        let g = gemm_bytes_on(2, mid, Passes::ALL, Verify::Full, BF16_F32);
-        assert!(g > 980_000_000 && g < 1_600_000_000, "{g}");
-        let fast = gemm_bytes_on(2, mid, Passes::ALL, Verify::Fast, BF16_F32);
-        assert!(fast > 1_130_000_000 && fast < 1_800_000_000, "{fast}");
-        // Forward alone holds no dlhs or drhs (0.57 GB in f32).
-        let fwd = gemm_bytes_on(2, mid, Passes::FWD, Verify::Full, BF16_F32);
-        assert!(fwd < g - 500_000_000, "{fwd}");
-        // f64 outputs are held in f64: twice the outputs' bytes.
-        let wide = gemm_bytes_on(2, mid, Passes::ALL, Verify::Full, BF16_F64);
-        assert_eq!(wide - g, 4 * (4096 * 1024 + 4096 * 2048 + 64 * 2048 * 1024));
-        // f32 weights are held in f32: twice the weights' bytes (emulate's largest pass here,
-        // wgrad, widens no weight).
-        let f32_in = Formats {
-            dtype: Format::F32,
-            out_dtype: Format::F32,
-        };
-        let narrow = gemm_bytes_on(2, mid, Passes::ALL, Verify::Full, f32_in);
-        assert_eq!(narrow - g, 2 * 64 * 2048 * 1024);
-        // Forward alone, f32 weights are widened by no one: the bf16 case widens one per core.
-        let fwd32 = gemm_bytes_on(2, mid, Passes::FWD, Verify::Full, f32_in);
-        assert_eq!(fwd32 - fwd, 2 * 64 * 2048 * 1024 - 2 * 4 * 2048 * 1024);
-        // DeepSeek-V3's forward pass ran at a 9.38 GB (8.74 GiB) peak, verified in full, and
-        // at 9.12 GB (8.49 GiB) in the README's latest run.
-        let ds_size = size(32768, 7168, 2048, 256);
-        let ds = gemm_bytes_on(2, ds_size, Passes::FWD, Verify::Full, BF16_F32);
-        // More cores hold more experts at once.
-        assert!(gemm_bytes_on(16, ds_size, Passes::FWD, Verify::Full, BF16_F32) > ds);
-        assert!(ds > 9_390_000_000 && ds < 12_000_000_000, "{ds}");
-        let m = moe_bytes(2048, 512, 32, 256, 0);
-        assert!(m > 941_000_000 && m < 2_000_000_000, "{m}");
-        let m = moe_bytes(8192, 128, 8, 64, 0);
-        assert!(m > 588_000_000 && m < 1_000_000_000, "{m}");
-    }
-
-    #[test]
-    fn shards_hold_the_inputs_once_and_the_largest_shard() {
-        use moecheck_reference::gemm::shard::plan_sizes;
-        let ds = GemmSize {
-            m: 32768,
-            k: 7168,
-            n: 2048,
-            groups: 256,
-        };
-        // Even experts of 128 rows each.
-        let even = vec![128; 256];
-        let full = |sizes: &[usize], p| {
-            let plan = plan_sizes(sizes, ds.m, ds.k, ds.n, p);
-            sharded_on(2, ds, Passes::ALL, Verify::Full, BF16_F32, &plan)
-        };
-        let whole = gemm_bytes_on(2, ds, Passes::ALL, Verify::Full, BF16_F32);
-        assert_eq!(full(&even, 1), whole);
-        let inputs = input_bytes(ds, Format::Bf16);
-        // lhs and dout in f32, 256 bf16 weights of 7168 x 2048: 8.73 GB.
-        assert_eq!(inputs, (32768 * (7168 + 2048)) * 4 + 256 * 7168 * 2048 * 2);
-        // Each halving of the shards' size takes about half of what is not the inputs.
-        for p in [2, 4, 8, 16] {
-            let (a, b) = (full(&even, p) - inputs, full(&even, 2 * p) - inputs);
-            assert!(b < a && b as f64 > a as f64 * 0.4, "{p}: {a} -> {b}");
-        }
-        // Sixteen shards of DeepSeek-V3's three passes fit in 16 GiB with the whole inputs.
-        let sixteen = full(&even, 16);
-        assert!(sixteen < 16 << 30 && sixteen > inputs, "{sixteen}");
-        // One hot expert with half the rows: its shard is counted with them.
-        let mut hot = vec![64; 256];
-        hot[100] = 16384;
-        hot[0] = 128;
-        assert_eq!(hot.iter().sum::<usize>(), 32768);
-        assert!(full(&hot, 16) > sixteen + 4 * 16384 * (7168 + 2048) as u64);
-        // One expert a shard: an expert and its rows beside the inputs.
-        assert!(full(&even, 256) < inputs + 2_000_000_000);
-    }
-
-    #[test]
-    fn shards_are_the_fewest_that_leave_room() {
-        let gb = 1u64 << 30;
-        // 10 GiB of inputs and 16 GiB of the rest, split evenly.
-        let need = |p: usize| 10 * gb + 16 * gb / p as u64;
-        // Fits whole: one shard.
-        assert_eq!(shards_for(Some(64 * gb), 256, need), 1);
-        assert_eq!(shards_for(None, 256, need), 1);
-        // 24 GiB: half of it, 12 GiB, needs 8 shards (12 GiB exactly).
-        assert_eq!(shards_for(Some(24 * gb), 256, need), 8);
-        // 20 GiB: nothing under half (10 GiB), the fewest under 85% (17 GiB): 3.
-        assert_eq!(shards_for(Some(20 * gb), 256, need), 3);
-        // Nothing fits: every expert its own shard, for the guard to refuse.
-        assert_eq!(shards_for(Some(8 * gb), 256, need), 256);
-        // Never more shards than experts.
-        assert_eq!(shards_for(Some(20 * gb), 2, need), 2);
-        // Many experts: a few dozen estimates, not one per count.
-        let calls = std::cell::Cell::new(0);
-        let counted = |p: usize| {
-            calls.set(calls.get() + 1);
-            need(p)
-        };
-        assert_eq!(shards_for(Some(24 * gb), 100_000_000, counted), 8);
-        assert!(calls.get() < 64, "{}", calls.get());
-        // The fewest, between powers of two: 10 GiB + 16 GiB / p under 12.5 GiB needs 7.
-        let need_half = |p: usize| 10 * gb + 16 * gb / p as u64;
-        assert_eq!(shards_for(Some(25 * gb), 256, need_half), 7);
-    }
-
-    #[test]
-    fn inputs_that_cannot_fit_are_known_without_a_plan() {
-        let gb = 1u64 << 30;
-        let huge = GemmSize {
-            m: 1024,
-            k: 7000,
-            n: 7000,
-            groups: 100_000_000,
-        };
-        assert!(inputs_too_large(huge, Format::Bf16, Some(24 * gb)));
-        assert!(!inputs_too_large(huge, Format::Bf16, None));
-        let small = GemmSize { groups: 8, ..huge };
-        assert!(!inputs_too_large(small, Format::Bf16, Some(24 * gb)));
-    }
-
-    #[test]
-    fn the_guard_refuses_only_above_what_is_available() {
-        let gb = 1u64 << 30;
-        assert!(guard("--tokens", 2 * gb, Some(gb), false)
-            .unwrap_err()
-            .contains(
-                "--tokens: this case needs about 2.0 GiB of memory and 1.0 GiB is available"
-            ));
-        assert!(guard("--tokens", 2 * gb, Some(gb), true).is_ok());
-        assert!(guard("--tokens", gb, Some(2 * gb), false).is_ok());
-        // Nearly all of it is refused too: the estimate is not exact.
-        assert!(guard("--tokens", 95 * gb / 100, Some(gb), false).is_err());
-        assert!(guard("--tokens", u64::MAX, None, false).is_ok());
-        assert_eq!(elements(&[usize::MAX, 4]), u64::MAX);
-        assert!(available().is_some_and(|a| a > 0));
-    }
-}
+#[path = "memory_tests.rs"]
+mod tests;

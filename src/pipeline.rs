@@ -181,7 +181,7 @@ pub fn run_sharded<O: Backends + Sharded>(
     let progress = Progress::new(generator.work());
     let generated = prepare(generator, Some(imp), &progress)?;
     let (case, ask) = (&generated.case, generated.ask);
-    let plan = shard::plan(case, parts);
+    let plan = shard::plan(O::grouped(case), parts);
     let mut reports = Vec::with_capacity(plan.len());
     let mut reference_seconds = 0.0;
     let mut failed = None;
@@ -192,7 +192,7 @@ pub fn run_sharded<O: Backends + Sharded>(
             plan.len(),
             imp.name()
         ));
-        let sub = case.shard(s);
+        let sub = O::shard(case, s);
         let start = Instant::now();
         let expected = O::expected(&sub, ask).with_context(|| format!("generated case, {s}"))?;
         reference_seconds += start.elapsed().as_secs_f64();

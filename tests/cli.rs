@@ -904,7 +904,7 @@ fn size_guards_refuse_cases_larger_than_memory() {
             "--dtype",
             "fp8",
             "--experts",
-            "1000",
+            "8000",
             "--hidden",
             "2000",
             "--ffn",

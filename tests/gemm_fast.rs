@@ -1,14 +1,17 @@
-//! `moecheck gemm --verify fast`: every planted bug of the grouped-GEMM model is caught by
-//! fast verification at a mid size, the model without a bug passes, and the flag is parsed and
-//! reported. (The single-element guarantees are tested beside the derivation, in
+//! `moecheck gemm --verify fast`: every planted bug of the grouped-GEMM model and of the FP8
+//! model is caught by fast verification at a mid size, the models without a bug pass, and the
+//! flag is parsed and reported. (The single-element guarantees are tested beside the derivation, in
 //! `reference/src/gemm/fast/tests.rs`.)
 
 use std::time::Instant;
 
+use moecheck::generate::fp8::generate_fp8;
 use moecheck::generate::gemm::{generate, GemmSpec, Spread};
+use moecheck::impls::fp8::Fp8Bug;
 use moecheck::impls::PlantedBug;
 use moecheck::registry::Backends;
 use moecheck_reference::format::Format;
+use moecheck_reference::fp8::{Fp8GemmFast, Fp8Recipe};
 use moecheck_reference::gemm::{GemmFast, Passes, TailContract};
 use moecheck_reference::op::verify;
 
@@ -76,6 +79,32 @@ fn every_planted_bug_is_caught_by_fast_verification() {
     eprintln!("10 fast checks in {:.1} s", start.elapsed().as_secs_f64());
 }
 
+/// The FP8 grouped GEMM at the same mid size: every planted FP8 bug is caught by fast
+/// verification (the recipe-exact check through the grouped GEMM's projections, scaled per
+/// group), the clean model passes, at two output formats.
+#[test]
+fn every_planted_fp8_bug_is_caught_by_fast_verification() {
+    for out_dtype in [Format::F32, Format::Bf16] {
+        let gemm = GemmSpec {
+            dtype: Format::F32,
+            out_dtype,
+            ..spec(200)
+        };
+        let case = generate_fp8(&gemm, Fp8Recipe::default());
+        let model = |bug| <Fp8GemmFast as Backends>::emulate(bug).expect("fp8 has a model");
+        let clean = verify::<Fp8GemmFast>(model(None).as_ref(), &case, Passes::ALL);
+        assert!(clean.verdict.passed(), "{:?}", clean.verdict.failure());
+        for &bug in Fp8Bug::ALL {
+            let v = verify::<Fp8GemmFast>(model(Some(bug)).as_ref(), &case, Passes::ALL);
+            assert!(
+                !v.verdict.passed(),
+                "{} escaped fast verification ({out_dtype} out)",
+                bug.name()
+            );
+        }
+    }
+}
+
 fn gemm(extra: &[&str]) -> assert_cmd::Command {
     with_defaults(&["gemm"], &SMALL_GEMM, extra)
 }
@@ -121,7 +150,15 @@ fn verify_flag_names_the_mode_and_its_guarantee() {
 fn a_bad_verify_value_exits_2_naming_the_flag() {
     for args in [
         &["--verify", "quick"][..],
-        &["--verify", "fast", "--dtype", "fp8"][..],
+        &[
+            "--verify",
+            "fast",
+            "--dtype",
+            "fp8",
+            "--scaling",
+            "delayed",
+            "--no-saturate",
+        ][..],
     ] {
         let out = gemm(args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
@@ -129,4 +166,28 @@ fn a_bad_verify_value_exits_2_naming_the_flag() {
         assert!(err.contains("--verify"), "{args:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
     }
+}
+
+/// `--dtype fp8 --verify fast`: the report names the mode, has the projections and says the
+/// comparison with the unquantised GEMM was not computed.
+#[test]
+fn fp8_fast_verification_is_reported() {
+    let out = gemm(&["--dtype", "fp8", "--verify", "fast", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["verification"]["mode"], "fast");
+    assert_eq!(v["fast"].as_array().unwrap().len(), 3);
+    assert_eq!(v["fp8"]["high_precision"].as_array().unwrap().len(), 0);
+    let out = gemm(&["--dtype", "fp8", "--verify", "fast"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("verification: fast: ")
+            && text.contains("projections wgrad:")
+            && text.contains("not computed under --verify fast"),
+        "{text}"
+    );
 }

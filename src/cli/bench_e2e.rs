@@ -39,7 +39,8 @@ pub fn default_cases() -> Vec<E2eCase> {
         ),
         case(MID, "--impl emulate --verify full", "-"),
         case(MID, "--impl emulate --verify fast", "-"),
-        case(MID, "--dtype fp8 --impl emulate", "-"),
+        case(MID, "--dtype fp8 --impl emulate --verify full", "-"),
+        case(MID, "--dtype fp8 --impl emulate --verify fast", "-"),
         case(
             DEEPSEEK,
             "--impl emulate --verify fast",
@@ -50,7 +51,11 @@ pub fn default_cases() -> Vec<E2eCase> {
             "--impl emulate --verify full",
             "<= 6 min, <= 16 GiB",
         ),
-        case(DEEPSEEK, "--dtype fp8 --impl emulate", "<= 5 min"),
+        case(
+            DEEPSEEK,
+            "--dtype fp8 --impl emulate --verify fast",
+            "<= 5 min",
+        ),
         // What fits on a 24 GiB machine today: the forward pass alone, checked in full.
         case(DEEPSEEK, "--impl emulate --passes fwd --verify fast", "-"),
         case(DEEPSEEK, "--impl emulate --passes fwd --verify full", "-"),

@@ -11,7 +11,7 @@ use moecheck::generate::gemm::{sizes_of, GemmSpec, Spread};
 use moecheck::registry::{self, Backends, Declared};
 use moecheck::{memory, pipeline, report};
 use moecheck_reference::format::Format;
-use moecheck_reference::fp8::Fp8Gemm;
+use moecheck_reference::fp8::{Fp8Gemm, Fp8GemmFast};
 use moecheck_reference::gemm::shard::{self, Sharded};
 use moecheck_reference::gemm::{Gemm, GemmFast, Passes, TailContract, Verify};
 use moecheck_reference::op::{Implementation, Op};
@@ -160,12 +160,20 @@ impl GemmFlags {
         }
     }
 
-    /// The estimated peak of the grouped GEMM checked in `parts` shards ([`memory`]), planned
-    /// from the case's group sizes `sizes` as [`shard::plan`] will plan them.
-    fn gemm_bytes(&self, verify: Verify, sizes: &[usize], parts: usize) -> u64 {
+    /// The estimated peak of the check ([`memory`]) in `parts` shards planned from the case's
+    /// group sizes `sizes` as [`shard::plan`] will plan them (`None`: the whole case, unplanned).
+    fn need(&self, check: Estimate, sizes: Option<&[usize]>, parts: usize) -> u64 {
         let size = self.size();
-        let plan = shard::plan_sizes(sizes, size.m, size.k, size.n, parts);
-        memory::gemm_bytes_sharded(size, self.passes, verify, self.formats(), &plan)
+        let plan = match sizes {
+            Some(sizes) => shard::plan_sizes(sizes, size.m, size.k, size.n, parts),
+            None => Vec::new(),
+        };
+        match check {
+            Estimate::Gemm(verify) => {
+                memory::gemm_bytes_sharded(size, self.passes, verify, self.formats(), &plan)
+            }
+            Estimate::Fp8 => memory::fp8_gemm_bytes_sharded(size, &plan),
+        }
     }
 
     /// How many shards of consecutive experts the case is checked in (`--shards`, or chosen
@@ -175,12 +183,15 @@ impl GemmFlags {
     fn shards<O: Op>(
         &self,
         spec: &GemmSpec,
-        verify: Verify,
+        check: Estimate,
         imp: &dyn Implementation<O>,
+        case_whole: Option<String>,
     ) -> anyhow::Result<usize> {
-        let whole = if !imp.shardable() {
+        let whole = if let Some(why) = case_whole {
+            Some(why)
+        } else if !imp.shardable() {
             Some(format!(
-                "--impl {} is checked whole, at the size it is given (only the in-process models that compute each expert on its own are checked a shard of experts at a time: reference, and emulate without group-offset-after-empty)",
+                "--impl {} is checked whole, at the size it is given (only the in-process models that compute each expert on its own are checked a shard of experts at a time: reference, and emulate without a planted bug that reads across experts: group-offset-after-empty, fp8-scale-inv-not-advanced, fp8-amax-from-neighbour)",
                 imp.name()
             ))
         } else if self.dump.is_some() {
@@ -203,13 +214,19 @@ impl GemmFlags {
         // Checked whole, decided without planning (which draws every expert's size): when
         // asked, when it must be, when the whole case fits, or when no number of shards
         // could make it fit (the guard refuses it whole).
-        let whole_need = memory::gemm_bytes(self.size(), self.passes, verify, self.formats());
+        let whole_need = self.need(check, None, 1);
+        let held = match check {
+            Estimate::Gemm(_) => self.dtype,
+            Estimate::Fp8 => memory::FP8_INPUTS,
+        };
+        // An FP8 case is checked in small shards whenever it may be (memory::FP8_SHARD_BYTES).
+        let small = matches!(check, Estimate::Fp8);
         let at_once = match asked {
             Some(p) => p == 1,
             None => {
                 whole.is_some()
-                    || memory::fits(whole_need, available)
-                    || memory::inputs_too_large(self.size(), self.dtype, available)
+                    || (!small && memory::fits(whole_need, available))
+                    || memory::inputs_too_large(self.size(), held, available)
             }
         };
         if at_once {
@@ -218,13 +235,39 @@ impl GemmFlags {
         }
         // The group sizes are the seed's first draws: the shards are planned on them.
         let sizes = sizes_of(spec);
-        let parts = asked.unwrap_or_else(|| {
-            memory::shards_for(available, self.experts, |p| {
-                self.gemm_bytes(verify, &sizes, p)
-            })
+        let parts = asked.unwrap_or_else(|| match check {
+            Estimate::Fp8 => {
+                let size = self.size();
+                let largest = |p| {
+                    let plan = shard::plan_sizes(&sizes, size.m, size.k, size.n, p);
+                    let bytes = |s: &shard::Shard| {
+                        memory::fp8_gemm_bytes(s.rows.len(), size.k, size.n, s.experts.len())
+                    };
+                    plan.iter().map(bytes).max().unwrap_or(0)
+                };
+                let small =
+                    memory::fewest_shards(self.experts, |p| largest(p) <= memory::FP8_SHARD_BYTES)
+                        .unwrap_or(self.experts.max(1));
+                // No fewer experts per shard than keep every core busy, when that fits.
+                let busy = self
+                    .experts
+                    .div_ceil(memory::FP8_EXPERTS_PER_CORE * memory::cores())
+                    .max(1);
+                let p = small.min(busy);
+                if memory::fits(self.need(check, Some(&sizes), p), available) {
+                    p
+                } else {
+                    memory::shards_for(available, self.experts, |p| {
+                        self.need(check, Some(&sizes), p)
+                    })
+                }
+            }
+            Estimate::Gemm(_) => memory::shards_for(available, self.experts, |p| {
+                self.need(check, Some(&sizes), p)
+            }),
         });
         // The refusal names the shards, which a user may change.
-        self.guard(self.gemm_bytes(verify, &sizes, parts))
+        self.guard(self.need(check, Some(&sizes), parts))
             .map_err(|e| anyhow::anyhow!("{e} (checked in {parts} shards of experts, --shards)"))?;
         Ok(parts)
     }
@@ -275,7 +318,7 @@ where
     GemmSpec: pipeline::Generate<O>,
 {
     let imp = registry::build::<O>(&a.imp.choice(a.declared())).map_err(anyhow::Error::msg)?;
-    let parts = a.shards(spec, verify, imp.as_ref())?;
+    let parts = a.shards(spec, Estimate::Gemm(verify), imp.as_ref(), None)?;
     let run = if parts > 1 {
         eprintln!(
             "moecheck: checking the case in {parts} shards of consecutive experts, one shard's outputs held at a time ({} computes each expert on its own; the report is the whole case's)",
@@ -290,9 +333,6 @@ where
 
 /// `moecheck gemm --dtype fp8|e4m3|e5m2`.
 fn run_fp8(a: GemmFlags) -> anyhow::Result<ExitCode> {
-    if a.verify == Some(Verify::Fast) {
-        anyhow::bail!("--verify fast: not available for --dtype fp8 yet; the FP8 grouped GEMM is checked in full");
-    }
     if matches!(a.out_dtype, Format::E4m3 | Format::E5m2) {
         anyhow::bail!(
             "--out-dtype {}: FP8 GEMM outputs are f32 or bf16",
@@ -307,13 +347,50 @@ fn run_fp8(a: GemmFlags) -> anyhow::Result<ExitCode> {
     spec.gemm
         .validate()
         .map_err(|e| anyhow::anyhow!(e.as_flag()))?;
-    if a.shards.is_some_and(|p| p > 1) {
-        anyhow::bail!("--shards: the FP8 grouped GEMM is checked whole");
+    let fast_applies = spec.recipe.fast_applies();
+    let verify = match (a.verify, fast_applies) {
+        (Some(Verify::Fast), Some(why)) => anyhow::bail!("--verify fast: {why}"),
+        (Some(v), _) => v,
+        (None, Some(_)) => Verify::Full,
+        (None, None) => Verify::default_for(spec.gemm.work()),
+    };
+    match verify {
+        Verify::Full => check_fp8::<Fp8Gemm>(&a, &spec),
+        Verify::Fast => check_fp8::<Fp8GemmFast>(&a, &spec),
     }
-    let size = a.size();
-    a.guard(memory::fp8_gemm_bytes(size.m, size.k, size.n, size.groups))?;
-    let imp =
-        registry::build::<Fp8Gemm>(&a.imp.choice(a.declared())).map_err(anyhow::Error::msg)?;
-    let run = pipeline::run(&spec, Some(imp.as_ref()), a.dump.as_deref())?;
+}
+
+/// The check of an FP8 `spec` as op `O` ([`Fp8Gemm`] or [`Fp8GemmFast`]), whole or in shards
+/// of experts.
+fn check_fp8<O>(a: &GemmFlags, spec: &Fp8Spec) -> anyhow::Result<ExitCode>
+where
+    O: Backends + Reported + Sharded<Case = moecheck_reference::fp8::Fp8GemmCase>,
+    Fp8Spec: pipeline::Generate<O>,
+{
+    let imp = registry::build::<O>(&a.imp.choice(a.declared())).map_err(anyhow::Error::msg)?;
+    let parts = a.shards(
+        &spec.gemm,
+        Estimate::Fp8,
+        imp.as_ref(),
+        spec.recipe.shard_local(),
+    )?;
+    let run = if parts > 1 {
+        eprintln!(
+            "moecheck: checking the FP8 case in {parts} shards of consecutive experts, one shard's outputs held at a time ({} computes each expert on its own; the report is the whole case's)",
+            imp.name()
+        );
+        pipeline::run_sharded(spec, imp.as_ref(), parts)?
+    } else {
+        pipeline::run(spec, Some(imp.as_ref()), a.dump.as_deref())?
+    };
     report::finish(&pipeline::report(&run), a.json)
+}
+
+/// Which memory model sizes a check ([`memory`]).
+#[derive(Debug, Clone, Copy)]
+enum Estimate {
+    /// The grouped GEMM under a verification mode.
+    Gemm(Verify),
+    /// The FP8 grouped GEMM.
+    Fp8,
 }

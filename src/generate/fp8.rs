@@ -1,7 +1,10 @@
 //! Generated FP8 grouped-GEMM cases for `moecheck gemm --dtype fp8`.
 //!
 //! The routed case of [`crate::generate::gemm::generate`] (float32 values, per-expert weight
-//! magnitudes over 2^±6, empty experts first/last/middle, dropped tail rows), then:
+//! magnitudes over 2^±6, empty experts first/last/middle, dropped tail rows), with the weights'
+//! values on the bf16 grid, as training stacks hold weights before quantising them (float32
+//! values all the same, written as float32; held in bf16, half the bytes: DeepSeek-V3's are
+//! 7.5 GB instead of 15), then:
 //! every group's `lhs` rows and `dout` rows are multiplied by their own power of two in
 //! `2^-8 ..= 2^8` (so per-group scales differ and a scale taken from the wrong group shows),
 //! the `lhs` rows of one non-empty group (the second) are set to zero (amax 0 -> scale 1), and
@@ -16,12 +19,12 @@ use rand_chacha::ChaCha8Rng;
 
 use moecheck_reference::format::Format;
 use moecheck_reference::fp8::{
-    quantize_operands, AmaxHistory, Fp8Gemm, Fp8GemmCase, Fp8Recipe, GivenScales, Quantized,
-    ScalingKind,
+    quantize_operands, AmaxHistory, Fp8Gemm, Fp8GemmCase, Fp8GemmFast, Fp8Recipe, GivenScales,
+    Quantized, ScalingKind,
 };
 use moecheck_reference::gemm::{GroupedGemmCase, Passes, Precision};
 
-use crate::generate::gemm::{generate, GemmSpec};
+use crate::generate::gemm::{generate_with, GemmSpec};
 use crate::pipeline::{Generate, Generated};
 
 /// Everything that defines a generated FP8 case: the grouped GEMM's spec (its `dtype` is
@@ -52,9 +55,23 @@ impl Generate<Fp8Gemm> for Fp8Spec {
     }
 }
 
+/// The same case, checked fast (`--verify fast`).
+impl Generate<Fp8GemmFast> for Fp8Spec {
+    fn work(&self) -> u64 {
+        self.gemm.work()
+    }
+    fn generate(
+        &self,
+        precision: &dyn Fn(&Fp8GemmCase) -> Precision,
+    ) -> anyhow::Result<Generated<Fp8GemmFast>> {
+        let g = <Fp8Spec as Generate<Fp8Gemm>>::generate(self, precision)?;
+        Ok(Generated::once(g.case, g.ask))
+    }
+}
+
 /// The FP8 case of `spec` (whose dtype must be f32) under `recipe`.
 pub fn generate_fp8(spec: &GemmSpec, recipe: Fp8Recipe) -> Fp8GemmCase {
-    let mut gemm: GroupedGemmCase = generate(spec);
+    let mut gemm: GroupedGemmCase = generate_with(spec, Format::Bf16);
     let mut rng = ChaCha8Rng::seed_from_u64(spec.seed ^ 0xf8f8_f8f8);
     let off = gemm.offsets();
     let live: Vec<usize> = (0..gemm.groups())

@@ -237,6 +237,12 @@ pub fn sizes_of(spec: &GemmSpec) -> Vec<usize> {
 /// starting at value `i` seeks to its word position instead of drawing everything before it.
 /// A test checks the result against drawing the stream sequentially.
 pub fn generate(spec: &GemmSpec) -> GroupedGemmCase {
+    generate_with(spec, spec.dtype)
+}
+
+/// [`generate`] with the weights' values in `weights` (held in bf16 when that is bf16) and
+/// the rest in `spec.dtype`: the same stream, each value rounded to its own format.
+pub fn generate_with(spec: &GemmSpec, weights: Format) -> GroupedGemmCase {
     let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
     let sizes = group_sizes(spec, &mut rng);
     let (m, k, n, g) = (spec.rows(), spec.hidden, spec.ffn, spec.experts);
@@ -258,16 +264,17 @@ pub fn generate(spec: &GemmSpec) -> GroupedGemmCase {
         of: &scales,
         per: (k * n).max(1),
     };
+    let weight = move |x: f64, scale: f64| round_to(x * scale, weights, Overflow::Ieee) as f32;
     // bf16 weights are made and held in bf16 (every value is one): half the bytes.
-    let rhs = if dtype == Format::Bf16 {
+    let rhs = if weights == Format::Bf16 {
         let mut w = ndarray::Array3::from_elem((g, k, n), bf16::ZERO);
         fill(&rng, at, slice(&mut w), &per_expert, |x, scale| {
-            bf16_of(value(x, scale))
+            bf16_of(weight(x, scale))
         });
         Weights::Bf16(w)
     } else {
         let mut w = ndarray::Array3::<f32>::zeros((g, k, n));
-        fill(&rng, at, slice(&mut w), &per_expert, value);
+        fill(&rng, at, slice(&mut w), &per_expert, weight);
         Weights::F32(w)
     };
     let mut dout = ndarray::Array2::<f32>::zeros((m, n));

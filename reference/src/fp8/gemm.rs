@@ -56,6 +56,28 @@ pub struct Fp8Operands {
     pub dout_col: Option<ColumnWise>,
 }
 
+impl Fp8Operands {
+    /// No operands (what a run checked in shards keeps for the whole case).
+    pub fn empty() -> Fp8Operands {
+        let none = || Quantized {
+            format: Format::E4m3,
+            overflow: crate::format::Overflow::Saturate,
+            q: ndarray::Array2::zeros((0, 0)),
+            offsets: vec![0],
+            amax: Vec::new(),
+            scale: Vec::new(),
+            scale_inv: Vec::new(),
+        };
+        Fp8Operands {
+            lhs: none(),
+            rhs: none(),
+            dout: None,
+            lhs_col: none().columnwise(),
+            dout_col: None,
+        }
+    }
+}
+
 /// `rhs (G, K, N)` viewed as `(G·K, N)`.
 pub fn rhs_rows(rhs: &Weights) -> ndarray::Array2<f32> {
     let (g, k, n) = rhs.dim();

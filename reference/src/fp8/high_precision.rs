@@ -18,6 +18,9 @@ use crate::gemm::{GemmOutputs, OutView2, Pass, Passes, ReferenceResult};
 /// One pass against the unquantised f64 GEMM.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HighPrecisionStats {
+    /// The sums the statistics are made of, for [`merge_high_precision`] (not serialised).
+    #[serde(skip)]
+    sums: Sums,
     pub pass: Pass,
     /// Elements compared (tail rows excluded).
     pub elements: usize,
@@ -45,6 +48,21 @@ pub fn high_precision(
         .iter()
         .filter_map(|pass| pass_stats(case, pass, hp, got))
         .collect()
+}
+
+/// The statistics of the elements of several parts of a case (the shards of
+/// [`super::shard`]), each part's per pass: a pass's sums are added over the parts that have
+/// it, in pass order.
+pub fn merge_high_precision(parts: &[&[HighPrecisionStats]]) -> Vec<HighPrecisionStats> {
+    let mut merged: Vec<(Pass, Sums)> = Vec::new();
+    for stats in parts.iter().flat_map(|p| p.iter()) {
+        match merged.iter_mut().find(|(p, _)| *p == stats.pass) {
+            Some((_, sums)) => *sums = sums.add(stats.sums),
+            None => merged.push((stats.pass, stats.sums)),
+        }
+    }
+    merged.sort_by_key(|(p, _)| *p);
+    merged.into_iter().map(|(p, s)| s.finish(p)).collect()
 }
 
 /// The envelope's coefficient for operands in formats `fa`, `fb` summed over `n` products.
@@ -124,8 +142,17 @@ fn push_all(
     }
 }
 
+/// The larger of `a` and `b`, NaN when either is.
+fn nan_max(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
+}
+
 /// Running sums of one pass, fed its elements in order.
-#[derive(Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 struct Sums {
     elements: usize,
     num: f64,
@@ -147,11 +174,9 @@ impl Sums {
         self.den += w * w;
         self.xy += g * w;
         self.sq += g * g + w * w;
-        self.max_abs = if e.is_nan() {
-            f64::NAN
-        } else {
-            self.max_abs.max(e.abs())
-        };
+        // A NaN error makes the maximum NaN for good (`f64::max` alone would drop it at the
+        // next element).
+        self.max_abs = nan_max(self.max_abs, e.abs());
         let envelope = coeff * magnitude;
         let q = if e == 0.0 {
             0.0
@@ -163,15 +188,27 @@ impl Sums {
         if e.is_nan() || e.abs() > envelope {
             self.outside += 1;
         }
-        self.ratio = if q.is_nan() {
-            f64::NAN
-        } else {
-            self.ratio.max(q)
-        };
+        self.ratio = nan_max(self.ratio, q);
+    }
+
+    /// Both sums' elements together (sums added, maxima taken, NaN kept).
+    fn add(self, o: Sums) -> Sums {
+        let max = nan_max;
+        Sums {
+            elements: self.elements + o.elements,
+            num: self.num + o.num,
+            den: self.den + o.den,
+            xy: self.xy + o.xy,
+            sq: self.sq + o.sq,
+            max_abs: max(self.max_abs, o.max_abs),
+            outside: self.outside + o.outside,
+            ratio: max(self.ratio, o.ratio),
+        }
     }
 
     fn finish(self, pass: Pass) -> HighPrecisionStats {
         HighPrecisionStats {
+            sums: self,
             pass,
             elements: self.elements,
             rel_err: if self.den == 0.0 {
@@ -303,7 +340,7 @@ mod tests {
             den += w[i] * w[i];
             xy += g[i] * w[i];
             sq += g[i] * g[i] + w[i] * w[i];
-            max_abs = if e.is_nan() {
+            max_abs = if e.is_nan() || max_abs.is_nan() {
                 f64::NAN
             } else {
                 max_abs.max(e.abs())
@@ -319,9 +356,23 @@ mod tests {
             if e.is_nan() || e.abs() > envelope {
                 outside += 1;
             }
-            ratio = if q.is_nan() { f64::NAN } else { ratio.max(q) };
+            ratio = if q.is_nan() || ratio.is_nan() {
+                f64::NAN
+            } else {
+                ratio.max(q)
+            };
         }
         HighPrecisionStats {
+            sums: Sums {
+                elements: w.len(),
+                num,
+                den,
+                xy,
+                sq,
+                max_abs,
+                outside,
+                ratio,
+            },
             pass,
             elements: w.len(),
             rel_err: if den == 0.0 {

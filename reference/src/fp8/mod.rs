@@ -59,6 +59,7 @@
 pub mod accum;
 pub mod case;
 mod compare;
+pub mod fast;
 mod files;
 pub mod gemm;
 pub mod high_precision;
@@ -67,6 +68,7 @@ mod op;
 pub mod recipe;
 mod report;
 pub mod scaling;
+mod shard;
 
 pub use accum::{AccumModel, AccumVariant};
 pub use case::{
@@ -74,11 +76,12 @@ pub use case::{
     ScalingKind, ScopeKind,
 };
 pub use compare::{compare_fp8, Fp8Expected, Fp8Report};
+pub use fast::Fp8GemmFast;
 pub use files::Fp8Json;
 pub use gemm::{
     fp8_reference, quantize_operands, reference_from_operands, rhs_rows, Fp8Bound, Fp8Operands,
 };
-pub use high_precision::{high_precision, HighPrecisionStats};
+pub use high_precision::{high_precision, merge_high_precision, HighPrecisionStats};
 pub use model::{model_check, ModelCheck, ModelGroupCheck};
 pub use op::{fp8_precision, Fp8Gemm};
 pub use recipe::{
@@ -90,3 +93,4 @@ pub use scaling::{
     quantize_experts, quantize_rows, quantize_rows_with_scales, AmaxAlgo, AmaxHistory, ColumnWise,
     Quantized, Scope,
 };
+pub use shard::merge_fp8;

@@ -18,6 +18,7 @@ use super::case::{Fp8Recipe, ScalingKind};
 use super::high_precision::HighPrecisionStats;
 use super::model::ModelCheck;
 use super::op::Fp8Gemm;
+use crate::gemm::render_fast;
 use crate::gemm::{render_case, render_kinds, render_passes, Gemm, GemmDocument};
 use crate::report::{verdict_line, Reported, RunInfo};
 
@@ -80,9 +81,17 @@ impl Reported for Fp8Gemm {
         let g = &doc.gemm;
         g.head.render(&mut s);
         render_case(&mut s, g);
+        if !g.fast.is_empty() {
+            let v = &g.verification;
+            let _ = writeln!(s, "verification: {}: {}", v.mode, v.guarantee);
+        }
         g.outcome.render(&mut s);
         render_kinds(&mut s, &g.passes);
         render_passes(&mut s, &g.passes);
+        render_fast(&mut s, &g.fast);
+        if !g.fast.is_empty() {
+            let _ = writeln!(s, "against the unquantised f64 GEMM: not computed under --verify fast (information only; --verify full computes it)");
+        }
         render_high_precision(&mut s, &doc.fp8.high_precision);
         if let Some(m) = &doc.fp8.model_check {
             render_model(&mut s, m);

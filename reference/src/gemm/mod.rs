@@ -54,5 +54,7 @@ pub use grouped::{
 };
 pub use held::{OutArray, OutArray2, OutArray3, OutView, OutView2};
 pub use op::{Gemm, Streamed};
-pub use report::{hints, render_case, render_kinds, render_passes, GemmDocument, Shape};
+pub use report::{
+    hints, render_case, render_fast, render_kinds, render_passes, GemmDocument, Shape,
+};
 pub use weights::{WeightView, Weights};

@@ -21,12 +21,12 @@ use serde::Serialize;
 use super::bound::Precision;
 use super::case::{GroupedGemmCase, TailContract};
 use super::compare::PassReport;
-use super::fast::check::{render_fast, FastPass};
+use super::fast::check::FastPass;
 use super::fast::mode::Verification;
 use super::op::Gemm;
 use crate::op::Op;
 use crate::report::{
-    bound_text, verdict_line, Reported, RunHead, RunInfo, RunOutcome, StatsRow, StatsTable,
+    bound_text, sci, verdict_line, Reported, RunHead, RunInfo, RunOutcome, StatsRow, StatsTable,
 };
 
 /// The case's shape.
@@ -272,6 +272,30 @@ pub fn render_passes(s: &mut String, passes: &[PassReport]) {
                 failing,
                 notes,
             },
+        );
+    }
+}
+
+/// The projection lines of a fast report (nothing for a full one).
+pub fn render_fast(s: &mut String, fast: &[FastPass]) {
+    for f in fast {
+        let worst = f
+            .worst
+            .as_ref()
+            .map(|w| {
+                format!(
+                    "; worst expert {} row {}: deviation {} of threshold {}",
+                    w.group,
+                    w.row,
+                    sci(w.deviation),
+                    sci(w.threshold)
+                )
+            })
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "projections {}: {} rows x {} vectors, {} outside their threshold, {} NaN/inf element(s){worst}",
+            f.pass, f.rows, f.vectors, f.failed_rows, f.non_finite
         );
     }
 }

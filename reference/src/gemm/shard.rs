@@ -283,10 +283,17 @@ pub fn merge_fast(case: &GroupedGemmCase, parts: &[(Shard, FastReport)]) -> Fast
     }
 }
 
-/// A grouped-GEMM check whose reports merge across shards: [`Gemm`] and [`GemmFast`].
-pub trait Sharded: Op<Case = GroupedGemmCase, Ask = Passes> {
+/// A grouped-GEMM check whose case cuts into shards and whose reports merge across them:
+/// [`Gemm`], [`GemmFast`] and the FP8 grouped GEMM.
+pub trait Sharded: Op<Ask = Passes> {
+    /// The grouped GEMM the shards are planned on ([`plan`]).
+    fn grouped(case: &Self::Case) -> &GroupedGemmCase;
+
+    /// The case of `shard`'s experts alone.
+    fn shard(case: &Self::Case, shard: &Shard) -> Self::Case;
+
     /// The report of the whole case from its shards' ([`merge_case`], [`merge_fast`]).
-    fn merge(case: &GroupedGemmCase, parts: &[(Shard, Self::Report)]) -> Self::Report;
+    fn merge(case: &Self::Case, parts: &[(Shard, Self::Report)]) -> Self::Report;
 
     /// What a run checked in shards keeps as its reference: nothing is held for the whole
     /// case, and the grouped GEMM's reports read nothing of it.
@@ -294,6 +301,12 @@ pub trait Sharded: Op<Case = GroupedGemmCase, Ask = Passes> {
 }
 
 impl Sharded for Gemm {
+    fn grouped(case: &GroupedGemmCase) -> &GroupedGemmCase {
+        case
+    }
+    fn shard(case: &GroupedGemmCase, shard: &Shard) -> GroupedGemmCase {
+        case.shard(shard)
+    }
     fn merge(case: &GroupedGemmCase, parts: &[(Shard, CaseReport)]) -> CaseReport {
         merge_case(case, parts)
     }
@@ -303,6 +316,12 @@ impl Sharded for Gemm {
 }
 
 impl Sharded for GemmFast {
+    fn grouped(case: &GroupedGemmCase) -> &GroupedGemmCase {
+        case
+    }
+    fn shard(case: &GroupedGemmCase, shard: &Shard) -> GroupedGemmCase {
+        case.shard(shard)
+    }
     fn merge(case: &GroupedGemmCase, parts: &[(Shard, FastReport)]) -> FastReport {
         merge_fast(case, parts)
     }

@@ -2,8 +2,6 @@
 //! and columns against their own bounds, and each row's projections against its threshold
 //! (derived in the [module docs](super)).
 
-use std::fmt::Write as _;
-
 use ndarray::{Axis, Ix3};
 use serde::{Deserialize, Serialize};
 
@@ -48,6 +46,20 @@ pub struct FastPass {
 }
 
 impl FastPass {
+    /// Adds the rows of `later` (the next blocks of the same pass): counts summed, the first
+    /// non-finite element kept, the worst row replaced only by a strictly worse one (as
+    /// inside a block).
+    fn absorb(&mut self, later: FastPass) {
+        self.rows += later.rows;
+        self.failed_rows += later.failed_rows;
+        self.non_finite += later.non_finite;
+        self.first_non_finite = self.first_non_finite.or(later.first_non_finite);
+        if later.worst.is_some() && (self.worst.is_none() || later.max_ratio > self.max_ratio) {
+            self.max_ratio = later.max_ratio;
+            self.worst = later.worst;
+        }
+    }
+
     pub fn passed(&self) -> bool {
         self.failed_rows == 0 && self.non_finite == 0
     }
@@ -100,10 +112,27 @@ pub fn fast_compare(
     expected: &FastExpected,
     got: &GemmOutputs,
 ) -> FastReport {
+    fast_compare_with_bound(case, passes, precision, expected, got, &|n| {
+        ErrorBound::new(precision, n)
+    })
+}
+
+/// [`fast_compare`] with the per-element bound of reduction length `n` given by `bound(n)`
+/// (the FP8 grouped GEMM's, `crate::fp8::fast`); `precision.output` is the format ULP
+/// distances are measured in. The thresholds of the projections are derived from `bound`'s
+/// coefficients as from [`ErrorBound::new`]'s (module docs).
+pub fn fast_compare_with_bound(
+    case: &GroupedGemmCase,
+    passes: Passes,
+    precision: &Precision,
+    expected: &FastExpected,
+    got: &GemmOutputs,
+    bound: &(dyn Fn(usize) -> ErrorBound + Sync),
+) -> FastReport {
     let mut sampled = Vec::new();
     let mut fast = Vec::new();
     for pe in expected.passes.iter().filter(|p| passes.contains(p.pass)) {
-        let (report, projections) = compare_pass(case, precision, pe, got);
+        let (report, projections) = compare_pass(case, precision, pe, got, bound);
         sampled.push(report);
         fast.extend(projections);
     }
@@ -204,6 +233,7 @@ fn compare_pass(
     precision: &Precision,
     pe: &PassExpected,
     got: &GemmOutputs,
+    bound_of: &(dyn Fn(usize) -> ErrorBound + Sync),
 ) -> (PassReport, Option<FastPass>) {
     let pass = pe.pass;
     let out_shape = match pass {
@@ -221,8 +251,7 @@ fn compare_pass(
         row: if pass == Pass::Wgrad { r - b.row0 } else { r },
         col: c,
     };
-    let mut groups = Vec::new();
-    let mut projected = FastPass {
+    let fresh = || FastPass {
         pass,
         vectors: VECTORS,
         rows: 0,
@@ -232,46 +261,62 @@ fn compare_pass(
         non_finite: 0,
         first_non_finite: None,
     };
+    // Each block (an expert) on its own, in parallel; then folded in block order, so the
+    // report is the one a walk of the blocks in order makes.
+    let judged = crate::par::map_by_cost(
+        pe.blocks.iter().collect(),
+        |b| (b.magnitude.len() * pe.shape.1).max(1),
+        |b| {
+            let bound = bound_of(b.n);
+            let rows = b.magnitude.len();
+            let mut acc = StatsAcc::new(out);
+            let mut f = Fit::for_output(out);
+            let mut teeth = 0.0f64;
+            let mut push = |r: usize, c: usize, want: f64, mag: f64| {
+                let bnd = bound.at(mag, want);
+                let g = got.at(b.row0 + r, c);
+                teeth = teeth.max(zero_ratio(want, bnd));
+                f.push(g, want);
+                acc.push(|| at(b, b.row0 + r, c), g, want, bnd);
+            };
+            if b.n == 0 {
+                // Every product is absent: the whole block must be exactly 0 (cheap, every element).
+                for r in 0..rows {
+                    for c in 0..pe.shape.1 {
+                        push(r, c, 0.0, 0.0);
+                    }
+                }
+            } else {
+                for (i, &r) in b.rows.index.iter().enumerate() {
+                    for c in 0..pe.shape.1 {
+                        push(r, c, b.rows.want[(i, c)], b.rows.magnitude[(i, c)]);
+                    }
+                }
+                for (i, &c) in b.cols.index.iter().enumerate() {
+                    for r in (0..rows).filter(|r| b.rows.index.binary_search(r).is_err()) {
+                        push(r, c, b.cols.want[(i, r)], b.cols.magnitude[(i, r)]);
+                    }
+                }
+            }
+            let stats = GroupStats {
+                group: group_of(b),
+                stats: acc.finish(),
+            };
+            let mut projected = fresh();
+            project_block(got, pe, b, &bound, &mut projected, &at);
+            (bound, stats, teeth, f, projected)
+        },
+    );
+    let mut groups = Vec::new();
+    let mut projected = fresh();
     let (mut teeth, mut fit, mut depth, mut vacuous) = (0.0f64, Fit::ALL, 0, false);
-    for b in &pe.blocks {
-        let bound = ErrorBound::new(precision, b.n);
+    for (bound, stats, t, f, p) in judged {
         depth = depth.max(bound.depth);
         vacuous |= bound.is_vacuous();
-        let rows = b.magnitude.len();
-        let mut acc = StatsAcc::new(out);
-        let mut f = Fit::for_output(out);
-        let mut push = |r: usize, c: usize, want: f64, mag: f64| {
-            let bnd = bound.at(mag, want);
-            let g = got.at(b.row0 + r, c);
-            teeth = teeth.max(zero_ratio(want, bnd));
-            f.push(g, want);
-            acc.push(|| at(b, b.row0 + r, c), g, want, bnd);
-        };
-        if b.n == 0 {
-            // Every product is absent: the whole block must be exactly 0 (cheap, every element).
-            for r in 0..rows {
-                for c in 0..pe.shape.1 {
-                    push(r, c, 0.0, 0.0);
-                }
-            }
-        } else {
-            for (i, &r) in b.rows.index.iter().enumerate() {
-                for c in 0..pe.shape.1 {
-                    push(r, c, b.rows.want[(i, c)], b.rows.magnitude[(i, c)]);
-                }
-            }
-            for (i, &c) in b.cols.index.iter().enumerate() {
-                for r in (0..rows).filter(|r| b.rows.index.binary_search(r).is_err()) {
-                    push(r, c, b.cols.want[(i, r)], b.cols.magnitude[(i, r)]);
-                }
-            }
-        }
-        groups.push(GroupStats {
-            group: group_of(b),
-            stats: acc.finish(),
-        });
+        groups.push(stats);
+        teeth = teeth.max(t);
         fit = fit.and(f);
-        project_block(got, pe, b, &bound, &mut projected, &at);
+        projected.absorb(p);
     }
     let tail_checked = pass != Pass::Wgrad && case.tail == TailContract::Zero;
     if pass != Pass::Wgrad {
@@ -445,29 +490,5 @@ fn failed_to_read(pass: Pass, shape: Vec<usize>, why: String) -> PassReport {
         zero_ratio: 0.0,
         looks_like: None,
         fit: Fit::ALL,
-    }
-}
-
-/// The projection lines of a fast report (nothing for a full one).
-pub fn render_fast(s: &mut String, fast: &[FastPass]) {
-    for f in fast {
-        let worst = f
-            .worst
-            .as_ref()
-            .map(|w| {
-                format!(
-                    "; worst expert {} row {}: deviation {} of threshold {}",
-                    w.group,
-                    w.row,
-                    sci(w.deviation),
-                    sci(w.threshold)
-                )
-            })
-            .unwrap_or_default();
-        let _ = writeln!(
-            s,
-            "projections {}: {} rows x {} vectors, {} outside their threshold, {} NaN/inf element(s){worst}",
-            f.pass, f.rows, f.vectors, f.failed_rows, f.non_finite
-        );
     }
 }

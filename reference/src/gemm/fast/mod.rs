@@ -83,7 +83,7 @@ pub mod mode;
 mod op;
 pub mod sample;
 
-pub use check::{fast_compare, FastPass, FastReport, ProjectionWorst};
+pub use check::{fast_compare, fast_compare_with_bound, FastPass, FastReport, ProjectionWorst};
 pub use expected::{fast_expected, flat_shape, FastExpected};
 pub use mode::{Verification, Verify, FAST_ABOVE_MACS, VECTORS};
 pub use op::GemmFast;

@@ -1,0 +1,150 @@
+use super::*;
+
+const BF16_F32: Formats = Formats {
+    dtype: Format::Bf16,
+    out_dtype: Format::F32,
+};
+const BF16_F64: Formats = Formats {
+    dtype: Format::Bf16,
+    out_dtype: Format::F64,
+};
+
+#[test]
+fn estimates_cover_the_measured_peaks() {
+    // Measured peaks (module docs, two cores) are below the estimates, and not far below.
+    let g = fp8_gemm_bytes(2048, 1024, 512, 16);
+    assert!(g > 632_000_000 && g < 900_000_000, "{g}");
+    let g = fp8_gemm_bytes(4096, 2048, 1024, 64);
+    assert!(g > 7_760_000_000 && g < 10_000_000_000, "{g}");
+    let size = |m, k, n, groups| GemmSize { m, k, n, groups };
+    let mid = size(4096, 2048, 1024, 64);
+    let g = gemm_bytes_on(2, mid, Passes::ALL, Verify::Full, BF16_F32);
+    assert!(g > 980_000_000 && g < 1_600_000_000, "{g}");
+    let fast = gemm_bytes_on(2, mid, Passes::ALL, Verify::Fast, BF16_F32);
+    assert!(fast > 1_130_000_000 && fast < 1_800_000_000, "{fast}");
+    // Forward alone holds no dlhs or drhs (0.57 GB in f32).
+    let fwd = gemm_bytes_on(2, mid, Passes::FWD, Verify::Full, BF16_F32);
+    assert!(fwd < g - 500_000_000, "{fwd}");
+    // f64 outputs are held in f64: twice the outputs' bytes.
+    let wide = gemm_bytes_on(2, mid, Passes::ALL, Verify::Full, BF16_F64);
+    assert_eq!(wide - g, 4 * (4096 * 1024 + 4096 * 2048 + 64 * 2048 * 1024));
+    // f32 weights are held in f32: twice the weights' bytes (emulate's largest pass here,
+    // wgrad, widens no weight).
+    let f32_in = Formats {
+        dtype: Format::F32,
+        out_dtype: Format::F32,
+    };
+    let narrow = gemm_bytes_on(2, mid, Passes::ALL, Verify::Full, f32_in);
+    assert_eq!(narrow - g, 2 * 64 * 2048 * 1024);
+    // Forward alone, f32 weights are widened by no one: the bf16 case widens one per core.
+    let fwd32 = gemm_bytes_on(2, mid, Passes::FWD, Verify::Full, f32_in);
+    assert_eq!(fwd32 - fwd, 2 * 64 * 2048 * 1024 - 2 * 4 * 2048 * 1024);
+    // DeepSeek-V3's forward pass ran at a 9.38 GB (8.74 GiB) peak, verified in full, and
+    // at 9.12 GB (8.49 GiB) in the README's latest run.
+    let ds_size = size(32768, 7168, 2048, 256);
+    let ds = gemm_bytes_on(2, ds_size, Passes::FWD, Verify::Full, BF16_F32);
+    // More cores hold more experts at once.
+    assert!(gemm_bytes_on(16, ds_size, Passes::FWD, Verify::Full, BF16_F32) > ds);
+    assert!(ds > 9_390_000_000 && ds < 12_000_000_000, "{ds}");
+    let m = moe_bytes(2048, 512, 32, 256, 0);
+    assert!(m > 941_000_000 && m < 2_000_000_000, "{m}");
+    let m = moe_bytes(8192, 128, 8, 64, 0);
+    assert!(m > 588_000_000 && m < 1_000_000_000, "{m}");
+}
+
+#[test]
+fn shards_hold_the_inputs_once_and_the_largest_shard() {
+    use moecheck_reference::gemm::shard::plan_sizes;
+    let ds = GemmSize {
+        m: 32768,
+        k: 7168,
+        n: 2048,
+        groups: 256,
+    };
+    // Even experts of 128 rows each.
+    let even = vec![128; 256];
+    let full = |sizes: &[usize], p| {
+        let plan = plan_sizes(sizes, ds.m, ds.k, ds.n, p);
+        sharded_on(2, ds, Passes::ALL, Verify::Full, BF16_F32, &plan)
+    };
+    let whole = gemm_bytes_on(2, ds, Passes::ALL, Verify::Full, BF16_F32);
+    assert_eq!(full(&even, 1), whole);
+    let inputs = input_bytes(ds, Format::Bf16);
+    // lhs and dout in f32, 256 bf16 weights of 7168 x 2048: 8.73 GB.
+    assert_eq!(inputs, (32768 * (7168 + 2048)) * 4 + 256 * 7168 * 2048 * 2);
+    // Each halving of the shards' size takes about half of what is not the inputs.
+    for p in [2, 4, 8, 16] {
+        let (a, b) = (full(&even, p) - inputs, full(&even, 2 * p) - inputs);
+        assert!(b < a && b as f64 > a as f64 * 0.4, "{p}: {a} -> {b}");
+    }
+    // Sixteen shards of DeepSeek-V3's three passes fit in 16 GiB with the whole inputs.
+    let sixteen = full(&even, 16);
+    assert!(sixteen < 16 << 30 && sixteen > inputs, "{sixteen}");
+    // One hot expert with half the rows: its shard is counted with them.
+    let mut hot = vec![64; 256];
+    hot[100] = 16384;
+    hot[0] = 128;
+    assert_eq!(hot.iter().sum::<usize>(), 32768);
+    assert!(full(&hot, 16) > sixteen + 4 * 16384 * (7168 + 2048) as u64);
+    // One expert a shard: an expert and its rows beside the inputs.
+    assert!(full(&even, 256) < inputs + 2_000_000_000);
+}
+
+#[test]
+fn shards_are_the_fewest_that_leave_room() {
+    let gb = 1u64 << 30;
+    // 10 GiB of inputs and 16 GiB of the rest, split evenly.
+    let need = |p: usize| 10 * gb + 16 * gb / p as u64;
+    // Fits whole: one shard.
+    assert_eq!(shards_for(Some(64 * gb), 256, need), 1);
+    assert_eq!(shards_for(None, 256, need), 1);
+    // 24 GiB: half of it, 12 GiB, needs 8 shards (12 GiB exactly).
+    assert_eq!(shards_for(Some(24 * gb), 256, need), 8);
+    // 20 GiB: nothing under half (10 GiB), the fewest under 85% (17 GiB): 3.
+    assert_eq!(shards_for(Some(20 * gb), 256, need), 3);
+    // Nothing fits: every expert its own shard, for the guard to refuse.
+    assert_eq!(shards_for(Some(8 * gb), 256, need), 256);
+    // Never more shards than experts.
+    assert_eq!(shards_for(Some(20 * gb), 2, need), 2);
+    // Many experts: a few dozen estimates, not one per count.
+    let calls = std::cell::Cell::new(0);
+    let counted = |p: usize| {
+        calls.set(calls.get() + 1);
+        need(p)
+    };
+    assert_eq!(shards_for(Some(24 * gb), 100_000_000, counted), 8);
+    assert!(calls.get() < 64, "{}", calls.get());
+    // The fewest, between powers of two: 10 GiB + 16 GiB / p under 12.5 GiB needs 7.
+    let need_half = |p: usize| 10 * gb + 16 * gb / p as u64;
+    assert_eq!(shards_for(Some(25 * gb), 256, need_half), 7);
+}
+
+#[test]
+fn inputs_that_cannot_fit_are_known_without_a_plan() {
+    let gb = 1u64 << 30;
+    let huge = GemmSize {
+        m: 1024,
+        k: 7000,
+        n: 7000,
+        groups: 100_000_000,
+    };
+    assert!(inputs_too_large(huge, Format::Bf16, Some(24 * gb)));
+    assert!(!inputs_too_large(huge, Format::Bf16, None));
+    let small = GemmSize { groups: 8, ..huge };
+    assert!(!inputs_too_large(small, Format::Bf16, Some(24 * gb)));
+}
+
+#[test]
+fn the_guard_refuses_only_above_what_is_available() {
+    let gb = 1u64 << 30;
+    assert!(guard("--tokens", 2 * gb, Some(gb), false)
+        .unwrap_err()
+        .contains("--tokens: this case needs about 2.0 GiB of memory and 1.0 GiB is available"));
+    assert!(guard("--tokens", 2 * gb, Some(gb), true).is_ok());
+    assert!(guard("--tokens", gb, Some(2 * gb), false).is_ok());
+    // Nearly all of it is refused too: the estimate is not exact.
+    assert!(guard("--tokens", 95 * gb / 100, Some(gb), false).is_err());
+    assert!(guard("--tokens", u64::MAX, None, false).is_ok());
+    assert_eq!(elements(&[usize::MAX, 4]), u64::MAX);
+    assert!(available().is_some_and(|a| a > 0));
+}
