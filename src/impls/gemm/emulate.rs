@@ -20,7 +20,7 @@ use moecheck_reference::op::{Implementation, RunError};
 use super::blocked::{blocked_gemm, Elem};
 use crate::impls::{model_name, PlantedBug};
 use moecheck_reference::gemm::stream::by_group_rows;
-use moecheck_reference::par::map_by_cost;
+use moecheck_reference::par::{self, map_by_cost};
 use ndarray::{s, Array2, Array3, ArrayView2, ArrayViewMut2, Axis};
 
 /// A defect that can be injected into [`Emulate`].
@@ -319,7 +319,7 @@ impl Implementation<Gemm> for Emulate {
         };
 
         if passes.fwd {
-            let mut out = Array2::<f32>::from_elem((m, n), f32::NAN);
+            let mut out = nan_filled2((m, n));
             let k_zero_poison = k == 0 && self.has(Bug::KZeroGarbage);
             if !k_zero_poison {
                 self.expert_rows(case, Pass::Fwd, out.view_mut(), &written);
@@ -332,7 +332,7 @@ impl Implementation<Gemm> for Emulate {
 
         if passes.dgrad {
             dout()?;
-            let mut dlhs = Array2::<f32>::from_elem((m, k), f32::NAN);
+            let mut dlhs = nan_filled2((m, k));
             self.expert_rows(case, Pass::Dgrad, dlhs.view_mut(), &written);
             if tail_zero {
                 dlhs.slice_mut(s![used.., ..]).fill(0.0);
@@ -342,7 +342,8 @@ impl Implementation<Gemm> for Emulate {
 
         if passes.wgrad {
             let dout = dout()?;
-            let mut drhs = Array3::<f32>::from_elem((g_count, k, n), f32::NAN);
+            let mut drhs = Array3::<f32>::zeros((g_count, k, n));
+            par::fill(drhs.as_slice_mut().expect("a new array"), f32::NAN);
             // Rows each expert's kernel reads: its M tiles, plus the tail for the last expert
             // under `WgradReadsTail` (even when that expert is empty).
             let rows_of = |g: usize| -> Vec<usize> {
@@ -387,6 +388,14 @@ impl Implementation<Gemm> for Emulate {
         }
         Ok(result)
     }
+}
+
+/// A new `shape` array of NaN (what an unwritten element reads as), first touched in
+/// parallel ([`par::fill`]).
+fn nan_filled2(shape: (usize, usize)) -> Array2<f32> {
+    let mut a = Array2::<f32>::zeros(shape);
+    par::fill(a.as_slice_mut().expect("a new array"), f32::NAN);
+    a
 }
 
 #[cfg(test)]
