@@ -95,8 +95,7 @@ pub fn fits(need: u64, available: Option<u64>) -> bool {
     available.is_none_or(|have| within(need, have, USABLE))
 }
 
-/// The cores this process may use.
-/// The cores the checks run on.
+/// The cores this process may use (the checks run on all of them).
 pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |c| c.get())
 }

@@ -162,6 +162,8 @@ pub fn zip_rows<A: Send, B: Sync>(
         .axis_chunks_iter_mut(ndarray::Axis(0), rows)
         .zip(src.axis_chunks_iter(ndarray::Axis(0), rows))
         .collect();
+    // A step of larger work: it does not move the progress meter.
+    let _inside = Inside::enter();
     map_by_cost(blocks, |(_, s)| s.len(), |(d, s)| f(d, s));
 }
 
@@ -171,6 +173,8 @@ pub fn zip_rows<A: Send, B: Sync>(
 /// alone does at well under the speed of the work that follows).
 pub fn fill<T: Copy + Send + Sync>(data: &mut [T], value: T) {
     let blocks: Vec<&mut [T]> = data.chunks_mut(65_536).collect();
+    // A step of larger work: it does not move the progress meter.
+    let _inside = Inside::enter();
     map_by_cost(blocks, |b| b.len(), |b| b.fill(value));
 }
 
@@ -181,11 +185,25 @@ mod tests {
     /// Every element is set, across block edges and in the last partial block.
     #[test]
     fn fill_sets_every_element() {
-        for len in [0, 1, 65_535, 65_536, 65_537, 300_001] {
+        // Past SERIAL_BELOW the blocks run on several threads.
+        for len in [0, 1, 65_535, 65_536, 65_537, 300_001, SERIAL_BELOW + 70_001] {
             let mut v = vec![1.5f32; len];
             v.iter_mut().step_by(7).for_each(|x| *x = -2.0);
             fill(&mut v, f32::NAN);
             assert!(v.iter().all(|x| x.is_nan()), "{len}");
+        }
+    }
+
+    /// Every row pair is visited once, in blocks that match row for row, tail block included.
+    #[test]
+    fn zip_rows_visits_every_row_once() {
+        for (rows, cols) in [(0, 3), (1, 1), (5000, 300), (40_000, 33), (3, 0)] {
+            let src = ndarray::Array2::from_shape_fn((rows, cols), |(r, c)| (r * 7 + c) as u64);
+            let mut dst = ndarray::Array2::<u64>::zeros((rows, cols));
+            zip_rows(dst.view_mut(), src.view(), |mut d, s| {
+                d.zip_mut_with(&s, |x, &y| *x += y + 1);
+            });
+            assert_eq!(dst, src.mapv(|v| v + 1), "{rows} x {cols}");
         }
     }
 

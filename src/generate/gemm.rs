@@ -296,8 +296,8 @@ pub fn generate_with(spec: &GemmSpec, weights: Format) -> GroupedGemmCase {
 /// on every core, instead of one core clearing 7.5 GB for DeepSeek-V3 first.
 fn bf16_zeros(shape: (usize, usize, usize)) -> ndarray::Array3<bf16> {
     let len = shape.0 * shape.1 * shape.2;
-    let bits = std::mem::ManuallyDrop::new(vec![0u16; len]);
-    let (ptr, cap) = (bits.as_ptr() as *mut bf16, bits.capacity());
+    let mut bits = std::mem::ManuallyDrop::new(vec![0u16; len]);
+    let (ptr, cap) = (bits.as_mut_ptr() as *mut bf16, bits.capacity());
     // SAFETY: bf16 is a transparent wrapper of u16 (same size and alignment) whose every bit
     // pattern is a value, and 0 is +0.0; the allocation is handed over whole, once.
     let values = unsafe { Vec::from_raw_parts(ptr, len, cap) };

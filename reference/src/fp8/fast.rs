@@ -279,7 +279,6 @@ mod tests {
 
     use super::*;
     use crate::fp8::fp8_reference;
-    use crate::gemm::fast::sampled;
     use crate::gemm::TailContract;
     use crate::seed::mix;
 
@@ -316,9 +315,9 @@ mod tests {
 
     /// The recipe-exact reference rounded to f32 (inside every bound) passes fast
     /// verification in every pass (no false failure: the scaled projections and magnitudes
-    /// are the recipe's); one element of an unsampled row of the 300-row group moved by the
-    /// row's summed magnitude fails its projections; and moved by a tenth of its own bound
-    /// it still passes.
+    /// are the recipe's); one element of the 300-row group, in a row and a column neither
+    /// sampled, moved by the row's summed magnitude fails the projections (and only them);
+    /// moved by a tenth of its own bound it still passes.
     #[test]
     fn scaled_projections_judge_the_recipe_exact_outputs() {
         let c = case();
@@ -335,24 +334,37 @@ mod tests {
         };
         let clean = judge(&good);
         assert!(clean.passed(), "{:?}", clean.first_failure());
-        // Group 1 (rows 0..300): a row that is not sampled, and its magnitudes.
-        let seeds = sampled(300, 0);
-        let row = (1..299).find(|i| !seeds.contains(i)).unwrap();
+        // Group 1 (rows 0..300): an element whose row and column are both unsampled, so
+        // only the projections (whose thresholds are the scaled magnitudes) can see it.
+        let fwd = &expected.passes[0];
+        let block = fwd.blocks.iter().find(|b| b.group == 1).unwrap();
+        let row = (1..299).find(|i| !block.rows.index.contains(i)).unwrap();
+        let col = (0..50).find(|j| !block.cols.index.contains(j)).unwrap();
         let mags = r.magnitude.out.as_ref().unwrap();
-        let s_row: f64 = mags.row(row).sum();
-        let mut bad = good.clone();
-        let out = bad.out.as_mut().unwrap().f64_mut();
-        out[(row, 7)] += s_row;
-        assert!(!judge(&bad).passed(), "a whole row's magnitude escaped");
+        let want = r.value.out.as_ref().unwrap();
         let bound = Fp8Bound {
             accumulation: c.recipe.accumulation,
             output: c.gemm.out_dtype,
         }
         .at_len(c.gemm.k());
+        // 100 times the row's summed bounds: past twice its threshold, far inside what the
+        // unscaled magnitudes (s_1 is about 2^-15) would let through.
+        let row_bounds: f64 = (0..50)
+            .map(|j| bound.at(mags[(row, j)], want[(row, j)]))
+            .sum();
+        let mut bad = good.clone();
+        let out = bad.out.as_mut().unwrap().f64_mut();
+        out[(row, col)] += 100.0 * row_bounds;
+        let caught = judge(&bad);
+        assert!(caught.sampled.passed(), "the moved element was sampled");
+        assert!(
+            caught.fast[0].failed_rows > 0,
+            "100x the row's bounds escaped the projections"
+        );
         let mut small = good.clone();
-        let y = r.value.out.as_ref().unwrap()[(row, 7)];
+        let y = r.value.out.as_ref().unwrap()[(row, col)];
         let out = small.out.as_mut().unwrap().f64_mut();
-        out[(row, 7)] = (y + bound.at(mags[(row, 7)], y) / 10.0) as f32 as f64;
+        out[(row, col)] = (y + bound.at(mags[(row, col)], y) / 10.0) as f32 as f64;
         assert!(judge(&small).passed(), "an error inside the bound failed");
         // The scales differ per group: the check would not pass unscaled.
         let ops = quantize_operands(&c, Passes::ALL);

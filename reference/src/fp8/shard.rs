@@ -52,7 +52,8 @@ impl Fp8GemmCase {
     pub fn shard(&self, shard: &Shard) -> Fp8GemmCase {
         let r = &self.recipe;
         let slice = |s: &[f32], per_group: bool| -> Vec<f32> {
-            if per_group {
+            // An operand without scales (no dout for a forward-only case) has none to slice.
+            if per_group && !s.is_empty() {
                 s[shard.experts.clone()].to_vec()
             } else {
                 s.to_vec()
@@ -93,8 +94,8 @@ pub fn merge_fp8(case: &Fp8GemmCase, parts: &[(Shard, Fp8Report)]) -> Fp8Report 
     let model = (case.recipe.accumulation != AccumModel::Exact
         && recipe_exact.passed()
         && !undecided.is_empty())
-    .then(|| ModelCheck {
-        groups: parts
+    .then(|| {
+        let mut groups: Vec<_> = parts
             .iter()
             .flat_map(|(s, r)| {
                 let groups = r.model.iter().flat_map(|m| m.groups.iter());
@@ -105,7 +106,10 @@ pub fn merge_fp8(case: &Fp8GemmCase, parts: &[(Shard, Fp8Report)]) -> Fp8Report 
                         ..g.clone()
                     })
             })
-            .collect(),
+            .collect();
+        // Pass by pass, then by group, as the whole case lists them.
+        groups.sort_by_key(|g| (g.pass, g.group));
+        ModelCheck { groups }
     });
     Fp8Report {
         recipe_exact,

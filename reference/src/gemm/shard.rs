@@ -11,7 +11,8 @@
 //! worst elements numbered as in the whole case. The last shard also holds the tail rows.
 //!
 //! Under full verification the merged report is the whole case's report, field for field (a
-//! test checks it, on right and wrong outputs). Under fast verification each shard draws its
+//! test checks it, on right and wrong outputs; the FP8 GEMM's comparison with the unquantised
+//! GEMM, information, matches up to the order of its sums, `crate::fp8`'s shards). Under fast verification each shard draws its
 //! own random rows, columns and projections, so the merged report is as strong as the whole
 //! case's but not the same draw.
 //!

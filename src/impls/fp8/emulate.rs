@@ -8,6 +8,11 @@
 //! ([`moecheck_reference::fp8::AccumModel::dot`]), multiplies by `sinv_a` then `sinv_b` in
 //! f32, and rounds once to the output format. Tail rows of `out`/`dlhs` and `drhs` of empty experts are exact zeros.
 //!
+//! Under exact accumulation every product `qa·qb` is exact in f32, so each element's sum in
+//! order from +0 is one fused multiply-add chain: the blocked kernel's `chained_gemm` computes
+//! it for a whole expert at once (the same bits as the element-by-element sum, a test), and
+//! the scaling is applied after.
+//!
 //! How it quantises (and where the planted defects act) is [`super::operand`]. A model, never
 //! a GPU result. [`Fp8Bug`] injects one realistic FP8 defect; `moecheck
 //! selftest`'s FP8 section checks that the FP8 properties catch every one.
@@ -51,11 +56,15 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
     }
 
     /// Each expert is quantised and computed on its own, so a shard's outputs are its
-    /// experts' in the whole case; except under the two planted bugs that read a scope's
-    /// neighbours (`fp8-scale-inv-not-advanced` counts the empty groups before, and
-    /// `fp8-amax-from-neighbour` reads the next group, which may be in the next shard).
+    /// experts' in the whole case; except under the planted bugs that read beyond a group:
+    /// `fp8-scale-inv-not-advanced` counts the empty groups before it,
+    /// `fp8-amax-from-neighbour` reads the next group (which may be in the next shard), and
+    /// `fp8-colwise-own-scale` takes each column's amax over its scope, every row of the case
+    /// under a tensor scope.
     fn shardable(&self) -> bool {
-        !(self.has(Fp8Bug::ScaleInvNotAdvanced) || self.has(Fp8Bug::AmaxFromNeighbour))
+        !(self.has(Fp8Bug::ScaleInvNotAdvanced)
+            || self.has(Fp8Bug::AmaxFromNeighbour)
+            || self.has(Fp8Bug::ColwiseOwnScale))
     }
 
     /// The recipe's: the model accumulates as the recipe declares.
@@ -63,8 +72,9 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
         fp8_precision(case)
     }
 
-    /// Experts in parallel; each output row through [`AccumModel::row_sums`] (the model's
-    /// sum of each element, a row's columns at a time).
+    /// Experts in parallel. Exact accumulation through the blocked kernel's chained sums
+    /// (module docs); the fast accumulators each output row through [`AccumModel::row_sums`]
+    /// (the model's sum of each element, a row's columns at a time).
     fn run(&self, case: &Fp8GemmCase, passes: Passes) -> Result<GemmOutputs, RunError> {
         let ops = self.operands_of(case, passes);
         let g = &case.gemm;
