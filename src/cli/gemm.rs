@@ -81,8 +81,9 @@ pub struct GemmFlags {
     pub tail: TailArg,
     /// How the outputs are checked: full (every element against its bound, O(M·K·N)) or
     /// fast (random projections of every row, sampled rows and columns at group and tile
-    /// edges, NaN/inf, tails and empty experts exactly; see the README) [default: full up
-    /// to 2^36 multiply-adds per pass (M·K·N), fast above].
+    /// edges, NaN/inf, tails and empty experts exactly; see the README), for --dtype fp8 too
+    /// (but full only for IEEE casts under delayed scaling) [default: full up to 2^36
+    /// multiply-adds per pass (M·K·N), fast above].
     #[arg(long, value_name = "full|fast", value_parser = Verify::parse)]
     pub verify: Option<Verify>,
     /// Write the case and the outputs that were checked to DIR (protocol layout).
