@@ -18,7 +18,7 @@ use super::gemm::{quantize_operands, reference_from_operands, Fp8Bound, Fp8Opera
 use super::high_precision::{high_precision, HighPrecisionStats};
 use super::model::{model_check, ModelCheck};
 use crate::gemm::{
-    compare_outputs_with_bound, reference, CaseReport, GemmOutputs, Passes, Precision,
+    compare_outputs_with_bound, reference, CaseReport, GemmOutputs, Pass, Passes, Precision,
     ReferenceResult,
 };
 use crate::Error;
@@ -60,6 +60,21 @@ pub struct Fp8Report {
     pub model: Option<ModelCheck>,
 }
 
+/// The passes the model-based check runs on (none when it does not run): those whose
+/// recipe-exact bound admits an all-zero output, when a fast accumulator is declared and every
+/// element passed.
+pub(super) fn undecided(case: &Fp8GemmCase, recipe_exact: &CaseReport) -> Vec<Pass> {
+    if case.recipe.accumulation == AccumModel::Exact || !recipe_exact.passed() {
+        return Vec::new();
+    }
+    recipe_exact
+        .passes
+        .iter()
+        .filter(|p| p.admits_zero())
+        .map(|p| p.pass)
+        .collect()
+}
+
 /// Compares `got` with the recipe-exact reference (for an implementation that declared
 /// `precision`: its output format sets the ULP statistics) and with the unquantised GEMM.
 /// `expected` must be [`Fp8Expected::of`] `case` for `passes`.
@@ -82,16 +97,8 @@ pub fn compare_fp8(
         got,
         &|n| bound.at_len(n),
     );
-    let undecided: Vec<_> = recipe_exact
-        .passes
-        .iter()
-        .filter(|p| p.admits_zero())
-        .map(|p| p.pass)
-        .collect();
-    let model = (case.recipe.accumulation != AccumModel::Exact
-        && recipe_exact.passed()
-        && !undecided.is_empty())
-    .then(|| {
+    let undecided = undecided(case, &recipe_exact);
+    let model = (!undecided.is_empty()).then(|| {
         model_check(
             case,
             &expected.operands,

@@ -14,9 +14,8 @@
 //! renumbered, for the passes the merged recipe-exact report leaves undecided (each of those
 //! passes admits an all-zero output in every shard, so every shard ran the check on it).
 
-use super::accum::AccumModel;
 use super::case::{Fp8GemmCase, Fp8Recipe, GivenScales, ScalingKind, ScopeKind};
-use super::compare::{Fp8Expected, Fp8Report};
+use super::compare::{undecided, Fp8Expected, Fp8Report};
 use super::gemm::Fp8Operands;
 use super::high_precision::merge_high_precision;
 use super::model::ModelCheck;
@@ -85,16 +84,8 @@ pub fn merge_fp8(case: &Fp8GemmCase, parts: &[(Shard, Fp8Report)]) -> Fp8Report 
         .iter()
         .map(|(_, r)| r.high_precision.as_slice())
         .collect();
-    let undecided: Vec<_> = recipe_exact
-        .passes
-        .iter()
-        .filter(|p| p.admits_zero())
-        .map(|p| p.pass)
-        .collect();
-    let model = (case.recipe.accumulation != AccumModel::Exact
-        && recipe_exact.passed()
-        && !undecided.is_empty())
-    .then(|| {
+    let undecided = undecided(case, &recipe_exact);
+    let model = (!undecided.is_empty()).then(|| {
         let mut groups: Vec<_> = parts
             .iter()
             .flat_map(|(s, r)| {

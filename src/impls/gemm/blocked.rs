@@ -282,7 +282,7 @@ unsafe fn micro<V: Simd>(
     ld: usize,
     fresh: bool,
 ) {
-    let (l, nr) = (V::LANES, 2 * V::LANES);
+    let l = V::LANES;
     // SAFETY: every offset below is inside the caller's buffers.
     unsafe {
         if tile == CHAIN {
@@ -294,14 +294,7 @@ unsafe fn micro<V: Simd>(
                     }
                 }
             }
-            for t in 0..kk {
-                let (b0, b1) = (V::load(b.add(t * nr)), V::load(b.add(t * nr + l)));
-                for (i, pi) in p.iter_mut().enumerate() {
-                    let x = V::splat(*a.add(t * MR + i));
-                    pi[0] = V::mul_add(x, b0, pi[0]);
-                    pi[1] = V::mul_add(x, b1, pi[1]);
-                }
-            }
+            fma_chains::<V>(a, b, 0..kk, &mut p);
             for (i, pi) in p.iter().enumerate() {
                 for (w, v) in pi.iter().enumerate() {
                     v.store(run.add(i * ld + w * l));
@@ -313,14 +306,7 @@ unsafe fn micro<V: Simd>(
         while k < kk {
             let end = (k + tile).min(kk);
             let mut p = [[V::zero(); 2]; MR];
-            for t in k..end {
-                let (b0, b1) = (V::load(b.add(t * nr)), V::load(b.add(t * nr + l)));
-                for (i, pi) in p.iter_mut().enumerate() {
-                    let x = V::splat(*a.add(t * MR + i));
-                    pi[0] = V::mul_add(x, b0, pi[0]);
-                    pi[1] = V::mul_add(x, b1, pi[1]);
-                }
-            }
+            fma_chains::<V>(a, b, k..end, &mut p);
             for (i, pi) in p.iter().enumerate() {
                 for (w, v) in pi.iter().enumerate() {
                     let r = run.add(i * ld + w * l);
@@ -335,6 +321,33 @@ unsafe fn micro<V: Simd>(
                 }
             }
             k = end;
+        }
+    }
+}
+
+/// `p[i] ← fma(a[t, i], b[t, ..], p[i])` for each `t` of `ts` in order: one FMA chain per
+/// element of the `MR × 2·LANES` register tile (`a` and `b` as [`micro`] takes them).
+///
+/// # Safety
+/// As [`micro`]: `a` holds `ts.end·MR` values and `b` `ts.end·2·LANES`; the CPU has `V`'s
+/// features.
+#[inline(always)]
+unsafe fn fma_chains<V: Simd>(
+    a: *const f32,
+    b: *const f32,
+    ts: std::ops::Range<usize>,
+    p: &mut [[V; 2]; MR],
+) {
+    let (l, nr) = (V::LANES, 2 * V::LANES);
+    // SAFETY: the offsets are inside the caller's buffers (the contract above).
+    unsafe {
+        for t in ts {
+            let (b0, b1) = (V::load(b.add(t * nr)), V::load(b.add(t * nr + l)));
+            for (i, pi) in p.iter_mut().enumerate() {
+                let x = V::splat(*a.add(t * MR + i));
+                pi[0] = V::mul_add(x, b0, pi[0]);
+                pi[1] = V::mul_add(x, b1, pi[1]);
+            }
         }
     }
 }
