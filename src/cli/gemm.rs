@@ -307,23 +307,34 @@ pub fn run(a: GemmFlags) -> anyhow::Result<ExitCode> {
     spec.validate().map_err(|e| anyhow::anyhow!(e.as_flag()))?;
     let verify = a.verify.unwrap_or_else(|| Verify::default_for(spec.work()));
     match verify {
-        Verify::Full => check::<Gemm>(&a, &spec, verify),
-        Verify::Fast => check::<GemmFast>(&a, &spec, verify),
+        Verify::Full => check::<Gemm, _>(&a, &spec, &spec, Estimate::Gemm(verify), None),
+        Verify::Fast => check::<GemmFast, _>(&a, &spec, &spec, Estimate::Gemm(verify), None),
     }
 }
 
-/// The check of `spec` as op `O` ([`Gemm`] or [`GemmFast`]: the same implementations, another
-/// comparison), whole or in shards of experts ([`GemmFlags::shards`]).
-fn check<O>(a: &GemmFlags, spec: &GemmSpec, verify: Verify) -> anyhow::Result<ExitCode>
+/// The check of `spec` (whose grouped GEMM is `gemm`) as op `O` ([`Gemm`], [`GemmFast`],
+/// [`Fp8Gemm`] or [`Fp8GemmFast`]: the same implementations, another comparison), whole or in
+/// shards of experts ([`GemmFlags::shards`]; `case_whole` says why the case cannot be sharded).
+fn check<O, S>(
+    a: &GemmFlags,
+    spec: &S,
+    gemm: &GemmSpec,
+    estimate: Estimate,
+    case_whole: Option<String>,
+) -> anyhow::Result<ExitCode>
 where
     O: Backends + Reported + Sharded,
-    GemmSpec: pipeline::Generate<O>,
+    S: pipeline::Generate<O>,
 {
     let imp = registry::build::<O>(&a.imp.choice(a.declared())).map_err(anyhow::Error::msg)?;
-    let parts = a.shards(spec, Estimate::Gemm(verify), imp.as_ref(), None)?;
+    let parts = a.shards(gemm, estimate, imp.as_ref(), case_whole)?;
     let run = if parts > 1 {
+        let what = match estimate {
+            Estimate::Gemm(_) => "case",
+            Estimate::Fp8 => "FP8 case",
+        };
         eprintln!(
-            "moecheck: checking the case in {parts} shards of consecutive experts, one shard's outputs held at a time ({} computes each expert on its own; the report is the whole case's)",
+            "moecheck: checking the {what} in {parts} shards of consecutive experts, one shard's outputs held at a time ({} computes each expert on its own; the report is the whole case's)",
             imp.name()
         );
         pipeline::run_sharded(spec, imp.as_ref(), parts)?
@@ -356,36 +367,11 @@ fn run_fp8(a: GemmFlags) -> anyhow::Result<ExitCode> {
         (None, Some(_)) => Verify::Full,
         (None, None) => Verify::default_for(spec.gemm.work()),
     };
+    let whole = spec.recipe.shard_local();
     match verify {
-        Verify::Full => check_fp8::<Fp8Gemm>(&a, &spec),
-        Verify::Fast => check_fp8::<Fp8GemmFast>(&a, &spec),
+        Verify::Full => check::<Fp8Gemm, _>(&a, &spec, &spec.gemm, Estimate::Fp8, whole),
+        Verify::Fast => check::<Fp8GemmFast, _>(&a, &spec, &spec.gemm, Estimate::Fp8, whole),
     }
-}
-
-/// The check of an FP8 `spec` as op `O` ([`Fp8Gemm`] or [`Fp8GemmFast`]), whole or in shards
-/// of experts.
-fn check_fp8<O>(a: &GemmFlags, spec: &Fp8Spec) -> anyhow::Result<ExitCode>
-where
-    O: Backends + Reported + Sharded<Case = moecheck_reference::fp8::Fp8GemmCase>,
-    Fp8Spec: pipeline::Generate<O>,
-{
-    let imp = registry::build::<O>(&a.imp.choice(a.declared())).map_err(anyhow::Error::msg)?;
-    let parts = a.shards(
-        &spec.gemm,
-        Estimate::Fp8,
-        imp.as_ref(),
-        spec.recipe.shard_local(),
-    )?;
-    let run = if parts > 1 {
-        eprintln!(
-            "moecheck: checking the FP8 case in {parts} shards of consecutive experts, one shard's outputs held at a time ({} computes each expert on its own; the report is the whole case's)",
-            imp.name()
-        );
-        pipeline::run_sharded(spec, imp.as_ref(), parts)?
-    } else {
-        pipeline::run(spec, Some(imp.as_ref()), a.dump.as_deref())?
-    };
-    report::finish(&pipeline::report(&run), a.json)
 }
 
 /// Which memory model sizes a check ([`memory`]).
