@@ -11,6 +11,10 @@
 //!   TFLOP/s = 2 · rows_used · K · N / time.
 //! * wall time of the whole `Implementation::run` (uploads, NaN poison, download, conversion to
 //!   f64 included), for scale.
+//!
+//! `MOECHECK_BENCH_PASSES=wgrad` and `MOECHECK_BENCH_IMPLS=cublas-grouped` (comma-separated)
+//! restrict the table to some rows (a rerun within a short device lease: at DeepSeek-V3's
+//! size a wgrad run holds 15 GB of f32 output on the host, about 30 s of wall each).
 #![cfg(feature = "cuda")]
 
 use std::time::Instant;
@@ -20,6 +24,11 @@ use moecheck::cuda::{build, unavailable_reason};
 use moecheck::generate::gemm::{generate, GemmSpec, Spread};
 use moecheck_reference::format::Format;
 use moecheck_reference::gemm::{Pass, Passes, TailContract};
+
+/// Whether `name` is in the comma-separated list in `var` (every name when it is unset).
+fn selected(var: &str, name: &str) -> bool {
+    std::env::var(var).map_or(true, |v| v.split(',').any(|s| s.trim() == name))
+}
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -58,8 +67,14 @@ fn throughput_table() {
     println!(
         "| pass | impl | device ms | TFLOP/s | wall s (incl. transfers) |\n|---|---|---|---|---|"
     );
-    for pass in Pass::ALL {
-        for name in ["cuda", "cublas", "cublas-grouped"] {
+    for pass in Pass::ALL
+        .into_iter()
+        .filter(|p| selected("MOECHECK_BENCH_PASSES", &p.to_string()))
+    {
+        for name in ["cuda", "cublas", "cublas-grouped"]
+            .into_iter()
+            .filter(|n| selected("MOECHECK_BENCH_IMPLS", n))
+        {
             let imp = build(name).expect("builds");
             let (mut best_wall, mut best_ms) = (f64::INFINITY, f64::INFINITY);
             let mut err = None;
