@@ -41,6 +41,12 @@ pub struct ElementStats<L> {
     /// exactly (they take no part in the error statistics or `calc_diff`).
     #[serde(default)]
     pub exact_non_finite: usize,
+    /// Checked elements where the implementation wrote the reference's infinity, and the
+    /// reference value plus its bound reaches the output format's overflow threshold: rounding
+    /// to nearest into the output format overflows there, so `±inf` is a correct answer (see
+    /// [`StatsAcc::push`]; they take no part in the error statistics or `calc_diff`).
+    #[serde(default)]
+    pub overflowed: usize,
     /// `Some` whenever a finite element was checked ([`StatsAcc::push`] keeps the first one at
     /// least), so always when `failed > 0`.
     pub worst: Option<WorstElement<L>>,
@@ -60,6 +66,7 @@ impl<L> ElementStats<L> {
             nan: 0,
             inf: 0,
             exact_non_finite: 0,
+            overflowed: 0,
             worst: None,
         }
     }
@@ -102,6 +109,13 @@ impl InverseUlp {
     }
 }
 
+/// Whether round-to-nearest into `out` may overflow for some value within `bound` of the
+/// finite `want`: `|want| + bound >= max + ulp(max)/2`. Never for a format without infinities.
+fn overflows(want: f64, bound: f64, out: Format) -> bool {
+    let info = out.info();
+    info.has_inf && want.abs() + bound >= info.max + ulp(info.max, out) / 2.0
+}
+
 /// Accumulates the statistics of one slice, element by element.
 pub struct StatsAcc<L> {
     stats: ElementStats<L>,
@@ -125,8 +139,18 @@ impl<L> StatsAcc<L> {
     /// false for NaN). Where the reference itself is not finite — a NaN or ±inf that the
     /// declared arithmetic produces, as FP8 without saturation does when delayed scaling's
     /// stale scale overflows E4M3 — the contract is exact: `got` must be NaN where `want` is
-    /// NaN and the same infinity where `want` is infinite. `at` locates the element, and is
-    /// only kept if it is the worst so far.
+    /// NaN and the same infinity where `want` is infinite.
+    ///
+    /// Output overflow: the bound's derivation (`gemm::bound`, step 2) rounds the accumulated
+    /// value `ŝ` to the output format, and round-to-nearest sends every `|ŝ|` at or above the
+    /// format's overflow threshold `max + ulp(max)/2` to infinity. `ŝ` may lie anywhere within
+    /// the bound of `want`, so `got = ±inf` with `want`'s sign is correct when
+    /// `|want| + bound` reaches that threshold (an f16 output of a product of 2^11-sized
+    /// values, cuBLAS's grouped GEMM writing f16). It counts in `overflowed` and takes no part
+    /// in the error statistics. The other infinity, or an infinity where the bound stays below
+    /// the threshold, fails. A format without infinities never passes one.
+    ///
+    /// `at` locates the element, and is only kept if it is the worst so far.
     pub fn push(&mut self, at: impl FnOnce() -> L, got: f64, want: f64, bound: f64) {
         let s = &mut self.stats;
         s.elements += 1;
@@ -146,6 +170,12 @@ impl<L> StatsAcc<L> {
                 s.exact_non_finite += 1;
                 return;
             }
+        } else if got.is_infinite()
+            && got.is_sign_negative() == want.is_sign_negative()
+            && overflows(want, bound, self.out)
+        {
+            s.overflowed += 1;
+            return;
         }
         let err = (got - want).abs();
         let ok = err <= bound; // false for NaN
@@ -336,6 +366,39 @@ mod tests {
             let s = judge(&[(got, want)]);
             assert_eq!(s.failed, 1, "got {got}, want {want}: {s:?}");
             assert_eq!(s.exact_non_finite, 0);
+        }
+    }
+
+    /// Round-to-nearest into f16 overflows at 65520 (= max 65504 + ulp(max)/2): an infinity
+    /// of the reference's sign passes where the reference plus its bound reaches it, and
+    /// nowhere else; a format without infinities passes none.
+    #[test]
+    fn an_overflowing_output_may_be_infinite() {
+        let one = |out: Format, got: f64, want: f64, bound: f64| {
+            let mut acc = StatsAcc::new(out);
+            acc.push(|| 0usize, got, want, bound);
+            acc.finish()
+        };
+        let inf = f64::INFINITY;
+        for (got, want, bound) in [(inf, 65519.0, 1.0), (-inf, -7e4, 1.0), (inf, 65520.0, 0.0)] {
+            let s = one(Format::F16, got, want, bound);
+            assert!(s.passed(), "got {got}, want {want}, bound {bound}: {s:?}");
+            assert_eq!((s.overflowed, s.inf), (1, 1));
+            assert_eq!((s.max_abs_err, s.calc_diff), (0.0, 0.0), "{s:?}");
+        }
+        for (out, got, want, bound) in [
+            (Format::F16, inf, 65519.0, 0.5),
+            (Format::F16, inf, -7e4, 1.0),
+            (Format::F16, -inf, 7e4, 1.0),
+            (Format::F32, inf, 7e4, 1.0),
+            (Format::E4m3, inf, 1e3, 1.0),
+        ] {
+            let s = one(out, got, want, bound);
+            assert_eq!(
+                (s.failed, s.overflowed),
+                (1, 0),
+                "{out:?} got {got}, want {want}: {s:?}"
+            );
         }
     }
 

@@ -131,6 +131,29 @@ fn written_outputs_are_the_values_rounded_once() {
         .f64()
         .into_owned();
     assert!(f16.iter().any(|v| v.is_infinite()), "3e4·6 overflows f16");
+    // Those infinities are the correct f16 answer, so the reference's own f16 outputs pass
+    // their check (cuBLAS's grouped GEMM writes f16 the same way); the other infinity fails.
+    use crate::gemm::bound::{Accumulator, Precision};
+    use crate::gemm::compare::compare_outputs;
+    c.out_dtype = Format::F16;
+    c.dtype = Format::F32; // lhs was moved off the bf16 grid above
+    let precision = Precision {
+        input: Format::F32,
+        accumulator: Accumulator::any_order(Format::F64),
+        output: Format::F16,
+    };
+    let whole = reference(&c, Passes::FWD).unwrap();
+    let written = reference_written(&c, Passes::FWD);
+    let r = compare_outputs(&c, Passes::FWD, &precision, &whole, &written);
+    assert!(r.passed(), "{:?}", r.first_failure());
+    let overflowed: usize = r.passes[0].groups.iter().map(|g| g.stats.overflowed).sum();
+    assert!(overflowed > 0);
+    let mut flipped = written.clone();
+    let out = flipped.out.as_mut().unwrap().f64_mut();
+    let at = out.indexed_iter().find(|(_, v)| v.is_infinite()).unwrap().0;
+    out[at] = -out[at];
+    let r = compare_outputs(&c, Passes::FWD, &precision, &whole, &flipped);
+    assert_eq!(r.passes[0].failed_elements(), 1);
 }
 
 /// The streamed comparison reports what the whole-tensor one does, element for element:
