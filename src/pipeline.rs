@@ -255,7 +255,7 @@ pub fn write_dump<O: Backends>(
     // The declaration flags beyond the operation's defaults, recorded so that `moecheck
     // check DIR` reproduces the verdict without them being given again.
     let declared = precision
-        .map(|p| fewest::<O>(O::declared(p)))
+        .map(|p| fewest::<O>(O::declared(case, p)))
         .filter(|d| !d.given().is_empty());
     protocol::write_case::<O>(dir, case, ask, declared.as_ref()).with_context(named)?;
     if let Some(out) = outputs {

@@ -46,9 +46,11 @@ pub trait Backends: Protocol {
     /// The declaration flags that declare `precision` (the inverse of
     /// [`Backends::declaration`]), or come closest where the flags cannot say all of it: a
     /// `moecheck check` line that reproduces a built-in implementation's failure states them.
-    /// By default none (an operation whose precision no flag declares).
-    fn declared(precision: &Self::Precision) -> Declared {
-        let _ = precision;
+    /// By default none (an operation whose precision no flag declares). `case` is the case
+    /// the precision was declared for (a grouped GEMM's output format is declared only where
+    /// it is not the case's).
+    fn declared(case: &Self::Case, precision: &Self::Precision) -> Declared {
+        let _ = (case, precision);
         Declared::default()
     }
 

@@ -107,6 +107,57 @@ fn dump_then_check_round_trips_and_catches_tampering() {
         .stderr(predicate::str::contains("panicked").not());
 }
 
+/// A kernel that rounds to bf16 what an f32 case asks for (cuBLAS's grouped GEMM, seen on an
+/// H200): `check` fails it as f32, names `--out-dtype bf16`, and passes it so declared,
+/// saying so in the text and the JSON. A dump records such a declaration (here: by hand).
+#[test]
+fn check_takes_a_declared_output_format_for_a_grouped_gemm() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("case");
+    gemm(&[
+        "--impl",
+        "reference",
+        "--out-dtype",
+        "bf16",
+        "--dump",
+        d.to_str().unwrap(),
+    ])
+    .assert()
+    .code(0);
+    let json = d.join("case.json");
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(doc["out_dtype"], "bf16");
+    doc["out_dtype"] = "f32".into();
+    std::fs::write(&json, doc.to_string()).unwrap();
+    moecheck()
+        .arg("check")
+        .arg(&d)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("declare --out-dtype bf16"));
+    moecheck()
+        .args(["check", "--out-dtype", "bf16"])
+        .arg(&d)
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains(
+            "declared output: bf16 (the implementation rounds to it, not to the case's f32)",
+        ));
+    let out = moecheck()
+        .args(["check", "--out-dtype", "bf16", "--json"])
+        .arg(&d)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["precision"]["output"], "bf16");
+    assert_eq!(v["out_dtype"], "f32");
+    // Recorded in case.json, as a dump of such a kernel records it.
+    doc["declared"]["out_dtype"] = "bf16".into();
+    std::fs::write(&json, doc.to_string()).unwrap();
+    moecheck().arg("check").arg(&d).assert().code(0);
+}
+
 /// Tail rows and empty experts' `drhs` must be exactly 0: in a float64 output file, 1e-50
 /// (far below f32's smallest subnormal) fails. It used to pass against a "bound" of half an
 /// f32 subnormal.

@@ -33,8 +33,10 @@ pub struct CheckArgs {
     /// layer) [default: what case.json records, else f32].
     #[arg(long, value_parser = super::format_in(super::FLOATS))]
     pub compute: Option<Format>,
-    /// Declared output format of the implementation that wrote the outputs (MoE layer)
-    /// [default: what case.json records, else f32].
+    /// Declared output format of the implementation that wrote the outputs: MoE layer
+    /// [default: what case.json records, else f32]; grouped GEMM, where the kernel rounds to
+    /// another format than the case's out_dtype (cuBLAS's grouped GEMM writes bf16 for bf16
+    /// inputs) [default: what case.json records, else the case's].
     #[arg(long, value_parser = super::format_in(super::FLOATS))]
     pub out_dtype: Option<Format>,
     /// Machine-readable report with a top-level "verdict".

@@ -32,7 +32,9 @@ pub struct PropFlags {
     /// Compute format an exec: routing or MoE layer declares [default: f32].
     #[arg(long, value_parser = super::format_in(super::FLOATS))]
     pub compute: Option<Format>,
-    /// Output format an exec: MoE layer declares [default: f32].
+    /// Output format an exec: MoE layer declares [default: f32], or the format an exec:
+    /// grouped GEMM rounds its outputs to whatever each case asks (torch's grouped_mm writes
+    /// bf16 for bf16 inputs) [default: each case's].
     #[arg(long, value_parser = super::format_in(super::FLOATS))]
     pub out_dtype: Option<Format>,
     /// Cases per property.

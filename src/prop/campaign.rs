@@ -241,7 +241,7 @@ fn write_minimal<O: Operation>(
     if outputs.is_none() {
         return Ok(None);
     }
-    let declared = command::fewest::<O>(<O as Backends>::declared(&imp.precision(&case)));
+    let declared = command::fewest::<O>(<O as Backends>::declared(&case, &imp.precision(&case)));
     let Ok(declaration) = registry::declaration::<O>(&declared) else {
         return Ok(None);
     };

@@ -53,7 +53,7 @@ pub use grouped::{
     grouped_dgrad, grouped_fwd, grouped_fwd_into, grouped_wgrad, reference, ReferenceResult, CHUNK,
 };
 pub use held::{OutArray, OutArray2, OutArray3, OutView, OutView2};
-pub use op::{Gemm, Streamed};
+pub use op::{Gemm, GemmDeclaration, Streamed};
 pub use report::{
     hints, render_case, render_fast, render_kinds, render_passes, GemmDocument, Shape,
 };

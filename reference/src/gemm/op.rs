@@ -18,8 +18,9 @@ impl Op for Gemm {
     const NAME: &'static str = "gemm";
     type Case = GroupedGemmCase;
     type Ask = Passes;
-    /// The accumulator (`--acc`, `--acc-block`); inputs and outputs are the case's formats.
-    type Declaration = Accumulator;
+    /// The accumulator (`--acc`, `--acc-block`) and, where it is not the case's, the output
+    /// format (`--out-dtype`); inputs are the case's format.
+    type Declaration = GemmDeclaration;
     type Precision = Precision;
     type Outputs = GemmOutputs;
     /// Nothing is computed before the implementation runs: the reference is computed where
@@ -32,11 +33,11 @@ impl Op for Gemm {
         case.validate(passes)
     }
 
-    fn declared_precision(case: &GroupedGemmCase, accumulator: &Accumulator) -> Precision {
+    fn declared_precision(case: &GroupedGemmCase, declared: &GemmDeclaration) -> Precision {
         Precision {
             input: case.dtype,
-            accumulator: *accumulator,
-            output: case.out_dtype,
+            accumulator: declared.accumulator,
+            output: declared.output.unwrap_or(case.out_dtype),
         }
     }
 
@@ -77,6 +78,30 @@ impl Op for Gemm {
 pub struct Streamed;
 
 /// The default declaration of an external implementation: f32 accumulation in any order.
+/// What an implementation of the grouped GEMM declares about its arithmetic.
+///
+/// `output`: the format the implementation rounds its results to, where that is not the
+/// case's `out_dtype` (`None`, the default). A kernel may be unable to write what the case
+/// asks: cuBLAS's grouped GEMM writes bf16 for bf16 inputs, and so does
+/// `torch.nn.functional.grouped_mm`. Its outputs still arrive in the case's `.npy` dtype; the
+/// declaration says they were rounded to `output` on the way, so the bound takes that
+/// rounding (step 2 of [`super::bound`]) instead of failing every element.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GemmDeclaration {
+    pub accumulator: Accumulator,
+    pub output: Option<Format>,
+}
+
+impl From<Accumulator> for GemmDeclaration {
+    /// The accumulator, and the case's output format.
+    fn from(accumulator: Accumulator) -> GemmDeclaration {
+        GemmDeclaration {
+            accumulator,
+            output: None,
+        }
+    }
+}
+
 impl Default for Accumulator {
     fn default() -> Self {
         Accumulator::any_order(Format::F32)

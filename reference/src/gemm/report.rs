@@ -214,11 +214,19 @@ pub fn render_case(s: &mut String, doc: &GemmDocument) {
     let acc = &doc.precision.accumulator;
     let _ = writeln!(
         s,
-        "declared accumulator: {}{}; tail contract: {}",
+        "declared accumulator: {}{}{}; tail contract: {}",
         acc.format,
         acc.block
             .map(|b| format!(" in K blocks of {b}"))
             .unwrap_or_default(),
+        if doc.precision.output.to_string() != doc.out_dtype {
+            format!(
+                "; declared output: {} (the implementation rounds to it, not to the case's {})",
+                doc.precision.output, doc.out_dtype
+            )
+        } else {
+            String::new()
+        },
         match doc.tail {
             TailContract::Zero => "tail rows must be exactly 0",
             TailContract::Ignored => "tail rows of out/dlhs NOT CHECKED (--tail ignored)",

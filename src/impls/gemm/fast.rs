@@ -1,7 +1,7 @@
 //! The grouped GEMM verified fast ([`GemmFast`]) runs the same implementations as [`Gemm`]:
 //! each one is [`Gemm`]'s, wrapped so that only the check differs.
 
-use moecheck_reference::gemm::{Accumulator, Gemm, GemmFast, GemmOutputs, GroupedGemmCase};
+use moecheck_reference::gemm::{Gemm, GemmDeclaration, GemmFast, GemmOutputs, GroupedGemmCase};
 use moecheck_reference::gemm::{Passes, Precision};
 use moecheck_reference::op::{Implementation, RunError};
 
@@ -42,11 +42,11 @@ impl Backends for GemmFast {
     const DECLARATION_FLAGS: &'static [&'static str] = <Gemm as Backends>::DECLARATION_FLAGS;
     const NOT_DECLARED_BY: &'static str = <Gemm as Backends>::NOT_DECLARED_BY;
 
-    fn declaration(d: &Declared) -> Result<Accumulator, String> {
+    fn declaration(d: &Declared) -> Result<GemmDeclaration, String> {
         <Gemm as Backends>::declaration(d)
     }
-    fn declared(p: &Precision) -> Declared {
-        <Gemm as Backends>::declared(p)
+    fn declared(case: &GroupedGemmCase, p: &Precision) -> Declared {
+        <Gemm as Backends>::declared(case, p)
     }
     fn emulate(bug: Option<emulate::Bug>) -> Option<Box<dyn Implementation<GemmFast>>> {
         <Gemm as Backends>::emulate(bug).map(|i| Box::new(Fast(i)) as _)

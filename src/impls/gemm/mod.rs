@@ -7,7 +7,7 @@ pub mod fast;
 mod simd;
 
 use moecheck_reference::format::Format;
-use moecheck_reference::gemm::{Accumulator, Gemm, Precision};
+use moecheck_reference::gemm::{Accumulator, Gemm, GemmDeclaration, GroupedGemmCase, Precision};
 use moecheck_reference::op::Implementation;
 
 use crate::registry::{Backends, Declared};
@@ -15,24 +15,30 @@ use crate::registry::{Backends, Declared};
 impl Backends for Gemm {
     type Bug = emulate::Bug;
     const DECLARES: &'static str = "accumulator";
-    const DECLARATION_FLAGS: &'static [&'static str] = &["--acc", "--acc-block"];
+    const DECLARATION_FLAGS: &'static [&'static str] = &["--acc", "--acc-block", "--out-dtype"];
     const NOT_DECLARED_BY: &'static str =
-        "a grouped GEMM declares its accumulator (--acc, --acc-block); its output format is the case's";
+        "a grouped GEMM declares its accumulator (--acc, --acc-block) and, where it is not the case's, its output format (--out-dtype)";
 
-    fn declaration(d: &Declared) -> Result<Accumulator, String> {
+    fn declaration(d: &Declared) -> Result<GemmDeclaration, String> {
         if d.acc_block == Some(0) {
             return Err("--acc-block 0: a K block holds at least one product".into());
         }
-        Ok(Accumulator {
-            format: d.acc.unwrap_or(Format::F32),
-            block: d.acc_block,
+        Ok(GemmDeclaration {
+            accumulator: Accumulator {
+                format: d.acc.unwrap_or(Format::F32),
+                block: d.acc_block,
+            },
+            output: d.out_dtype,
         })
     }
 
-    fn declared(p: &Precision) -> Declared {
+    /// The output format only where it is not the case's (cuBLAS's grouped GEMM writing
+    /// bf16 for an f32 case).
+    fn declared(case: &GroupedGemmCase, p: &Precision) -> Declared {
         Declared {
             acc: Some(p.accumulator.format),
             acc_block: p.accumulator.block,
+            out_dtype: (p.output != case.out_dtype).then_some(p.output),
             ..Declared::default()
         }
     }
@@ -45,5 +51,45 @@ impl Backends for Gemm {
     }
     fn gpu(name: &str) -> Option<Box<dyn Implementation<Gemm>>> {
         crate::cuda::build(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::declaration;
+    use moecheck_reference::gemm::TailContract;
+    use moecheck_reference::op::Op;
+
+    /// What a dump records of an implementation's precision declares that precision again
+    /// (`moecheck check` reproduces the run), and names the output format only where it is
+    /// not the case's: cuBLAS's grouped GEMM writes bf16 for an f32 case.
+    #[test]
+    fn the_recorded_declaration_declares_the_precision_again() {
+        let case = GroupedGemmCase {
+            lhs: ndarray::Array2::zeros((2, 3)),
+            rhs: ndarray::Array3::<f32>::zeros((1, 3, 4)).into(),
+            group_sizes: vec![2],
+            dout: None,
+            dtype: Format::Bf16,
+            out_dtype: Format::F32,
+            tail: TailContract::Zero,
+        };
+        for (acc, block, output) in [
+            (Format::F32, None, Format::F32),
+            (Format::F32, None, Format::Bf16),
+            (Format::Bf16, Some(16), Format::F16),
+            (Format::F64, None, Format::F64),
+        ] {
+            let p = Precision {
+                input: case.dtype,
+                accumulator: Accumulator { format: acc, block },
+                output,
+            };
+            let d = <Gemm as Backends>::declared(&case, &p);
+            assert_eq!(d.out_dtype, (output != case.out_dtype).then_some(output));
+            let again = declaration::<Gemm>(&d).unwrap();
+            assert_eq!(Gemm::declared_precision(&case, &again), p, "{d:?}");
+        }
     }
 }

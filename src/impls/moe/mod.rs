@@ -4,7 +4,7 @@
 pub mod emulate;
 
 use moecheck_reference::format::Format;
-use moecheck_reference::moe::{LayerFormats, LayerPrecision, MoeLayer};
+use moecheck_reference::moe::{LayerFormats, LayerPrecision, MoeCase, MoeLayer};
 use moecheck_reference::op::Implementation;
 
 use crate::registry::{Backends, Declared};
@@ -23,7 +23,7 @@ impl Backends for MoeLayer {
         })
     }
 
-    fn declared(p: &LayerPrecision) -> Declared {
+    fn declared(_: &MoeCase, p: &LayerPrecision) -> Declared {
         Declared {
             compute: Some(p.compute),
             out_dtype: Some(p.output),

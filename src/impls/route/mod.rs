@@ -5,7 +5,7 @@ pub mod emulate;
 
 use moecheck_reference::format::Format;
 use moecheck_reference::op::Implementation;
-use moecheck_reference::routing::{ComputeFormat, Route, RoutePrecision};
+use moecheck_reference::routing::{ComputeFormat, Route, RoutePrecision, RoutingCase};
 
 use crate::registry::{Backends, Declared};
 
@@ -21,7 +21,7 @@ impl Backends for Route {
     }
 
     /// `--compute` only: a declared routing's weights are f32 (`Route::declared_precision`).
-    fn declared(p: &RoutePrecision) -> Declared {
+    fn declared(_: &RoutingCase, p: &RoutePrecision) -> Declared {
         Declared {
             compute: Some(p.compute),
             ..Declared::default()

@@ -5,10 +5,10 @@
 use super::check::{fast_compare, FastReport};
 use super::expected::{fast_expected, FastExpected};
 use super::mode::Verification;
-use crate::gemm::bound::{Accumulator, Precision};
+use crate::gemm::bound::Precision;
 use crate::gemm::case::{GemmOutputs, GroupedGemmCase, Passes};
 use crate::gemm::files::GemmJson;
-use crate::gemm::op::Gemm;
+use crate::gemm::op::{Gemm, GemmDeclaration};
 use crate::gemm::report::GemmDocument;
 use crate::op::{Comparison, Op};
 use crate::protocol::{FileError, Files, Protocol, Stored};
@@ -23,7 +23,7 @@ impl Op for GemmFast {
     const NAME: &'static str = "gemm";
     type Case = GroupedGemmCase;
     type Ask = Passes;
-    type Declaration = Accumulator;
+    type Declaration = GemmDeclaration;
     type Precision = Precision;
     type Outputs = GemmOutputs;
     type Expected = FastExpected;
@@ -34,8 +34,8 @@ impl Op for GemmFast {
         Gemm::validate(case, passes)
     }
 
-    fn declared_precision(case: &GroupedGemmCase, accumulator: &Accumulator) -> Precision {
-        Gemm::declared_precision(case, accumulator)
+    fn declared_precision(case: &GroupedGemmCase, declared: &GemmDeclaration) -> Precision {
+        Gemm::declared_precision(case, declared)
     }
 
     fn reference_precision(case: &GroupedGemmCase) -> Precision {
