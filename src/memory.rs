@@ -343,6 +343,24 @@ pub fn fp8_gemm_bytes_sharded(size: GemmSize, shards: &[Shard]) -> u64 {
     input_bytes(size, FP8_INPUTS).saturating_add(largest)
 }
 
+/// [`fp8_gemm_bytes_sharded`] for an implementation that runs on the whole case (a kernel under
+/// test) while its
+/// outputs are checked a shard at a time (`pipeline::run_whole_checked_in_shards`): the whole
+/// case's inputs, every output of the whole case at 8 bytes an element (written as f32 or f64,
+/// and whatever copies the kernel's host side makes), and the largest shard's check. One shard
+/// (or none planned) is the whole case.
+pub fn fp8_kernel_bytes_sharded(size: GemmSize, shards: &[Shard]) -> u64 {
+    let GemmSize { m, k, n, groups } = size;
+    if shards.len() <= 1 {
+        return fp8_gemm_bytes(m, k, n, groups);
+    }
+    let outputs = elements(&[m, n])
+        .saturating_add(elements(&[m, k]))
+        .saturating_add(elements(&[groups, k, n]))
+        .saturating_mul(8);
+    fp8_gemm_bytes_sharded(size, shards).saturating_add(outputs)
+}
+
 /// The estimated peak of `moecheck moe` (module docs).
 pub fn moe_bytes(tokens: usize, hidden: usize, experts: usize, ffn: usize, shared: usize) -> u64 {
     let weights =

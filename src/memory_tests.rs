@@ -148,3 +148,33 @@ fn the_guard_refuses_only_above_what_is_available() {
     assert_eq!(elements(&[usize::MAX, 4]), u64::MAX);
     assert!(available().is_some_and(|a| a > 0));
 }
+
+/// An FP8 implementation run whole and checked in shards holds the whole case's inputs and
+/// outputs and the largest shard's check: DeepSeek-V3's case (refused whole on the H200's
+/// 125 GiB at 242 GiB) fits in 128 shards; one shard is the whole estimate.
+#[test]
+fn a_whole_fp8_run_checked_in_shards_holds_the_outputs_once() {
+    use moecheck_reference::gemm::shard::plan_sizes;
+    let ds = GemmSize {
+        m: 32768,
+        k: 7168,
+        n: 2048,
+        groups: 256,
+    };
+    let plan = |p| plan_sizes(&[128; 256], ds.m, ds.k, ds.n, p);
+    assert_eq!(
+        fp8_kernel_bytes_sharded(ds, &plan(1)),
+        fp8_gemm_bytes(ds.m, ds.k, ds.n, ds.groups)
+    );
+    assert!(fp8_gemm_bytes(ds.m, ds.k, ds.n, ds.groups) > 240 << 30);
+    let outputs = 8 * (32768 * 2048 + 32768 * 7168 + 256 * 7168 * 2048);
+    for p in [2, 16, 128] {
+        assert_eq!(
+            fp8_kernel_bytes_sharded(ds, &plan(p)),
+            fp8_gemm_bytes_sharded(ds, &plan(p)) + outputs,
+            "{p}"
+        );
+    }
+    let need = fp8_kernel_bytes_sharded(ds, &plan(128));
+    assert!(need < 64 << 30 && fits(need, Some(125 << 30)), "{need}");
+}

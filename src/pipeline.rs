@@ -229,6 +229,79 @@ pub fn run_sharded<O: Backends + Sharded>(
     })
 }
 
+/// Runs `imp` on the whole generated case once, then checks its outputs a shard of experts at
+/// a time ([`shard::shard_outputs`]), each against its shard's reference, and merges the
+/// shards' reports into the whole case's ([`Sharded::merge`]): the same report as
+/// [`run_sharded`] gives for an implementation that computes each expert on its own, with the
+/// implementation seeing the whole case. For a kernel under test whose case fits in memory
+/// but whose whole references do not (the FP8 GEMM holds its references whole). Nothing is
+/// dumped.
+///
+/// An output whose shape is not the whole case's cannot be cut into shards: the run fails,
+/// naming the pass and both shapes.
+pub fn run_whole_checked_in_shards<O: Backends + Sharded>(
+    generator: &dyn Generate<O>,
+    imp: &dyn Implementation<O>,
+    parts: usize,
+) -> anyhow::Result<Run<O>> {
+    let progress = Progress::new(generator.work());
+    let generated = prepare(generator, Some(imp), &progress)?;
+    let (case, ask) = (&generated.case, generated.ask);
+    progress.stage(&format!("running {} on the whole case", imp.name()));
+    let precision = imp.precision(case);
+    let mut reference_seconds = 0.0;
+    let verdict = match imp.run(case, ask) {
+        Err(e) => Verdict::RunFailed(e),
+        Ok(got) => {
+            let plan = shard::plan(O::grouped(case), parts);
+            let mut reports = Vec::with_capacity(plan.len());
+            let mut failed = None;
+            for (i, s) in plan.iter().enumerate() {
+                progress.stage(&format!(
+                    "{s} ({} of {}): checking {}'s outputs against the f64 reference",
+                    i + 1,
+                    plan.len(),
+                    imp.name()
+                ));
+                let part = match shard::shard_outputs(&got, O::grouped(case), s) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        failed = Some(RunError(e));
+                        break;
+                    }
+                };
+                let sub = O::shard(case, s);
+                let start = Instant::now();
+                let expected =
+                    O::expected(&sub, ask).with_context(|| format!("generated case, {s}"))?;
+                reference_seconds += start.elapsed().as_secs_f64();
+                let report = O::compare(&sub, ask, &precision, &expected, &part)
+                    .map_err(|e| anyhow::anyhow!("generated case, {s}: {e}"))?;
+                reports.push((s.clone(), report));
+            }
+            match failed {
+                Some(e) => Verdict::RunFailed(e),
+                None => Verdict::of(O::merge(case, &reports)),
+            }
+        }
+    };
+    let implemented = Implemented {
+        name: imp.name(),
+        is_model: imp.is_model(),
+    };
+    let verified = Verified {
+        precision,
+        outputs: None,
+        verdict,
+    };
+    Ok(Run {
+        generated,
+        expected: O::unheld(),
+        reference_seconds,
+        checked: Some((implemented, verified)),
+    })
+}
+
 /// Writes the case and, when there are any, the outputs that were checked into `dir`
 /// (created if needed); errors name `flag DIR` (`--dump`, `--out`).
 ///

@@ -2,7 +2,8 @@
 //! reports what the whole case reports (full verification: the same report; fast: the same
 //! verdicts), for the clean model and every planted bug it may run; implementations that
 //! must see the whole case, dumps, and FP8 recipes with a scale over the whole tensor refuse
-//! it. The FP8 grouped GEMM's shards report what its whole case reports too.
+//! it. The FP8 grouped GEMM's shards report what its whole case reports too, and so does a
+//! kernel's whole FP8 outputs checked a shard at a time.
 
 use assert_cmd::Command;
 use serde_json::Value;
@@ -90,17 +91,13 @@ fn what_must_be_checked_whole_refuses_shards() {
     let dump = tempfile::tempdir().unwrap();
     let dump_dir = dump.path().join("case");
     let dump_arg = dump_dir.to_str().unwrap();
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 5] = [
         (&["--impl", "exec:true"], "checked whole"),
         (&["--inject", "group-offset-after-empty"], "checked whole"),
         (&["--dump", dump_arg], "--dump"),
         (
             &["--dtype", "fp8", "--lhs-scope", "tensor"],
             "lhs is scaled per tensor",
-        ),
-        (
-            &["--dtype", "fp8", "--inject", "fp8-amax-from-neighbour"],
-            "checked whole",
         ),
         (
             &["--experts", "2", "--empty", "0"],
@@ -196,4 +193,75 @@ fn fp8_shards_report_what_the_whole_case_reports() {
             }
         }
     }
+}
+
+/// The FP8 report of a kernel under test that ran on the whole case, checked a shard of
+/// experts at a time (`--shards N` with an `exec:` program), is the whole check's report: for
+/// the numpy adapter, the adapter with one `drhs` element of the last expert moved, and the
+/// model with each planted bug that reads across experts (so it is not run in shards). A
+/// `drhs` with an expert missing fails the run, naming the shapes (here the case directory's
+/// reader names them; `shard_outputs` does for an in-process kernel).
+#[test]
+fn a_kernels_whole_fp8_outputs_checked_in_shards_report_what_the_whole_check_reports() {
+    let tmp = tempfile::tempdir().unwrap();
+    let adapter = format!(
+        "{}/examples/adapters/numpy_fp8_grouped_gemm.py",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let edit = |name: &str, code: &str| {
+        let script = tmp.path().join(name);
+        std::fs::write(
+            &script,
+            format!(
+                "python3 {adapter} \"$1\" && python3 -c 'import numpy as np, sys\np = sys.argv[1] + \"/drhs.npy\"\na = np.load(p)\n{code}' \"$1\"\n"
+            ),
+        )
+        .unwrap();
+        format!("exec:sh {}", script.display())
+    };
+    let clean = format!("exec:python3 {adapter}");
+    let moved = edit("moved.sh", "a[-1, -1, -1] += 1.0\nnp.save(p, a)");
+    let short = edit("short.sh", "np.save(p, a[:-1])");
+    let mut runs: Vec<(Vec<&str>, i32)> = vec![
+        (vec!["--impl", clean.as_str()], 0),
+        (vec!["--impl", moved.as_str()], 1),
+    ];
+    for bug in [
+        Fp8Bug::ScaleInvNotAdvanced,
+        Fp8Bug::AmaxFromNeighbour,
+        Fp8Bug::ColwiseOwnScale,
+    ] {
+        runs.push((vec!["--inject", bug.name()], 1));
+    }
+    for (run, code) in &runs {
+        let (imp, code) = (format!("{run:?}"), *code);
+        let args = [&["--dtype", "fp8"], run.as_slice()].concat();
+        let (mut whole, c) = report(&[args.as_slice(), &["--shards", "1"]].concat());
+        assert_eq!(c, code, "{imp}: {}", whole["failure"]);
+        let whole_hp = whole["fp8"]["high_precision"].take();
+        for parts in ["2", "3"] {
+            let (mut sharded, c) = report(&[args.as_slice(), &["--shards", parts]].concat());
+            assert_eq!(c, code, "{imp}, {parts} shards");
+            let hp = sharded["fp8"]["high_precision"].take();
+            assert_eq!(sharded, whole, "{imp}, {parts} shards");
+            for (a, b) in hp
+                .as_array()
+                .unwrap()
+                .iter()
+                .zip(whole_hp.as_array().unwrap())
+            {
+                assert_eq!(a["elements"], b["elements"], "{imp}, {parts} shards");
+            }
+        }
+        // Fast verification draws its samples per shard: the same verdict.
+        let (fast, c) = report(&[args.as_slice(), &["--verify", "fast", "--shards", "3"]].concat());
+        assert_eq!(c, code, "{imp}, fast: {}", fast["failure"]);
+    }
+    let (r, c) = report(&["--dtype", "fp8", "--impl", short.as_str(), "--shards", "3"]);
+    assert_eq!(c, 1);
+    let failure = r["failure"].as_str().unwrap_or_default();
+    assert!(
+        failure.contains("drhs.npy: has shape [5, 40, 16], expected [6, 40, 16]"),
+        "{r}"
+    );
 }

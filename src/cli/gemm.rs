@@ -93,8 +93,9 @@ pub struct GemmFlags {
     #[arg(long)]
     pub json: bool,
     /// Check the case N shards of consecutive experts at a time, holding one shard's outputs
-    /// at a time (the in-process models, reference and emulate, only; a kernel under test is
-    /// checked whole). The report is the whole case's. [default: 1 when the case fits in
+    /// at a time (the in-process models, reference and emulate, only; a kernel under test runs
+    /// on the whole case, and with --dtype fp8 its outputs are then checked N shards at a
+    /// time, one shard's references held at once). The report is the whole case's. [default: 1 when the case fits in
     /// memory, else the fewest shards estimated to need at most half of the memory
     /// available, or else at most 85% of it; with --dtype fp8, shards of about 512 MiB but
     /// at least two experts per core]
@@ -175,13 +176,15 @@ impl GemmFlags {
                 memory::gemm_bytes_sharded(size, self.passes, verify, self.formats(), &plan)
             }
             Estimate::Fp8 => memory::fp8_gemm_bytes_sharded(size, &plan),
+            Estimate::Fp8RunWhole => memory::fp8_kernel_bytes_sharded(size, &plan),
         }
     }
 
     /// How many shards of consecutive experts the case is checked in (`--shards`, or chosen
     /// so that it fits in memory, [`memory::shards_for`]), after the memory guard. `imp` is
-    /// checked whole unless it is shardable ([`Implementation::shardable`]), and so is a
-    /// dumped case.
+    /// checked whole unless it is shardable ([`Implementation::shardable`]) or a kernel under
+    /// test of the FP8 GEMM, which runs whole and is checked in shards
+    /// ([`Estimate::Fp8RunWhole`]), and a dumped case is checked whole.
     fn shards<O: Op>(
         &self,
         spec: &GemmSpec,
@@ -191,7 +194,7 @@ impl GemmFlags {
     ) -> anyhow::Result<usize> {
         let whole = if let Some(why) = case_whole {
             Some(why)
-        } else if !imp.shardable() {
+        } else if !imp.shardable() && !matches!(check, Estimate::Fp8RunWhole) {
             Some(format!(
                 "--impl {} is checked whole, at the size it is given (only the in-process models that compute each expert on its own are checked a shard of experts at a time: reference, and emulate without a planted bug that reads across experts: group-offset-after-empty, fp8-scale-inv-not-advanced, fp8-amax-from-neighbour)",
                 imp.name()
@@ -219,10 +222,10 @@ impl GemmFlags {
         let whole_need = self.need(check, None, 1);
         let held = match check {
             Estimate::Gemm(_) => self.dtype,
-            Estimate::Fp8 => memory::FP8_INPUTS,
+            Estimate::Fp8 | Estimate::Fp8RunWhole => memory::FP8_INPUTS,
         };
         // An FP8 case is checked in small shards whenever it may be (memory::FP8_SHARD_BYTES).
-        let small = matches!(check, Estimate::Fp8);
+        let small = matches!(check, Estimate::Fp8 | Estimate::Fp8RunWhole);
         let at_once = match asked {
             Some(p) => p == 1,
             None => {
@@ -238,7 +241,7 @@ impl GemmFlags {
         // The group sizes are the seed's first draws: the shards are planned on them.
         let sizes = sizes_of(spec);
         let parts = asked.unwrap_or_else(|| match check {
-            Estimate::Fp8 => {
+            Estimate::Fp8 | Estimate::Fp8RunWhole => {
                 let size = self.size();
                 let largest = |p| {
                     let plan = shard::plan_sizes(&sizes, size.m, size.k, size.n, p);
@@ -327,11 +330,23 @@ where
     S: pipeline::Generate<O>,
 {
     let imp = registry::build::<O>(&a.imp.choice(a.declared())).map_err(anyhow::Error::msg)?;
+    // An FP8 implementation that is not run in shards (a kernel under test) runs on the whole
+    // case; its outputs may still be checked in shards.
+    let estimate = match estimate {
+        Estimate::Fp8 if !imp.shardable() => Estimate::Fp8RunWhole,
+        other => other,
+    };
     let parts = a.shards(gemm, estimate, imp.as_ref(), case_whole)?;
-    let run = if parts > 1 {
+    let run = if parts > 1 && matches!(estimate, Estimate::Fp8RunWhole) {
+        eprintln!(
+            "moecheck: running {} on the whole FP8 case, then checking its outputs in {parts} shards of consecutive experts, one shard's references held at a time (the report is the whole case's)",
+            imp.name()
+        );
+        pipeline::run_whole_checked_in_shards(spec, imp.as_ref(), parts)?
+    } else if parts > 1 {
         let what = match estimate {
             Estimate::Gemm(_) => "case",
-            Estimate::Fp8 => "FP8 case",
+            Estimate::Fp8 | Estimate::Fp8RunWhole => "FP8 case",
         };
         eprintln!(
             "moecheck: checking the {what} in {parts} shards of consecutive experts, one shard's outputs held at a time ({} computes each expert on its own; the report is the whole case's)",
@@ -381,4 +396,8 @@ enum Estimate {
     Gemm(Verify),
     /// The FP8 grouped GEMM.
     Fp8,
+    /// The FP8 grouped GEMM of an implementation that is not run in shards (a kernel under
+    /// test, or a model whose planted bug reads across experts): it runs on the whole case,
+    /// whose outputs are held whole while they are checked a shard at a time.
+    Fp8RunWhole,
 }

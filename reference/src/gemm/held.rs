@@ -122,6 +122,19 @@ impl<D: Dimension> OutArray<D> {
 }
 
 impl<D: RemoveAxis> OutArray<D> {
+    /// A copy of the indices `range` of the first axis (rows of `out`, experts of `drhs`), in
+    /// the precision it is held in.
+    ///
+    /// # Panics
+    /// If `range` is not within the first axis.
+    pub fn outer_range(&self, range: std::ops::Range<usize>) -> OutArray<D> {
+        let slice = ndarray::Slice::from(range);
+        match self {
+            OutArray::F32(a) => OutArray::F32(a.slice_axis(Axis(0), slice).to_owned()),
+            OutArray::F64(a) => OutArray::F64(a.slice_axis(Axis(0), slice).to_owned()),
+        }
+    }
+
     /// The sub-array at `index` of the first axis (`drhs[g]`).
     pub fn outer(&self, index: usize) -> OutView<'_, D::Smaller> {
         match self {

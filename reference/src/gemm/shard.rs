@@ -16,15 +16,17 @@
 //! own random rows, columns and projections, so the merged report is as strong as the whole
 //! case's but not the same draw.
 //!
-//! A kernel under test is never sharded: a bug that appears only at the whole size (an offset
-//! past 2^31 elements, the 200th expert's scale) must see the whole size. Sharding is for the
-//! models that stand in for one, and for the reference checking itself.
+//! A kernel under test is never run in shards: a bug that appears only at the whole size (an
+//! offset past 2^31 elements, the 200th expert's scale) must see the whole size. Running in
+//! shards is for the models that stand in for one, and for the reference checking itself. A
+//! kernel's whole outputs may still be *checked* a shard at a time ([`shard_outputs`]), where
+//! the whole case's references would not fit (the FP8 GEMM's are held whole).
 
 use std::ops::Range;
 
 use ndarray::s;
 
-use super::case::{GroupedGemmCase, Pass, Passes};
+use super::case::{GemmOutputs, GroupedGemmCase, Pass, Passes};
 use super::compare::{CaseReport, GemmAt, GroupId, GroupStats, PassReport};
 use super::fast::{FastExpected, FastPass, FastReport, GemmFast, ProjectionWorst};
 use super::fit::Fit;
@@ -112,6 +114,50 @@ impl GroupedGemmCase {
             tail: self.tail,
         }
     }
+}
+
+/// `shard`'s part of outputs written for the whole `case`: its rows of `out` and `dlhs` and
+/// its experts' `drhs`, in the precision they were written in. A kernel under test runs on
+/// the whole case, and its outputs are checked a shard at a time against each shard's
+/// reference (`moecheck gemm` when the whole case's references do not fit; the merged report
+/// is the one [`Sharded::merge`] gives for the shards run one by one). A missing pass stays
+/// missing.
+///
+/// # Errors
+/// When an output's shape is not the whole case's (it cannot be cut into shards), naming the
+/// pass and both shapes.
+pub fn shard_outputs(
+    got: &GemmOutputs,
+    case: &GroupedGemmCase,
+    shard: &Shard,
+) -> Result<GemmOutputs, String> {
+    fn check(pass: Pass, got: &[usize], want: &[usize]) -> Result<(), String> {
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!(
+                "{pass}: the output has shape {got:?}, the case's is {want:?}"
+            ))
+        }
+    }
+    let (m, k, n, g) = (case.m(), case.k(), case.n(), case.groups());
+    if let Some(a) = &got.out {
+        check(Pass::Fwd, a.shape(), &[m, n])?;
+    }
+    if let Some(a) = &got.dlhs {
+        check(Pass::Dgrad, a.shape(), &[m, k])?;
+    }
+    if let Some(a) = &got.drhs {
+        check(Pass::Wgrad, a.shape(), &[g, k, n])?;
+    }
+    Ok(GemmOutputs {
+        out: got.out.as_ref().map(|a| a.outer_range(shard.rows.clone())),
+        dlhs: got.dlhs.as_ref().map(|a| a.outer_range(shard.rows.clone())),
+        drhs: got
+            .drhs
+            .as_ref()
+            .map(|a| a.outer_range(shard.experts.clone())),
+    })
 }
 
 impl Shard {
@@ -286,7 +332,7 @@ pub fn merge_fast(case: &GroupedGemmCase, parts: &[(Shard, FastReport)]) -> Fast
 
 /// A grouped-GEMM check whose case cuts into shards and whose reports merge across them:
 /// [`Gemm`], [`GemmFast`] and the FP8 grouped GEMM.
-pub trait Sharded: Op<Ask = Passes> {
+pub trait Sharded: Op<Ask = Passes, Outputs = GemmOutputs> {
     /// The grouped GEMM the shards are planned on ([`plan`]).
     fn grouped(case: &Self::Case) -> &GroupedGemmCase;
 

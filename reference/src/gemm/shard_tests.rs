@@ -46,21 +46,9 @@ fn precision() -> Precision {
     }
 }
 
-/// The outputs of `got` that belong to `shard`.
+/// The outputs of `got` (written for the whole [`case`]) that belong to `shard`.
 fn outputs_of(got: &GemmOutputs, shard: &Shard) -> GemmOutputs {
-    let rows = |a: &OutArray<ndarray::Ix2>| match a {
-        OutArray::F32(a) => OutArray::F32(a.slice(s![shard.rows.clone(), ..]).to_owned()),
-        OutArray::F64(a) => OutArray::F64(a.slice(s![shard.rows.clone(), ..]).to_owned()),
-    };
-    let experts = |a: &OutArray<ndarray::Ix3>| match a {
-        OutArray::F32(a) => OutArray::F32(a.slice(s![shard.experts.clone(), .., ..]).to_owned()),
-        OutArray::F64(a) => OutArray::F64(a.slice(s![shard.experts.clone(), .., ..]).to_owned()),
-    };
-    GemmOutputs {
-        out: got.out.as_ref().map(rows),
-        dlhs: got.dlhs.as_ref().map(rows),
-        drhs: got.drhs.as_ref().map(experts),
-    }
+    shard_outputs(got, &case(), shard).unwrap()
 }
 
 /// The reference's own outputs with planted errors: one element of expert 5's `out` well
@@ -79,6 +67,46 @@ fn wrong(c: &GroupedGemmCase) -> GemmOutputs {
         drhs[(6, 2, 5)] = 0.5;
     }
     got
+}
+
+/// A shard's outputs are its rows of `out` and `dlhs` and its experts' `drhs`, held as they
+/// were written (f32 stays f32); a missing pass stays missing; an output whose shape is not
+/// the whole case's is refused, naming the pass and both shapes.
+#[test]
+fn shard_outputs_are_the_shards_rows_and_experts() {
+    let c = case();
+    let got = reference_written(&c, Passes::ALL);
+    let s = Shard {
+        experts: 4..6,
+        rows: 301..570,
+    };
+    let part = shard_outputs(&got, &c, &s).unwrap();
+    let (out, whole) = (part.out.as_ref().unwrap(), got.out.as_ref().unwrap());
+    assert!(out.is_f32());
+    assert_eq!(*out.f64(), whole.f64().slice(s![301..570, ..]));
+    let dlhs = part.dlhs.as_ref().unwrap();
+    assert_eq!(
+        *dlhs.f64(),
+        got.dlhs.as_ref().unwrap().f64().slice(s![301..570, ..])
+    );
+    let drhs = part.drhs.as_ref().unwrap();
+    assert_eq!(
+        *drhs.f64(),
+        got.drhs.as_ref().unwrap().f64().slice(s![4..6, .., ..])
+    );
+    let fwd_only = GemmOutputs {
+        out: got.out.clone(),
+        dlhs: None,
+        drhs: None,
+    };
+    let part = shard_outputs(&fwd_only, &c, &s).unwrap();
+    assert!(part.out.is_some() && part.dlhs.is_none() && part.drhs.is_none());
+    let mut short = got.clone();
+    short.drhs = Some(OutArray::F32(Array3::zeros((6, 40, 24))));
+    assert_eq!(
+        shard_outputs(&short, &c, &s).unwrap_err(),
+        "wgrad: the output has shape [6, 40, 24], the case's is [7, 40, 24]"
+    );
 }
 
 #[test]
