@@ -13,6 +13,7 @@ pub mod npy;
 pub mod ops;
 pub mod output;
 pub mod pipeline;
+pub mod pipeline_sharded;
 pub mod progress;
 pub mod prop;
 pub mod protocol;

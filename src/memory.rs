@@ -345,10 +345,12 @@ pub fn fp8_gemm_bytes_sharded(size: GemmSize, shards: &[Shard]) -> u64 {
 
 /// [`fp8_gemm_bytes_sharded`] for an implementation that runs on the whole case (a kernel under
 /// test) while its
-/// outputs are checked a shard at a time (`pipeline::run_whole_checked_in_shards`): the whole
+/// outputs are checked a shard at a time (`pipeline_sharded::run_whole_checked_in_shards`): the whole
 /// case's inputs, every output of the whole case at 8 bytes an element (written as f32 or f64,
-/// and whatever copies the kernel's host side makes), and the largest shard's check. One shard
-/// (or none planned) is the whole case.
+/// and the copies made of them on the way), 12 bytes per weight element for the copies of the
+/// weights that the implementation's host side makes (the `cuda` FP8 path widens them to f32
+/// and flattens them, 8; `emulate` keeps f32 rows, decoded values and codes, about 10), and the
+/// largest shard's check. One shard (or none planned) is the whole case.
 pub fn fp8_kernel_bytes_sharded(size: GemmSize, shards: &[Shard]) -> u64 {
     let GemmSize { m, k, n, groups } = size;
     if shards.len() <= 1 {
@@ -358,7 +360,10 @@ pub fn fp8_kernel_bytes_sharded(size: GemmSize, shards: &[Shard]) -> u64 {
         .saturating_add(elements(&[m, k]))
         .saturating_add(elements(&[groups, k, n]))
         .saturating_mul(8);
-    fp8_gemm_bytes_sharded(size, shards).saturating_add(outputs)
+    let weight_copies = elements(&[groups, k, n]).saturating_mul(12);
+    fp8_gemm_bytes_sharded(size, shards)
+        .saturating_add(outputs)
+        .saturating_add(weight_copies)
 }
 
 /// The estimated peak of `moecheck moe` (module docs).

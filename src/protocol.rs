@@ -52,7 +52,8 @@ pub struct Declared {
     /// `--compute`: the compute format (routing, MoE layer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compute: Option<Format>,
-    /// `--out-dtype`: the output format (MoE layer; a grouped GEMM's is its case's).
+    /// `--out-dtype`: the output format (MoE layer; a grouped GEMM's where it is not its
+    /// case's, `check` and `prop` only: on `moecheck gemm` the flag is the case's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub out_dtype: Option<Format>,
 }

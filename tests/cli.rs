@@ -135,7 +135,9 @@ fn check_takes_a_declared_output_format_for_a_grouped_gemm() {
         .arg(&d)
         .assert()
         .code(1)
-        .stdout(predicate::str::contains("declare --out-dtype bf16"));
+        .stdout(predicate::str::contains(
+            "declare it with --out-dtype bf16 on moecheck check",
+        ));
     moecheck()
         .args(["check", "--out-dtype", "bf16"])
         .arg(&d)

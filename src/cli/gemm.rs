@@ -9,7 +9,7 @@ use clap::Args;
 use moecheck::generate::fp8::Fp8Spec;
 use moecheck::generate::gemm::{sizes_of, GemmSpec, Spread};
 use moecheck::registry::{self, Backends, Declared};
-use moecheck::{memory, pipeline, report};
+use moecheck::{memory, pipeline, pipeline_sharded, report};
 use moecheck_reference::format::Format;
 use moecheck_reference::fp8::{Fp8Gemm, Fp8GemmFast};
 use moecheck_reference::gemm::shard::{self, Sharded};
@@ -196,7 +196,7 @@ impl GemmFlags {
             Some(why)
         } else if !imp.shardable() && !matches!(check, Estimate::Fp8RunWhole) {
             Some(format!(
-                "--impl {} is checked whole, at the size it is given (only the in-process models that compute each expert on its own are checked a shard of experts at a time: reference, and emulate without a planted bug that reads across experts: group-offset-after-empty, fp8-scale-inv-not-advanced, fp8-amax-from-neighbour)",
+                "--impl {} is checked whole, at the size it is given (only the in-process models that compute each expert on its own are checked a shard of experts at a time: reference, and emulate without group-offset-after-empty, which reads across experts; with --dtype fp8 any implementation's outputs may be checked in shards)",
                 imp.name()
             ))
         } else if self.dump.is_some() {
@@ -342,7 +342,7 @@ where
             "moecheck: running {} on the whole FP8 case, then checking its outputs in {parts} shards of consecutive experts, one shard's references held at a time (the report is the whole case's)",
             imp.name()
         );
-        pipeline::run_whole_checked_in_shards(spec, imp.as_ref(), parts)?
+        pipeline_sharded::run_whole_checked_in_shards(spec, imp.as_ref(), parts)?
     } else if parts > 1 {
         let what = match estimate {
             Estimate::Gemm(_) => "case",
@@ -352,7 +352,7 @@ where
             "moecheck: checking the {what} in {parts} shards of consecutive experts, one shard's outputs held at a time ({} computes each expert on its own; the report is the whole case's)",
             imp.name()
         );
-        pipeline::run_sharded(spec, imp.as_ref(), parts)?
+        pipeline_sharded::run_sharded(spec, imp.as_ref(), parts)?
     } else {
         pipeline::run(spec, Some(imp.as_ref()), a.dump.as_deref())?
     };

@@ -33,8 +33,9 @@ pub struct PropFlags {
     #[arg(long, value_parser = super::format_in(super::FLOATS))]
     pub compute: Option<Format>,
     /// Output format an exec: MoE layer declares [default: f32], or the format an exec:
-    /// grouped GEMM rounds its outputs to whatever each case asks (torch's grouped_mm writes
-    /// bf16 for bf16 inputs) [default: each case's].
+    /// grouped GEMM rounds its outputs to whatever each case asks [default: each case's]. One
+    /// format for every drawn case: a kernel that writes its input type (torch's grouped_mm,
+    /// bf16 for bf16) cannot be declared for cases of mixed input types this way.
     #[arg(long, value_parser = super::format_in(super::FLOATS))]
     pub out_dtype: Option<Format>,
     /// Cases per property.

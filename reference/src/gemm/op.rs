@@ -77,7 +77,6 @@ impl Op for Gemm {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Streamed;
 
-/// The default declaration of an external implementation: f32 accumulation in any order.
 /// What an implementation of the grouped GEMM declares about its arithmetic.
 ///
 /// `output`: the format the implementation rounds its results to, where that is not the
@@ -102,6 +101,7 @@ impl From<Accumulator> for GemmDeclaration {
     }
 }
 
+/// The default declaration of an external implementation: f32 accumulation in any order.
 impl Default for Accumulator {
     fn default() -> Self {
         Accumulator::any_order(Format::F32)

@@ -11,7 +11,8 @@
 //! `bound_vacuous`, `zero_ratio` (`max |want| / bound`: at most 1 means zeros would pass) and
 //! per-group statistics (`elements`, `checked`, `failed`, `max_abs_err`, `max_bound_ratio`,
 //! `max_ulp` in the output format, `calc_diff`, `nan`, `inf`, `exact_non_finite` (NaN/inf in
-//! the reference matched exactly), `worst` element). Non-finite
+//! the reference matched exactly), `overflowed` (±inf where rounding to the output format
+//! overflows within the bound, `crate::stats::StatsAcc::push`), `worst` element). Non-finite
 //! numbers are written as `null`.
 
 use std::fmt::Write as _;
@@ -146,7 +147,7 @@ pub fn hints(passes: &[PassReport], declared_out: crate::format::Format) -> Vec<
     for p in failed {
         if let Some(f) = p.looks_like {
             hints.push(format!(
-                "every non-zero {} output is exactly a {f} value, but {declared_out} was declared: if the kernel writes {f}, declare --out-dtype {f}",
+                "every non-zero {} output is exactly a {f} value, but {declared_out} was declared: if the kernel rounds to {f}, declare it with --out-dtype {f} on moecheck check or prop (on moecheck gemm, --out-dtype {f} asks the kernel for {f})",
                 p.pass
             ));
         }
@@ -264,11 +265,17 @@ pub fn render_passes(s: &mut String, passes: &[PassReport]) {
                 )
             })
             .collect();
-        let notes = if p.bound_vacuous {
+        let mut notes: Vec<String> = if p.bound_vacuous {
             vec!["WARNING: the declared accumulator cannot resolve sums this long; the bound is infinite".into()]
         } else {
             Vec::new()
         };
+        let overflowed: usize = p.groups.iter().map(|g| g.stats.overflowed).sum();
+        if overflowed > 0 {
+            notes.push(format!(
+                "NOTE: {overflowed} element(s) are ±inf where rounding to the output format overflows within the bound: correct, and left out of the statistics above"
+            ));
+        }
         table.row(
             s,
             &StatsRow {

@@ -120,16 +120,17 @@ impl GroupedGemmCase {
 /// its experts' `drhs`, in the precision they were written in. A kernel under test runs on
 /// the whole case, and its outputs are checked a shard at a time against each shard's
 /// reference (`moecheck gemm` when the whole case's references do not fit; the merged report
-/// is the one [`Sharded::merge`] gives for the shards run one by one). A missing pass stays
-/// missing.
+/// is the one [`Sharded::merge`] gives for the shards run one by one). Only the `passes`
+/// asked are kept (the check reads no other); a missing pass stays missing.
 ///
 /// # Errors
-/// When an output's shape is not the whole case's (it cannot be cut into shards), naming the
-/// pass and both shapes.
+/// When an asked output's shape is not the whole case's (it cannot be cut into shards),
+/// naming the pass and both shapes.
 pub fn shard_outputs(
     got: &GemmOutputs,
     case: &GroupedGemmCase,
     shard: &Shard,
+    passes: Passes,
 ) -> Result<GemmOutputs, String> {
     fn check(pass: Pass, got: &[usize], want: &[usize]) -> Result<(), String> {
         if got == want {
@@ -141,22 +142,22 @@ pub fn shard_outputs(
         }
     }
     let (m, k, n, g) = (case.m(), case.k(), case.n(), case.groups());
-    if let Some(a) = &got.out {
+    let out = got.out.as_ref().filter(|_| passes.fwd);
+    let dlhs = got.dlhs.as_ref().filter(|_| passes.dgrad);
+    let drhs = got.drhs.as_ref().filter(|_| passes.wgrad);
+    if let Some(a) = out {
         check(Pass::Fwd, a.shape(), &[m, n])?;
     }
-    if let Some(a) = &got.dlhs {
+    if let Some(a) = dlhs {
         check(Pass::Dgrad, a.shape(), &[m, k])?;
     }
-    if let Some(a) = &got.drhs {
+    if let Some(a) = drhs {
         check(Pass::Wgrad, a.shape(), &[g, k, n])?;
     }
     Ok(GemmOutputs {
-        out: got.out.as_ref().map(|a| a.outer_range(shard.rows.clone())),
-        dlhs: got.dlhs.as_ref().map(|a| a.outer_range(shard.rows.clone())),
-        drhs: got
-            .drhs
-            .as_ref()
-            .map(|a| a.outer_range(shard.experts.clone())),
+        out: out.map(|a| a.outer_range(shard.rows.clone())),
+        dlhs: dlhs.map(|a| a.outer_range(shard.rows.clone())),
+        drhs: drhs.map(|a| a.outer_range(shard.experts.clone())),
     })
 }
 

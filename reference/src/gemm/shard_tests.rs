@@ -48,7 +48,7 @@ fn precision() -> Precision {
 
 /// The outputs of `got` (written for the whole [`case`]) that belong to `shard`.
 fn outputs_of(got: &GemmOutputs, shard: &Shard) -> GemmOutputs {
-    shard_outputs(got, &case(), shard).unwrap()
+    shard_outputs(got, &case(), shard, Passes::ALL).unwrap()
 }
 
 /// The reference's own outputs with planted errors: one element of expert 5's `out` well
@@ -80,7 +80,7 @@ fn shard_outputs_are_the_shards_rows_and_experts() {
         experts: 4..6,
         rows: 301..570,
     };
-    let part = shard_outputs(&got, &c, &s).unwrap();
+    let part = shard_outputs(&got, &c, &s, Passes::ALL).unwrap();
     let (out, whole) = (part.out.as_ref().unwrap(), got.out.as_ref().unwrap());
     assert!(out.is_f32());
     assert_eq!(*out.f64(), whole.f64().slice(s![301..570, ..]));
@@ -99,14 +99,17 @@ fn shard_outputs_are_the_shards_rows_and_experts() {
         dlhs: None,
         drhs: None,
     };
-    let part = shard_outputs(&fwd_only, &c, &s).unwrap();
+    let part = shard_outputs(&fwd_only, &c, &s, Passes::ALL).unwrap();
     assert!(part.out.is_some() && part.dlhs.is_none() && part.drhs.is_none());
     let mut short = got.clone();
     short.drhs = Some(OutArray::F32(Array3::zeros((6, 40, 24))));
     assert_eq!(
-        shard_outputs(&short, &c, &s).unwrap_err(),
+        shard_outputs(&short, &c, &s, Passes::ALL).unwrap_err(),
         "wgrad: the output has shape [6, 40, 24], the case's is [7, 40, 24]"
     );
+    // A pass not asked is neither read nor kept.
+    let part = shard_outputs(&short, &c, &s, Passes::FWD).unwrap();
+    assert!(part.out.is_some() && part.dlhs.is_none() && part.drhs.is_none());
 }
 
 #[test]

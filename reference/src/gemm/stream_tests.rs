@@ -148,6 +148,14 @@ fn written_outputs_are_the_values_rounded_once() {
     assert!(r.passed(), "{:?}", r.first_failure());
     let overflowed: usize = r.passes[0].groups.iter().map(|g| g.stats.overflowed).sum();
     assert!(overflowed > 0);
+    let mut text = String::new();
+    crate::gemm::report::render_passes(&mut text, &r.passes);
+    assert!(
+        text.contains(&format!(
+            "NOTE: {overflowed} element(s) are ±inf where rounding"
+        )),
+        "{text}"
+    );
     let mut flipped = written.clone();
     let out = flipped.out.as_mut().unwrap().f64_mut();
     let at = out.indexed_iter().find(|(_, v)| v.is_infinite()).unwrap().0;

@@ -14,7 +14,7 @@ use crate::registry::{Backends, Declared};
 
 impl Backends for Gemm {
     type Bug = emulate::Bug;
-    const DECLARES: &'static str = "accumulator";
+    const DECLARES: &'static str = "accumulator and output format";
     const DECLARATION_FLAGS: &'static [&'static str] = &["--acc", "--acc-block", "--out-dtype"];
     const NOT_DECLARED_BY: &'static str =
         "a grouped GEMM declares its accumulator (--acc, --acc-block) and, where it is not the case's, its output format (--out-dtype)";

@@ -68,7 +68,7 @@ impl FastPass {
     pub fn failure(&self) -> Option<String> {
         if let Some(at) = &self.first_non_finite {
             return Some(format!(
-                "{}: {} NaN/inf element(s), the first at {} row {} col {}",
+                "{}: {} NaN/inf element(s), the first at {} row {} col {} (fast verification fails every one; where rounding to the output format may overflow, --verify full judges each infinity)",
                 self.pass, self.non_finite, at.group, at.row, at.col
             ));
         }

@@ -1,0 +1,154 @@
+//! The grouped GEMM's runs of [`crate::pipeline`] in shards of experts
+//! ([`moecheck_reference::gemm::shard`]): an implementation run a shard at a time
+//! ([`run_sharded`]), or run once on the whole case and checked a shard at a time
+//! ([`run_whole_checked_in_shards`]).
+
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+
+use moecheck_reference::gemm::shard::{self, Sharded};
+use moecheck_reference::op::{verify_against, Implementation, RunError, Verdict, Verified};
+use moecheck_reference::report::Implemented;
+
+use crate::pipeline::{prepare, Generate, Run};
+use crate::progress::Progress;
+use crate::registry::Backends;
+
+/// [`crate::pipeline::run`] for a grouped GEMM checked `parts` shards of consecutive experts at a time
+/// ([`moecheck_reference::gemm::shard`]): the whole case is generated, then each shard is
+/// cut from it, run by `imp`, checked and dropped with its outputs, and the shards' reports
+/// are merged into the whole case's. Only for an implementation that is
+/// [`Implementation::shardable`]; nothing is dumped (no shard's outputs are kept).
+///
+/// An implementation that fails on a shard fails the run, naming the shard; the shards after
+/// it are not run.
+pub fn run_sharded<O: Backends + Sharded>(
+    generator: &dyn Generate<O>,
+    imp: &dyn Implementation<O>,
+    parts: usize,
+) -> anyhow::Result<Run<O>> {
+    debug_assert!(imp.shardable(), "{} is checked whole", imp.name());
+    let progress = Progress::new(generator.work());
+    let generated = prepare(generator, Some(imp), &progress)?;
+    let (case, ask) = (&generated.case, generated.ask);
+    let plan = shard::plan(O::grouped(case), parts);
+    let mut reports = Vec::with_capacity(plan.len());
+    let mut reference_seconds = 0.0;
+    let mut failed = None;
+    for (i, s) in plan.iter().enumerate() {
+        progress.stage(&format!(
+            "{s} ({} of {}): running {} and checking it against the f64 reference",
+            i + 1,
+            plan.len(),
+            imp.name()
+        ));
+        let sub = O::shard(case, s);
+        let start = Instant::now();
+        let expected = O::expected(&sub, ask).with_context(|| format!("generated case, {s}"))?;
+        reference_seconds += start.elapsed().as_secs_f64();
+        let report = match verify_against(imp, &sub, ask, &expected).verdict {
+            Verdict::BadInput(e) => bail!("generated case, {s}: {e}"),
+            Verdict::RunFailed(e) => {
+                failed = Some(RunError(format!("{s}: {e}")));
+                break;
+            }
+            Verdict::Pass(r)
+            | Verdict::Fail { report: r, .. }
+            | Verdict::Inconclusive { report: r, .. } => r,
+        };
+        reports.push((s.clone(), report));
+    }
+    let verdict = match failed {
+        Some(e) => Verdict::RunFailed(e),
+        None => Verdict::of(O::merge(case, &reports)),
+    };
+    let implemented = Implemented {
+        name: imp.name(),
+        is_model: imp.is_model(),
+    };
+    let verified = Verified {
+        precision: imp.precision(case),
+        outputs: None,
+        verdict,
+    };
+    Ok(Run {
+        generated,
+        expected: O::unheld(),
+        reference_seconds,
+        checked: Some((implemented, verified)),
+    })
+}
+
+/// Runs `imp` on the whole generated case once, then checks its outputs a shard of experts at
+/// a time ([`shard::shard_outputs`]), each against its shard's reference, and merges the
+/// shards' reports into the whole case's ([`Sharded::merge`]): the same report as
+/// [`run_sharded`] gives for an implementation that computes each expert on its own, with the
+/// implementation seeing the whole case. For a kernel under test whose case fits in memory
+/// but whose whole references do not (the FP8 GEMM holds its references whole). Nothing is
+/// dumped.
+///
+/// An output whose shape is not the whole case's cannot be cut into shards: the run fails,
+/// naming the pass and both shapes.
+pub fn run_whole_checked_in_shards<O: Backends + Sharded>(
+    generator: &dyn Generate<O>,
+    imp: &dyn Implementation<O>,
+    parts: usize,
+) -> anyhow::Result<Run<O>> {
+    let progress = Progress::new(generator.work());
+    let generated = prepare(generator, Some(imp), &progress)?;
+    let (case, ask) = (&generated.case, generated.ask);
+    progress.stage(&format!("running {} on the whole case", imp.name()));
+    let precision = imp.precision(case);
+    let mut reference_seconds = 0.0;
+    let verdict = match imp.run(case, ask) {
+        Err(e) => Verdict::RunFailed(e),
+        Ok(got) => {
+            let plan = shard::plan(O::grouped(case), parts);
+            let mut reports = Vec::with_capacity(plan.len());
+            let mut failed = None;
+            for (i, s) in plan.iter().enumerate() {
+                progress.stage(&format!(
+                    "{s} ({} of {}): checking {}'s outputs against the f64 reference",
+                    i + 1,
+                    plan.len(),
+                    imp.name()
+                ));
+                let part = match shard::shard_outputs(&got, O::grouped(case), s, ask) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        failed = Some(RunError(e));
+                        break;
+                    }
+                };
+                let sub = O::shard(case, s);
+                let start = Instant::now();
+                let expected =
+                    O::expected(&sub, ask).with_context(|| format!("generated case, {s}"))?;
+                reference_seconds += start.elapsed().as_secs_f64();
+                let report = O::compare(&sub, ask, &precision, &expected, &part)
+                    .map_err(|e| anyhow::anyhow!("generated case, {s}: {e}"))?;
+                reports.push((s.clone(), report));
+            }
+            match failed {
+                Some(e) => Verdict::RunFailed(e),
+                None => Verdict::of(O::merge(case, &reports)),
+            }
+        }
+    };
+    let implemented = Implemented {
+        name: imp.name(),
+        is_model: imp.is_model(),
+    };
+    let verified = Verified {
+        precision,
+        outputs: None,
+        verdict,
+    };
+    Ok(Run {
+        generated,
+        expected: O::unheld(),
+        reference_seconds,
+        checked: Some((implemented, verified)),
+    })
+}
