@@ -11,12 +11,12 @@ use moecheck_reference::gemm::shard::{self, Sharded};
 use moecheck_reference::op::{verify_against, Implementation, RunError, Verdict, Verified};
 use moecheck_reference::report::Implemented;
 
-use crate::pipeline::{prepare, Generate, Run};
+use crate::pipeline::{prepare, Generate, Generated, Run};
 use crate::progress::Progress;
 use crate::registry::Backends;
 
-/// [`crate::pipeline::run`] for a grouped GEMM checked `parts` shards of consecutive experts at a time
-/// ([`moecheck_reference::gemm::shard`]): the whole case is generated, then each shard is
+/// [`crate::pipeline::run`] for a grouped GEMM checked `parts` shards of consecutive experts
+/// at a time ([`moecheck_reference::gemm::shard`]): the whole case is generated, then each shard is
 /// cut from it, run by `imp`, checked and dropped with its outputs, and the shards' reports
 /// are merged into the whole case's. Only for an implementation that is
 /// [`Implementation::shardable`]; nothing is dumped (no shard's outputs are kept).
@@ -29,55 +29,7 @@ pub fn run_sharded<O: Backends + Sharded>(
     parts: usize,
 ) -> anyhow::Result<Run<O>> {
     debug_assert!(imp.shardable(), "{} is checked whole", imp.name());
-    let progress = Progress::new(generator.work());
-    let generated = prepare(generator, Some(imp), &progress)?;
-    let (case, ask) = (&generated.case, generated.ask);
-    let plan = shard::plan(O::grouped(case), parts);
-    let mut reports = Vec::with_capacity(plan.len());
-    let mut reference_seconds = 0.0;
-    let mut failed = None;
-    for (i, s) in plan.iter().enumerate() {
-        progress.stage(&format!(
-            "{s} ({} of {}): running {} and checking it against the f64 reference",
-            i + 1,
-            plan.len(),
-            imp.name()
-        ));
-        let sub = O::shard(case, s);
-        let start = Instant::now();
-        let expected = O::expected(&sub, ask).with_context(|| format!("generated case, {s}"))?;
-        reference_seconds += start.elapsed().as_secs_f64();
-        let report = match verify_against(imp, &sub, ask, &expected).verdict {
-            Verdict::BadInput(e) => bail!("generated case, {s}: {e}"),
-            Verdict::RunFailed(e) => {
-                failed = Some(RunError(format!("{s}: {e}")));
-                break;
-            }
-            Verdict::Pass(r)
-            | Verdict::Fail { report: r, .. }
-            | Verdict::Inconclusive { report: r, .. } => r,
-        };
-        reports.push((s.clone(), report));
-    }
-    let verdict = match failed {
-        Some(e) => Verdict::RunFailed(e),
-        None => Verdict::of(O::merge(case, &reports)),
-    };
-    let implemented = Implemented {
-        name: imp.name(),
-        is_model: imp.is_model(),
-    };
-    let verified = Verified {
-        precision: imp.precision(case),
-        outputs: None,
-        verdict,
-    };
-    Ok(Run {
-        generated,
-        expected: O::unheld(),
-        reference_seconds,
-        checked: Some((implemented, verified)),
-    })
+    in_shards(generator, imp, parts, false)
 }
 
 /// Runs `imp` on the whole generated case once, then checks its outputs a shard of experts at
@@ -95,47 +47,105 @@ pub fn run_whole_checked_in_shards<O: Backends + Sharded>(
     imp: &dyn Implementation<O>,
     parts: usize,
 ) -> anyhow::Result<Run<O>> {
+    in_shards(generator, imp, parts, true)
+}
+
+/// Both runs: `imp` run once on the whole case (`run_whole`) or once per shard, each shard
+/// checked against its own reference, the reports merged.
+fn in_shards<O: Backends + Sharded>(
+    generator: &dyn Generate<O>,
+    imp: &dyn Implementation<O>,
+    parts: usize,
+    run_whole: bool,
+) -> anyhow::Result<Run<O>> {
     let progress = Progress::new(generator.work());
     let generated = prepare(generator, Some(imp), &progress)?;
     let (case, ask) = (&generated.case, generated.ask);
-    progress.stage(&format!("running {} on the whole case", imp.name()));
     let precision = imp.precision(case);
-    let mut reference_seconds = 0.0;
-    let verdict = match imp.run(case, ask) {
-        Err(e) => Verdict::RunFailed(e),
-        Ok(got) => {
-            let plan = shard::plan(O::grouped(case), parts);
-            let mut reports = Vec::with_capacity(plan.len());
-            let mut failed = None;
-            for (i, s) in plan.iter().enumerate() {
-                progress.stage(&format!(
-                    "{s} ({} of {}): checking {}'s outputs against the f64 reference",
-                    i + 1,
-                    plan.len(),
-                    imp.name()
-                ));
-                let part = match shard::shard_outputs(&got, O::grouped(case), s, ask) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        failed = Some(RunError(e));
-                        break;
-                    }
-                };
-                let sub = O::shard(case, s);
-                let start = Instant::now();
-                let expected =
-                    O::expected(&sub, ask).with_context(|| format!("generated case, {s}"))?;
-                reference_seconds += start.elapsed().as_secs_f64();
-                let report = O::compare(&sub, ask, &precision, &expected, &part)
-                    .map_err(|e| anyhow::anyhow!("generated case, {s}: {e}"))?;
-                reports.push((s.clone(), report));
-            }
-            match failed {
-                Some(e) => Verdict::RunFailed(e),
-                None => Verdict::of(O::merge(case, &reports)),
+    let whole = if run_whole {
+        progress.stage(&format!("running {} on the whole case", imp.name()));
+        match imp.run(case, ask) {
+            Ok(got) => Some(got),
+            Err(e) => {
+                return Ok(finish(
+                    generated,
+                    imp,
+                    precision,
+                    Verdict::RunFailed(e),
+                    0.0,
+                ))
             }
         }
+    } else {
+        None
     };
+    let doing = match whole {
+        Some(_) => format!(
+            "checking {}'s outputs against the f64 reference",
+            imp.name()
+        ),
+        None => format!(
+            "running {} and checking it against the f64 reference",
+            imp.name()
+        ),
+    };
+    let plan = shard::plan(O::grouped(case), parts);
+    let mut reports = Vec::with_capacity(plan.len());
+    let mut reference_seconds = 0.0;
+    let mut failed = None;
+    for (i, s) in plan.iter().enumerate() {
+        progress.stage(&format!("{s} ({} of {}): {doing}", i + 1, plan.len()));
+        let cut = whole
+            .as_ref()
+            .map(|got| shard::shard_outputs(got, O::grouped(case), s, ask));
+        let part = match cut.transpose() {
+            Ok(part) => part,
+            Err(e) => {
+                failed = Some(RunError(e));
+                break;
+            }
+        };
+        let sub = O::shard(case, s);
+        let start = Instant::now();
+        let expected = O::expected(&sub, ask).with_context(|| format!("generated case, {s}"))?;
+        reference_seconds += start.elapsed().as_secs_f64();
+        let report = match part {
+            Some(part) => O::compare(&sub, ask, &precision, &expected, &part)
+                .map_err(|e| anyhow::anyhow!("generated case, {s}: {e}"))?,
+            None => match verify_against(imp, &sub, ask, &expected).verdict {
+                Verdict::BadInput(e) => bail!("generated case, {s}: {e}"),
+                Verdict::RunFailed(e) => {
+                    failed = Some(RunError(format!("{s}: {e}")));
+                    break;
+                }
+                Verdict::Pass(r)
+                | Verdict::Fail { report: r, .. }
+                | Verdict::Inconclusive { report: r, .. } => r,
+            },
+        };
+        reports.push((s.clone(), report));
+    }
+    let verdict = match failed {
+        Some(e) => Verdict::RunFailed(e),
+        None => Verdict::of(O::merge(case, &reports)),
+    };
+    Ok(finish(
+        generated,
+        imp,
+        precision,
+        verdict,
+        reference_seconds,
+    ))
+}
+
+/// The run of `imp` on `generated` with `verdict`; no reference or outputs are held.
+fn finish<O: Backends + Sharded>(
+    generated: Generated<O>,
+    imp: &dyn Implementation<O>,
+    precision: O::Precision,
+    verdict: Verdict<O::Report>,
+    reference_seconds: f64,
+) -> Run<O> {
     let implemented = Implemented {
         name: imp.name(),
         is_model: imp.is_model(),
@@ -145,10 +155,10 @@ pub fn run_whole_checked_in_shards<O: Backends + Sharded>(
         outputs: None,
         verdict,
     };
-    Ok(Run {
+    Run {
         generated,
         expected: O::unheld(),
         reference_seconds,
         checked: Some((implemented, verified)),
-    })
+    }
 }

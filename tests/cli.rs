@@ -12,6 +12,17 @@ fn gemm(extra: &[&str]) -> Command {
     with_defaults(&["gemm"], &SMALL_GEMM, extra)
 }
 
+/// `gemm(extra)` dumped into a fresh directory's `case`, exiting `code`: the directory (kept
+/// while it lives) and the case directory's path.
+fn dumped(extra: &[&str], code: i32) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("case");
+    gemm(&[extra, &["--dump", d.to_str().unwrap()]].concat())
+        .assert()
+        .code(code);
+    (dir, d)
+}
+
 #[test]
 fn gemm_default_emulate_passes_and_says_it_is_a_model() {
     gemm(&[])
@@ -92,9 +103,7 @@ fn k_zero_and_all_dropped_are_legal() {
 
 #[test]
 fn dump_then_check_round_trips_and_catches_tampering() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().join("case");
-    gemm(&["--dump", d.to_str().unwrap()]).assert().code(0);
+    let (_dir, d) = dumped(&[], 0);
     moecheck().arg("check").arg(&d).assert().code(0);
     // Tamper: write an output of the wrong shape.
     let bad = ndarray::Array2::<f32>::zeros((3, 3));
@@ -112,18 +121,7 @@ fn dump_then_check_round_trips_and_catches_tampering() {
 /// saying so in the text and the JSON. A dump records such a declaration (here: by hand).
 #[test]
 fn check_takes_a_declared_output_format_for_a_grouped_gemm() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().join("case");
-    gemm(&[
-        "--impl",
-        "reference",
-        "--out-dtype",
-        "bf16",
-        "--dump",
-        d.to_str().unwrap(),
-    ])
-    .assert()
-    .code(0);
+    let (_dir, d) = dumped(&["--impl", "reference", "--out-dtype", "bf16"], 0);
     let json = d.join("case.json");
     let mut doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -165,11 +163,7 @@ fn check_takes_a_declared_output_format_for_a_grouped_gemm() {
 /// f32 subnormal.
 #[test]
 fn exact_zeros_are_exact_in_float64_output_files() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().join("case");
-    gemm(&["--impl", "reference", "--dump", d.to_str().unwrap()])
-        .assert()
-        .code(0);
+    let (_dir, d) = dumped(&["--impl", "reference"], 0);
     let sizes: ndarray::Array1<i64> =
         ndarray_npy::read_npy::<_, ndarray::Array1<i32>>(d.join("group_sizes.npy"))
             .map(|a| a.mapv(i64::from))
@@ -697,20 +691,10 @@ fn a_closed_stdout_keeps_the_verdicts_exit_status() {
 /// all-zero outputs used to PASS next to `"bound_vacuous": true`. Now: INCONCLUSIVE, exit 3.
 #[test]
 fn a_vacuous_bound_is_inconclusive_not_a_pass() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().join("case");
-    gemm(&[
-        "--hidden",
-        "512",
-        "--passes",
-        "fwd",
-        "--impl",
-        "reference",
-        "--dump",
-        d.to_str().unwrap(),
-    ])
-    .assert()
-    .code(0);
+    let (_dir, d) = dumped(
+        &["--hidden", "512", "--passes", "fwd", "--impl", "reference"],
+        0,
+    );
     let out: ndarray::Array2<f32> = ndarray_npy::read_npy(d.join("out.npy")).unwrap();
     ndarray_npy::write_npy(d.join("out.npy"), &out.mapv(|_| 0.0f32)).unwrap();
     // With the f32 accumulator the zeros fail; declared bf16, nothing can be said.
@@ -814,18 +798,15 @@ fn an_unwritable_tmpdir_is_bad_input_naming_tmpdir() {
 /// is bad input naming case.json.
 #[test]
 fn check_reproduces_the_runs_verdict_from_the_recorded_declaration() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().join("case");
-    gemm(&[
-        "--impl",
-        "exec:python3 examples/adapters/numpy_grouped_gemm.py",
-        "--acc",
-        "f64",
-        "--dump",
-        d.to_str().unwrap(),
-    ])
-    .assert()
-    .code(1);
+    let (_dir, d) = dumped(
+        &[
+            "--impl",
+            "exec:python3 examples/adapters/numpy_grouped_gemm.py",
+            "--acc",
+            "f64",
+        ],
+        1,
+    );
     let json = std::fs::read_to_string(d.join("case.json")).unwrap();
     let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(doc["declared"], serde_json::json!({"acc": "f64"}), "{json}");

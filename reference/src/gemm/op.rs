@@ -91,16 +91,6 @@ pub struct GemmDeclaration {
     pub output: Option<Format>,
 }
 
-impl From<Accumulator> for GemmDeclaration {
-    /// The accumulator, and the case's output format.
-    fn from(accumulator: Accumulator) -> GemmDeclaration {
-        GemmDeclaration {
-            accumulator,
-            output: None,
-        }
-    }
-}
-
 /// The default declaration of an external implementation: f32 accumulation in any order.
 impl Default for Accumulator {
     fn default() -> Self {
