@@ -178,6 +178,18 @@ pub fn fill<T: Copy + Send + Sync>(data: &mut [T], value: T) {
     map_by_cost(blocks, |b| b.len(), |b| b.fill(value));
 }
 
+/// Whether `ok` holds for every block of `data` (blocks of 64 Ki elements, in parallel through
+/// [`map_by_cost`]): one read of a large array on every core. `ok` sees a whole block, so it
+/// can test it without stopping at the first failure (a loop the compiler vectorises).
+pub fn all<T: Sync>(data: &[T], ok: impl Fn(&[T]) -> bool + Sync) -> bool {
+    let blocks: Vec<&[T]> = data.chunks(65_536).collect();
+    // A step of larger work: it does not move the progress meter.
+    let _inside = Inside::enter();
+    map_by_cost(blocks, |b| b.len(), |b| ok(b))
+        .into_iter()
+        .all(|b| b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,6 +204,21 @@ mod tests {
             fill(&mut v, f32::NAN);
             assert!(v.iter().all(|x| x.is_nan()), "{len}");
         }
+    }
+
+    /// `all` is the serial answer, whichever block holds the one failing element (past
+    /// SERIAL_BELOW the blocks run on several threads).
+    #[test]
+    fn all_finds_a_failure_in_any_block() {
+        let len = SERIAL_BELOW + 70_001;
+        let mut v = vec![1u8; len];
+        assert!(all(&v, |b| b.iter().all(|x| *x == 1)));
+        for bad in [0, 65_535, 65_536, len / 2, len - 1] {
+            v[bad] = 0;
+            assert!(!all(&v, |b| b.iter().all(|x| *x == 1)), "{bad}");
+            v[bad] = 1;
+        }
+        assert!(all(&[] as &[u8], |_| false));
     }
 
     /// Every row pair is visited once, in blocks that match row for row, tail block included.

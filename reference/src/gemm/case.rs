@@ -221,7 +221,7 @@ impl GroupedGemmCase {
                     got: dout.shape().to_vec(),
                 });
             }
-            if !all_representable(dout.iter(), self.dtype) {
+            if !all_representable(dout.view(), self.dtype) {
                 check_values(
                     "dout",
                     dout.indexed_iter().map(|((i, j), v)| (vec![i, j], *v)),
@@ -229,7 +229,7 @@ impl GroupedGemmCase {
                 )?;
             }
         }
-        if !all_representable(self.lhs.iter(), self.dtype) {
+        if !all_representable(self.lhs.view(), self.dtype) {
             check_values(
                 "lhs",
                 self.lhs.indexed_iter().map(|((i, j), v)| (vec![i, j], *v)),
@@ -237,12 +237,9 @@ impl GroupedGemmCase {
             )?;
         }
         let rhs_ok = match &self.rhs {
-            Weights::F32(a) => all_representable(a.iter(), self.dtype),
-            // bf16 values are f32 values: the f32 scan is the same test without a copy.
-            Weights::Bf16(a) => match self.dtype {
-                Format::Bf16 | Format::F32 | Format::F64 => a.iter().all(|v| v.is_finite()),
-                _ => a.iter().all(|v| self.dtype.represents(f64::from(*v))),
-            },
+            Weights::F32(a) => all_representable(a.view(), self.dtype),
+            // bf16 values are f32 values: every bf16 is a bf16, f32 and f64 value.
+            Weights::Bf16(a) => all_representable_bf16(a, self.dtype),
         };
         if !rhs_ok {
             let at = |((a, b, c), v): ((usize, usize, usize), f32)| (vec![a, b, c], v);
@@ -279,11 +276,38 @@ pub fn offsets(sizes: &[usize]) -> Vec<usize> {
 /// array, by bit tests where the format allows (an f32 is a bf16 value exactly when its low 16
 /// bits are 0, bf16 having f32's exponent range). Only when this fails is the array walked
 /// again, by [`check_values`], to name the first bad element.
-fn all_representable<'a>(mut values: impl Iterator<Item = &'a f32>, dtype: Format) -> bool {
-    match dtype {
-        Format::F32 | Format::F64 => values.all(|v| v.is_finite()),
-        Format::Bf16 => values.all(|v| v.is_finite() && v.to_bits() & 0xFFFF == 0),
-        _ => values.all(|v| dtype.represents(f64::from(*v))),
+fn all_representable<D: ndarray::Dimension>(
+    values: ndarray::ArrayView<f32, D>,
+    dtype: Format,
+) -> bool {
+    // Each block is tested without stopping at its first bad value, so the bit tests
+    // vectorise; the blocks run on every core.
+    let block_ok = |b: &[f32]| match dtype {
+        Format::F32 | Format::F64 => b.iter().fold(true, |ok, v| ok & v.is_finite()),
+        Format::Bf16 => b.iter().fold(true, |ok, v| {
+            ok & v.is_finite() & (v.to_bits() & 0xFFFF == 0)
+        }),
+        _ => b.iter().all(|v| dtype.represents(f64::from(*v))),
+    };
+    match values.as_slice_memory_order() {
+        Some(all) => crate::par::all(all, block_ok),
+        None => values.iter().all(|v| block_ok(std::slice::from_ref(v))),
+    }
+}
+
+/// Whether every bf16 weight is finite (and, for a format narrower than bf16, representable
+/// in `dtype`): [`all_representable`] for weights held in bf16.
+fn all_representable_bf16(w: &Array3<half::bf16>, dtype: Format) -> bool {
+    let block_ok = |b: &[half::bf16]| match dtype {
+        // A bf16 is finite unless its exponent bits are all ones.
+        Format::Bf16 | Format::F32 | Format::F64 => b
+            .iter()
+            .fold(true, |ok, v| ok & (v.to_bits() & 0x7F80 != 0x7F80)),
+        _ => b.iter().all(|v| dtype.represents(f64::from(*v))),
+    };
+    match w.as_slice_memory_order() {
+        Some(all) => crate::par::all(all, block_ok),
+        None => w.iter().all(|v| block_ok(std::slice::from_ref(v))),
     }
 }
 
@@ -406,8 +430,9 @@ mod tests {
             let mut bad = 0;
             for v in &values {
                 let table = dtype.represents(f64::from(*v));
+                let one = ndarray::ArrayView1::from(std::slice::from_ref(v));
                 assert_eq!(
-                    all_representable(std::iter::once(v), dtype),
+                    all_representable(one, dtype),
                     table,
                     "{dtype:?} {v:e} ({:#010x})",
                     v.to_bits()
@@ -417,5 +442,63 @@ mod tests {
             // Every format is offered values it cannot hold (NaN, inf at least).
             assert!(bad >= 3, "{dtype:?}");
         }
+    }
+
+    /// Validation finds one bad value wherever it is in a large operand (the scan runs in
+    /// blocks on several cores): in `lhs`, `dout` and the weights held in f32 or bf16, a
+    /// NaN, an infinity, and a value the case's dtype cannot hold.
+    #[test]
+    fn validation_finds_one_bad_value_anywhere() {
+        use half::bf16;
+        let (m, k, n, g) = (1200, 1024, 8, 2);
+        let case = |w_bf16: bool| GroupedGemmCase {
+            lhs: Array2::from_elem((m, k), 0.5),
+            rhs: if w_bf16 {
+                Weights::Bf16(Array3::from_elem((g, k, n), bf16::from_f32(0.25)))
+            } else {
+                Weights::F32(Array3::from_elem((g, k, n), 0.25))
+            },
+            group_sizes: vec![600, 600],
+            dout: Some(Array2::from_elem((m, n), 1.0)),
+            dtype: Format::Bf16,
+            out_dtype: Format::F32,
+            tail: TailContract::default(),
+        };
+        let all = Passes::ALL;
+        assert!(case(true).validate(all).is_ok());
+        assert!(case(false).validate(all).is_ok());
+        let off_bf16 = 1.0 + f32::EPSILON; // an f32 value, not a bf16 one
+        for bad in [f32::NAN, f32::INFINITY, off_bf16] {
+            for at in [0, 65_535, 65_536, m * k / 2, m * k - 1] {
+                let mut c = case(true);
+                c.lhs.as_slice_mut().unwrap()[at] = bad;
+                assert!(c.validate(all).is_err(), "lhs {bad} at {at}");
+                let mut c = case(false);
+                if let Weights::F32(w) = &mut c.rhs {
+                    w.as_slice_mut().unwrap()[at.min(g * k * n - 1)] = bad;
+                }
+                assert!(c.validate(all).is_err(), "rhs f32 {bad} at {at}");
+            }
+            let mut c = case(true);
+            c.dout.as_mut().unwrap()[[m - 1, n - 1]] = bad;
+            assert!(c.validate(all).is_err(), "dout {bad}");
+        }
+        for bad in [f32::NAN, f32::NEG_INFINITY] {
+            let mut c = case(true);
+            if let Weights::Bf16(w) = &mut c.rhs {
+                w[[g - 1, k - 1, n - 1]] = bf16::from_f32(bad);
+            }
+            assert!(c.validate(all).is_err(), "rhs bf16 {bad}");
+        }
+        // A bf16 weight that an E4M3 case cannot hold.
+        let mut c = case(true);
+        c.dtype = Format::E4m3;
+        c.lhs.fill(0.5);
+        c.dout.as_mut().unwrap().fill(1.0);
+        assert!(c.validate(all).is_ok());
+        if let Weights::Bf16(w) = &mut c.rhs {
+            w[[1, 3, 5]] = bf16::from_f32(0.3);
+        }
+        assert!(c.validate(all).is_err(), "rhs bf16 not an E4M3 value");
     }
 }
