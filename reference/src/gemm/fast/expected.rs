@@ -236,6 +236,30 @@ pub(super) fn lanes(a: &[f64], f: impl Fn(f64, f64) -> f64, b: &[f64]) -> f64 {
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
 }
 
+/// `|a|·s` without an absolute-value copy of `a`: row by row where `a`'s rows are contiguous,
+/// else a column at a time (wgrad's `lhs_gᵀ`, widened in its own memory order).
+fn abs_times(a: &Array2<f64>, s: &Array1<f64>) -> Array1<f64> {
+    let s = s.as_slice().expect("a fresh vector is contiguous");
+    if a.is_standard_layout() {
+        a.rows()
+            .into_iter()
+            .map(|row| {
+                lanes(
+                    row.to_slice().expect("standard layout"),
+                    |x, y| x.abs() * y,
+                    s,
+                )
+            })
+            .collect()
+    } else {
+        let mut out = Array1::<f64>::zeros(a.nrows());
+        for (col, &w) in a.columns().into_iter().zip(s) {
+            out.zip_mut_with(&col, |o, x| *o += x.abs() * w);
+        }
+        out
+    }
+}
+
 /// Columns `index` of `b` in f64 (a few columns: the copy is small).
 fn widened_cols(b: WeightView<'_>, index: &[usize]) -> Array2<f64> {
     match b {
@@ -254,7 +278,6 @@ fn widened_cols(b: WeightView<'_>, index: &[usize]) -> Array2<f64> {
 /// within the same `γ(n)·Σ|a·b|`.
 fn block_expected(block: &Block, vectors: &Array2<f64>, pass: usize) -> BlockExpected {
     let a = block.a.mapv(f64::from);
-    let abs_a = a.mapv(f64::abs);
     let (n, cols) = block.b.dim();
     let row_index = sampled(a.nrows(), seed_of(pass, block.group, 0x726f_7773));
     let col_index = sampled(cols, seed_of(pass, block.group, 0x636f_6c73));
@@ -314,12 +337,17 @@ fn block_expected(block: &Block, vectors: &Array2<f64>, pass: usize) -> BlockExp
             }
         }
     }
+    // `A·(B·x)` through the single-threaded kernel: this runs inside a parallel worker, where
+    // ndarray's `dot` would hand it to matrixmultiply's own thread pool, whose idle workers
+    // spin on `sched_yield` beside ours (6% of a DeepSeek-V3 slice's CPU time).
+    let mut projection = Array2::<f64>::zeros((a.nrows(), VECTORS));
+    gemm(a.view(), bx.view(), projection.view_mut());
     BlockExpected {
         group: block.group,
         row0: block.row0,
         n,
-        magnitude: abs_a.dot(&row_sums),
-        projection: a.dot(&bx),
+        magnitude: abs_times(&a, &row_sums),
+        projection,
         rows: Sampled {
             want: rows_want,
             magnitude: rows_mag,
