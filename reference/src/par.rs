@@ -185,9 +185,7 @@ pub fn all<T: Sync>(data: &[T], ok: impl Fn(&[T]) -> bool + Sync) -> bool {
     let blocks: Vec<&[T]> = data.chunks(65_536).collect();
     // A step of larger work: it does not move the progress meter.
     let _inside = Inside::enter();
-    map_by_cost(blocks, |b| b.len(), |b| ok(b))
-        .into_iter()
-        .all(|b| b)
+    map_by_cost(blocks, |b| b.len(), ok).into_iter().all(|b| b)
 }
 
 #[cfg(test)]
