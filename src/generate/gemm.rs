@@ -16,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use half::bf16;
-use moecheck_reference::format::{round_to, Format, Overflow};
+use moecheck_reference::format::{round_slice, Format, Overflow};
 use moecheck_reference::gemm::weights::bf16_of;
 use moecheck_reference::gemm::{Gemm, GemmFast, GroupedGemmCase, Passes, TailContract, Weights};
 
@@ -247,14 +247,14 @@ pub fn generate_with(spec: &GemmSpec, weights: Format) -> GroupedGemmCase {
     let sizes = group_sizes(spec, &mut rng);
     let (m, k, n, g) = (spec.rows(), spec.hidden, spec.ffn, spec.experts);
     let dtype = spec.dtype;
-    let value = move |x: f64, scale: f64| round_to(x * scale, dtype, Overflow::Ieee) as f32;
+    let value = |x: f64| x as f32;
     let mut lhs = ndarray::Array2::<f32>::zeros((m, k));
     let at = rng.get_word_pos();
     let unscaled = Scales {
         of: &[1.0],
         per: usize::MAX,
     };
-    fill(&rng, at, slice(&mut lhs), &unscaled, value);
+    fill(&rng, at, slice(&mut lhs), &unscaled, dtype, value);
     rng.set_word_pos(at + 2 * (m * k) as u128);
     let scales: Vec<f64> = (0..g)
         .map(|_| 2f64.powi(rng.random_range(-6..=6)))
@@ -264,22 +264,21 @@ pub fn generate_with(spec: &GemmSpec, weights: Format) -> GroupedGemmCase {
         of: &scales,
         per: (k * n).max(1),
     };
-    let weight = move |x: f64, scale: f64| round_to(x * scale, weights, Overflow::Ieee) as f32;
     // bf16 weights are made and held in bf16 (every value is one): half the bytes.
     let rhs = if weights == Format::Bf16 {
         let mut w = bf16_zeros((g, k, n));
-        fill(&rng, at, slice(&mut w), &per_expert, |x, scale| {
-            bf16_of(weight(x, scale))
+        fill(&rng, at, slice(&mut w), &per_expert, weights, |x| {
+            bf16_of(x as f32)
         });
         Weights::Bf16(w)
     } else {
         let mut w = ndarray::Array3::<f32>::zeros((g, k, n));
-        fill(&rng, at, slice(&mut w), &per_expert, weight);
+        fill(&rng, at, slice(&mut w), &per_expert, weights, value);
         Weights::F32(w)
     };
     let mut dout = ndarray::Array2::<f32>::zeros((m, n));
     let at = at + 2 * (g * k * n) as u128;
-    fill(&rng, at, slice(&mut dout), &unscaled, value);
+    fill(&rng, at, slice(&mut dout), &unscaled, dtype, value);
     GroupedGemmCase {
         lhs,
         rhs,
@@ -315,15 +314,18 @@ struct Scales<'a> {
     per: usize,
 }
 
-/// `out[i] = value(x_i, scales.of[i / scales.per])` where `x_i`, uniform in (-1, 1), is the
-/// value drawn from `rng`'s stream at word position `start + 2i`; in parallel chunks, each
-/// seeking to its start. The scale is looked up where it changes, not divided out per value.
+/// `out[i] = store(round_to(x_i · scales.of[i / scales.per], format))` where `x_i`, uniform
+/// in (-1, 1), is the value drawn from `rng`'s stream at word position `start + 2i`; in
+/// parallel chunks, each seeking to its start. The stream's words are drawn in bulk (the same
+/// words as one `u64` at a time), in batches that never straddle a change of scale, and each
+/// batch is rounded by [`round_slice`] (`round_to`'s bits, vectorised).
 fn fill<T: Send>(
     rng: &ChaCha8Rng,
     start: u128,
     out: &mut [T],
     scales: &Scales,
-    value: impl Fn(f64, f64) -> T + Sync,
+    format: Format,
+    store: impl Fn(f64) -> T + Sync,
 ) {
     const CHUNK: usize = 1 << 20;
     const WORDS: usize = 1024;
@@ -338,25 +340,23 @@ fn fill<T: Send>(
         |(first, part)| {
             let mut r = rng.clone();
             r.set_word_pos(start + 2 * first as u128);
-            // The stream's words in bulk (the same words as one `u64` at a time), each made
-            // into rand's `random_range(-1.0..1.0)` value by its own formula.
-            let mut words = [0u64; WORDS];
-            let mut group = first / scales.per;
-            let mut next = (group + 1).saturating_mul(scales.per);
-            let mut i = first;
-            for out in part.chunks_mut(WORDS) {
-                let words = &mut words[..out.len()];
-                r.fill(words);
-                let mut scale = scales.of[group];
-                for (v, w) in out.iter_mut().zip(words.iter()) {
-                    if i == next {
-                        group += 1;
-                        next = next.saturating_add(scales.per);
-                        scale = scales.of[group];
-                    }
-                    *v = value(unit_range(*w), scale);
-                    i += 1;
+            let (mut words, mut xs, mut ys) = ([0u64; WORDS], [0f64; WORDS], [0f64; WORDS]);
+            let mut done = 0;
+            while done < part.len() {
+                let i = first + done;
+                let group = i / scales.per;
+                let group_end = (group + 1).saturating_mul(scales.per);
+                let n = WORDS.min(part.len() - done).min(group_end - i);
+                r.fill(&mut words[..n]);
+                let scale = scales.of[group];
+                for (x, w) in xs[..n].iter_mut().zip(&words[..n]) {
+                    *x = unit_range(*w) * scale;
                 }
+                round_slice(&xs[..n], &mut ys[..n], format, Overflow::Ieee);
+                for (o, y) in part[done..done + n].iter_mut().zip(&ys[..n]) {
+                    *o = store(*y);
+                }
+                done += n;
             }
         },
     );
@@ -374,6 +374,7 @@ fn unit_range(w: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use moecheck_reference::format::round_to;
 
     fn spec() -> GemmSpec {
         GemmSpec {

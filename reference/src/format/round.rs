@@ -47,6 +47,87 @@ pub fn round_to(x: f64, format: Format, overflow: Overflow) -> f64 {
     round_general(x, format, overflow)
 }
 
+/// [`round_to`] of every value of `src`, into `dst` (the same bits), for bulk work
+/// (generating a case rounds billions of values).
+///
+/// Every value goes through one branch-free formula that the compiler vectorises (AVX2 where
+/// the processor has it): [`round_to`]'s integer rounding of the f64 bits for a result in the
+/// normal range, and for `|x|` below the smallest normal `fl(x + c) − c` with `c = 1.5 ·
+/// 2^(emin − m + 52)`, whose spacing is exactly the subnormal quantum `2^(emin − m)` (f64's
+/// own round-to-nearest-even then rounds `x` to a multiple of it, ties to even), the sign of
+/// an underflow to zero kept. When any result is not finite or above `max` (overflow, NaN,
+/// ±inf in `src`), the whole slice is done again by [`round_to`].
+///
+/// # Panics
+/// When the two slices differ in length.
+pub fn round_slice(src: &[f64], dst: &mut [f64], format: Format, overflow: Overflow) {
+    assert_eq!(src.len(), dst.len(), "round_slice: lengths");
+    if format == Format::F64 {
+        dst.copy_from_slice(src);
+        return;
+    }
+    let info = format.info();
+    let p = Branchless {
+        shift: 52 - info.mantissa_bits,
+        min_normal: pow2(info.emin),
+        magic: 1.5 * pow2(info.emin - info.mantissa_bits as i32 + 52),
+        max: info.max,
+    };
+    #[cfg(target_arch = "x86_64")]
+    let ok = if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the processor has AVX2 (checked just above).
+        unsafe { branchless_avx2(&p, src, dst) }
+    } else {
+        p.round(src, dst)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let ok = p.round(src, dst);
+    if !ok {
+        for (d, &x) in dst.iter_mut().zip(src) {
+            *d = round_to(x, format, overflow);
+        }
+    }
+}
+
+/// The constants of [`round_slice`]'s formula for one format.
+struct Branchless {
+    shift: u32,
+    min_normal: f64,
+    magic: f64,
+    max: f64,
+}
+
+impl Branchless {
+    /// The formula on every value; false when some result needs [`round_to`]'s general path.
+    #[inline(always)]
+    fn round(&self, src: &[f64], dst: &mut [f64]) -> bool {
+        let half = (1u64 << (self.shift - 1)) - 1;
+        let mask = !((1u64 << self.shift) - 1);
+        let mut ok = true;
+        for (d, &x) in dst.iter_mut().zip(src) {
+            let bits = x.to_bits();
+            let normal =
+                f64::from_bits(bits.wrapping_add(half + ((bits >> self.shift) & 1)) & mask);
+            let subnormal = ((x + self.magic) - self.magic).copysign(x);
+            let r = if x.abs() < self.min_normal {
+                subnormal
+            } else {
+                normal
+            };
+            // False for NaN too.
+            ok &= r.abs() <= self.max;
+            *d = r;
+        }
+        ok
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn branchless_avx2(p: &Branchless, src: &[f64], dst: &mut [f64]) -> bool {
+    p.round(src, dst)
+}
+
 /// [`round_to`] by its formula alone (the fast path's reference).
 #[inline(never)]
 fn round_general(x: f64, format: Format, overflow: Overflow) -> f64 {
@@ -122,8 +203,9 @@ mod tests {
     /// The bit-arithmetic fast path of `round_to` gives the formula's result for every
     /// format and overflow rule: on random bit patterns, on every tie and tie ± 1 ulp (f64) in
     /// a spread of binades, at the normal/subnormal edge and around `max`.
-    #[test]
-    fn fast_path_is_the_formula() {
+    /// Values that exercise every path of rounding: random bit patterns, every tie and tie ± 1
+    /// ulp (f64) in a spread of binades of each format, the normal/subnormal edge and `max`.
+    fn hard_values() -> Vec<f64> {
         use crate::seed::mix;
         let mut xs: Vec<f64> = (0..200_000u64)
             .map(|i| f64::from_bits(mix(i)))
@@ -150,6 +232,12 @@ mod tests {
                 xs.extend([x, -x, x.next_up(), x.next_down()]);
             }
         }
+        xs
+    }
+
+    #[test]
+    fn fast_path_is_the_formula() {
+        let xs = hard_values();
         for f in Format::ALL {
             for o in [Overflow::Ieee, Overflow::Saturate] {
                 for &x in &xs {
@@ -164,6 +252,63 @@ mod tests {
     }
 
     use super::*;
+
+    /// `round_slice` gives `round_to`'s bits for every value, in slices that take the
+    /// branch-free path (finite values in range, zeros of both signs, subnormal results) and
+    /// in slices that fall back to `round_to` (one NaN, infinity or overflowing value among
+    /// them).
+    #[test]
+    fn round_slice_is_round_to() {
+        let mut xs = hard_values();
+        xs.extend([0.0, -0.0, 1e-300, -1e-300]);
+        let same = |a: f64, b: f64| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+        for f in Format::ALL {
+            let info = f.info();
+            // In range: every finite value not above max (the path without fallback).
+            let in_range: Vec<f64> = xs
+                .iter()
+                .copied()
+                .filter(|x| x.abs() <= info.max * 0.999)
+                .collect();
+            let mixed: Vec<f64> = xs
+                .iter()
+                .copied()
+                .chain([f64::NAN, f64::INFINITY, -info.max * 1.1])
+                .collect();
+            for o in [Overflow::Ieee, Overflow::Saturate] {
+                for src in [&in_range, &mixed] {
+                    for chunk in src.chunks(1000) {
+                        let mut dst = vec![7.0; chunk.len()];
+                        round_slice(chunk, &mut dst, f, o);
+                        for (x, r) in chunk.iter().zip(&dst) {
+                            let want = round_to(*x, f, o);
+                            assert!(same(*r, want), "{f} {o:?} {x:e}: {r:e} vs {want:e}");
+                        }
+                    }
+                }
+            }
+            // The branch-free formula alone (no fallback) on the in-range values.
+            if f != Format::F64 {
+                let p = Branchless {
+                    shift: 52 - info.mantissa_bits,
+                    min_normal: pow2(info.emin),
+                    magic: 1.5 * pow2(info.emin - info.mantissa_bits as i32 + 52),
+                    max: info.max,
+                };
+                let mut dst = vec![0.0; in_range.len()];
+                assert!(
+                    p.round(&in_range, &mut dst),
+                    "{f}: no value needs the fallback"
+                );
+                for (x, r) in in_range.iter().zip(&dst) {
+                    let want = round_to(*x, f, Overflow::Ieee);
+                    if want.abs() <= info.max {
+                        assert!(same(*r, want), "formula {f} {x:e}: {r:e} vs {want:e}");
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn f32_matches_hardware_cast() {
