@@ -195,11 +195,23 @@ fn run<B: Operand>(
     }
     let rows_contiguous = |cols: usize, stride: isize| cols == 1 || stride == 1;
     if !rows_contiguous(n, b.strides()[1]) || !rows_contiguous(n, c.strides()[1]) {
-        let b = b.mapv(Operand::wide);
-        ndarray::linalg::general_mat_mul(1.0, &a, &b, 0.0, &mut c);
-        if let Some(s) = mag.as_mut() {
-            let (aa, ba) = (a.mapv(f64::abs), b.mapv(f64::abs));
-            ndarray::linalg::general_mat_mul(1.0, &aa, &ba, 0.0, s);
+        // A strided `b` or `c`: `b` copied into rows, the kernel into contiguous outputs,
+        // copied back. Still this single thread (callers run inside parallel workers, where
+        // matrixmultiply's own thread pool would spin beside them), and the same sums as for
+        // contiguous operands.
+        let b = b.as_standard_layout();
+        let mut value = ndarray::Array2::<f64>::zeros((m, n));
+        let mut magnitude = mag.as_ref().map(|_| ndarray::Array2::<f64>::zeros((m, n)));
+        run(
+            isa,
+            a,
+            b.view(),
+            value.view_mut(),
+            magnitude.as_mut().map(|s| s.view_mut()),
+        );
+        c.assign(&value);
+        if let (Some(s), Some(t)) = (mag.as_mut(), magnitude) {
+            s.assign(&t);
         }
         return;
     }

@@ -260,11 +260,17 @@ fn abs_times(a: &Array2<f64>, s: &Array1<f64>) -> Array1<f64> {
     }
 }
 
-/// Columns `index` of `b` in f64 (a few columns: the copy is small).
+/// Columns `index` of `b` in f64, in standard layout (so the kernel reads its rows in place;
+/// a few columns: the copy is small).
 fn widened_cols(b: WeightView<'_>, index: &[usize]) -> Array2<f64> {
+    let rows = b.dim().0;
     match b {
-        WeightView::F32(b) => b.select(Axis(1), index).mapv(f64::from),
-        WeightView::Bf16(b) => b.select(Axis(1), index).mapv(|x| f64::from(bf16_to_f32(x))),
+        WeightView::F32(b) => {
+            Array2::from_shape_fn((rows, index.len()), |(i, j)| f64::from(b[(i, index[j])]))
+        }
+        WeightView::Bf16(b) => Array2::from_shape_fn((rows, index.len()), |(i, j)| {
+            f64::from(bf16_to_f32(b[(i, index[j])]))
+        }),
     }
 }
 
