@@ -229,7 +229,11 @@ unsafe fn gemm<B: Elem, V: Simd>(
                             // lies; an edge tile's running sums are copied out and back.
                             let whole = h == MR && w == nr && unit_cols;
                             let (sums, ld) = if whole {
-                                (c.slice_mut(s![i0..i0 + MR, j0..j0 + nr]).as_mut_ptr(), ldc)
+                                // SAFETY: rows i0..i0 + MR and columns j0..j0 + nr lie
+                                // inside `c` (a whole tile), whose columns are unit-strided
+                                // and rows `ldc` apart. Pointer arithmetic rather than a
+                                // slice of the view: this runs once per tile and K chunk.
+                                (unsafe { c.as_mut_ptr().add(i0 * ldc + j0) }, ldc)
                             } else {
                                 if k0 > 0 {
                                     for i in 0..h {

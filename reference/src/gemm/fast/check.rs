@@ -269,13 +269,17 @@ fn compare_pass(
         |b| {
             let bound = bound_of(b.n);
             let rows = b.magnitude.len();
-            let mut acc = StatsAcc::new(out);
-            let mut f = Fit::for_output(out);
+            let (mut acc, mut f) = (StatsAcc::new(out), Fit::for_output(out));
             let mut teeth = 0.0f64;
-            let mut push = |r: usize, c: usize, want: f64, mag: f64| {
+            let push = |acc: &mut StatsAcc<GemmAt>,
+                        f: &mut Fit,
+                        teeth: &mut f64,
+                        (r, c): (usize, usize),
+                        want: f64,
+                        mag: f64| {
                 let bnd = bound.at(mag, want);
                 let g = got.at(b.row0 + r, c);
-                teeth = teeth.max(zero_ratio(want, bnd));
+                *teeth = teeth.max(zero_ratio(want, bnd));
                 f.push(g, want);
                 acc.push(|| at(b, b.row0 + r, c), g, want, bnd);
             };
@@ -283,18 +287,31 @@ fn compare_pass(
                 // Every product is absent: the whole block must be exactly 0 (cheap, every element).
                 for r in 0..rows {
                     for c in 0..pe.shape.1 {
-                        push(r, c, 0.0, 0.0);
+                        push(&mut acc, &mut f, &mut teeth, (r, c), 0.0, 0.0);
                     }
                 }
             } else {
+                // Sampled rows, a whole row at a time (the statistics of pushing its
+                // elements one by one, in the same order).
+                let (mut wide, mut bounds) = (Vec::new(), Vec::new());
                 for (i, &r) in b.rows.index.iter().enumerate() {
-                    for c in 0..pe.shape.1 {
-                        push(r, c, b.rows.want[(i, c)], b.rows.magnitude[(i, c)]);
+                    let row = got.rows(b.row0 + r, b.row0 + r + 1);
+                    let g = row.row_f64(0, &mut wide);
+                    let want = b.rows.want.row(i);
+                    let want = want.as_slice().expect("a fresh array is standard layout");
+                    let mag = b.rows.magnitude.row(i);
+                    bounds.clear();
+                    bounds.extend(want.iter().zip(mag).map(|(&w, &m)| bound.at(m, w)));
+                    for ((&x, &w), &bnd) in g.iter().zip(want).zip(&bounds) {
+                        teeth = teeth.max(zero_ratio(w, bnd));
+                        f.push(x, w);
                     }
+                    acc.push_slice(|c| at(b, b.row0 + r, c), g, want, &bounds);
                 }
                 for (i, &c) in b.cols.index.iter().enumerate() {
                     for r in (0..rows).filter(|r| b.rows.index.binary_search(r).is_err()) {
-                        push(r, c, b.cols.want[(i, r)], b.cols.magnitude[(i, r)]);
+                        let (w, m) = (b.cols.want[(i, r)], b.cols.magnitude[(i, r)]);
+                        push(&mut acc, &mut f, &mut teeth, (r, c), w, m);
                     }
                 }
             }
