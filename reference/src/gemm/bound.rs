@@ -146,14 +146,19 @@ impl ErrorBound {
     /// expert's `drhs`, or all-zero operands), so the exact result is 0 and every correct
     /// accumulation in any format returns exactly ±0: the bound is 0, and a value as small as
     /// 1e-50 written in a float64 output file fails.
+    #[inline]
     pub fn at(&self, magnitude: f64, value: f64) -> f64 {
-        if magnitude == 0.0 {
-            return 0.0;
-        }
-        self.coeff_value * value.abs()
+        // Both sides computed and one selected (no branch, so a loop over a row vectorises);
+        // the formula's NaN for a vacuous bound times a zero magnitude is never selected.
+        let b = self.coeff_value * value.abs()
             + self.floor
             + self.coeff_magnitude * magnitude
-            + self.underflow
+            + self.underflow;
+        if magnitude == 0.0 {
+            0.0
+        } else {
+            b
+        }
     }
 
     /// Whether the bound is infinite (the accumulator cannot resolve a sum this long).

@@ -62,6 +62,7 @@ impl GroupStats {
 
 /// `|want| / bound` for one element, as [`super::PassReport::zero_ratio`] takes its maximum (full
 /// and fast verification alike).
+#[inline(always)]
 pub(crate) fn zero_ratio(want: f64, bound: f64) -> f64 {
     let w = want.abs();
     if w == 0.0 || !w.is_finite() {
@@ -105,6 +106,40 @@ impl Acc {
         mag: ArrayView2<f64>,
         bound: &ErrorBound,
     ) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the processor has AVX2 (checked just above).
+            unsafe { self.push_rows_avx2(first, got, want, mag, bound) };
+            return;
+        }
+        self.judge_rows(first, got, want, mag, bound);
+    }
+
+    /// [`Acc::judge_rows`] compiled for AVX2 (the crate is built for baseline x86-64).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn push_rows_avx2(
+        &mut self,
+        first: usize,
+        got: OutView2<'_>,
+        want: ArrayView2<f64>,
+        mag: ArrayView2<f64>,
+        bound: &ErrorBound,
+    ) {
+        self.judge_rows(first, got, want, mag, bound)
+    }
+
+    /// [`Acc::push_rows`]' work: per row, the bounds and the teeth in branch-free loops (the
+    /// teeth's maximum in eight lanes: no ratio is NaN), the fit, the statistics.
+    #[inline(always)]
+    fn judge_rows(
+        &mut self,
+        first: usize,
+        got: OutView2<'_>,
+        want: ArrayView2<f64>,
+        mag: ArrayView2<f64>,
+        bound: &ErrorBound,
+    ) {
         let group = self.group;
         let mut bounds = Vec::with_capacity(want.ncols());
         let mut widened = Vec::with_capacity(want.ncols());
@@ -114,11 +149,15 @@ impl Acc {
             let (w, s) = (contiguous(w), contiguous(s));
             bounds.clear();
             bounds.extend(w.iter().zip(s.iter()).map(|(&y, &m)| bound.at(m, y)));
-            let mut teeth = self.teeth;
-            for (&y, &b) in w.iter().zip(&bounds) {
-                teeth = teeth.max(zero_ratio(y, b));
+            let mut lanes = [self.teeth; 8];
+            for (j, (&y, &b)) in w.iter().zip(&bounds).enumerate() {
+                let z = zero_ratio(y, b);
+                let l = j % 8;
+                lanes[l] = if z > lanes[l] { z } else { lanes[l] };
             }
-            self.teeth = teeth;
+            self.teeth = lanes
+                .iter()
+                .fold(self.teeth, |t, &z| if z > t { z } else { t });
             if self.fit.looking() {
                 for (&x, &y) in g.iter().zip(w.iter()) {
                     self.fit.push(x, y);
@@ -146,5 +185,99 @@ fn contiguous(row: ArrayView1<'_, f64>) -> Cow<'_, [f64]> {
     match row.to_slice() {
         Some(s) => Cow::Borrowed(s),
         None => Cow::Owned(row.to_vec()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gemm::bound::{Accumulator, Precision};
+    use crate::gemm::held::OutView;
+    use ndarray::Array2;
+
+    /// Judging rows gives what judging element by element gives: the statistics (worst
+    /// element included), the teeth (`max |want| / bound`) and the fit, over rows whose width
+    /// is not a multiple of the lanes, with zero magnitudes (a zero bound), zero references,
+    /// errors above the bound and a row whose teeth beat every later one.
+    #[test]
+    fn rows_are_judged_as_elements() {
+        let (rows, cols) = (23, 37);
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % 10_000) as f64 / 1000.0 - 5.0
+        };
+        // Element (3, 5) has the largest teeth: a large reference whose magnitude is its
+        // own size (no cancellation); every other magnitude exceeds its reference by >= 1.
+        let want = Array2::from_shape_fn((rows, cols), |(r, c)| match (r * cols + c) % 17 {
+            _ if (r, c) == (3, 5) => 1e3,
+            0 => 0.0,
+            _ => next(),
+        });
+        // Zero magnitudes (a zero bound) where the reference is 0: an empty sum.
+        let mag = Array2::from_shape_fn((rows, cols), |(r, c)| match (r * cols + c) % 17 {
+            _ if (r, c) == (3, 5) => 1e3,
+            0 => 0.0,
+            _ => want[(r, c)].abs() + 1.0 + next().abs(),
+        });
+        let got = Array2::from_shape_fn((rows, cols), |(r, c)| match (r * cols + c) % 11 {
+            0 => want[(r, c)] + 1e-3,
+            _ => (want[(r, c)] as f32) as f64,
+        });
+        let got32 = got.mapv(|v| v as f32);
+        let precision = Precision {
+            input: Format::Bf16,
+            accumulator: Accumulator::any_order(Format::F32),
+            output: Format::F32,
+        };
+        let bound = ErrorBound::new(&precision, 64);
+        let group = GroupId::Expert(2);
+        let mut acc = Acc::new(group, Format::F32);
+        // In two calls, the second starting mid-way.
+        let cut = 9;
+        let view: OutView2 = OutView::F32(got32.view());
+        acc.push_rows(
+            0,
+            view.clone(),
+            want.slice(ndarray::s![..cut, ..]),
+            mag.slice(ndarray::s![..cut, ..]),
+            &bound,
+        );
+        acc.push_rows(
+            cut,
+            view,
+            want.slice(ndarray::s![cut.., ..]),
+            mag.slice(ndarray::s![cut.., ..]),
+            &bound,
+        );
+        let (stats, teeth, fit) = acc.finish();
+        let mut one = StatsAcc::new(Format::F32);
+        let (mut t, mut f) = (0.0f64, Fit::for_output(Format::F32));
+        for r in 0..rows {
+            for c in 0..cols {
+                let (g, w) = (f64::from(got32[(r, c)]), want[(r, c)]);
+                let b = bound.at(mag[(r, c)], w);
+                t = t.max(zero_ratio(w, b));
+                f.push(g, w);
+                one.push(
+                    || GemmAt {
+                        group,
+                        row: r,
+                        col: c,
+                    },
+                    g,
+                    w,
+                    b,
+                );
+            }
+        }
+        let one = one.finish();
+        assert!(one.failed > 0 && one.worst.is_some());
+        assert_eq!(format!("{:?}", stats.stats), format!("{one:?}"));
+        assert!(t > 0.0 && t.is_finite());
+        assert_eq!(teeth.to_bits(), t.to_bits(), "{teeth} vs {t}");
+        assert_eq!(fit, f);
     }
 }
