@@ -240,7 +240,7 @@ mod tests {
         let view: OutView2 = OutView::F32(got32.view());
         acc.push_rows(
             0,
-            view.clone(),
+            view,
             want.slice(ndarray::s![..cut, ..]),
             mag.slice(ndarray::s![..cut, ..]),
             &bound,
