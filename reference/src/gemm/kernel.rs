@@ -30,7 +30,7 @@
 //! compiler vectorises inside `#[target_feature]` functions; no intrinsics beyond feature
 //! detection are used.
 
-use ndarray::{ArrayView2, ArrayViewMut2};
+use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 
 pub use super::operand::Operand;
 
@@ -195,20 +195,13 @@ fn run<B: Operand>(
     }
     let rows_contiguous = |cols: usize, stride: isize| cols == 1 || stride == 1;
     if !rows_contiguous(n, b.strides()[1]) || !rows_contiguous(n, c.strides()[1]) {
-        // A strided `b` or `c`: `b` copied into rows, the kernel into contiguous outputs,
-        // copied back. Still this single thread (callers run inside parallel workers, where
-        // matrixmultiply's own thread pool would spin beside them), and the same sums as for
-        // contiguous operands.
-        let b = b.as_standard_layout();
-        let mut value = ndarray::Array2::<f64>::zeros((m, n));
-        let mut magnitude = mag.as_ref().map(|_| ndarray::Array2::<f64>::zeros((m, n)));
-        run(
-            isa,
-            a,
-            b.view(),
-            value.view_mut(),
-            magnitude.as_mut().map(|s| s.view_mut()),
-        );
+        // A strided `b` or `c`: `b` copied into rows, the kernel into contiguous outputs
+        // copied back; on this thread (callers run inside parallel workers, beside which
+        // matrixmultiply's own pool would spin), the same sums as for contiguous operands.
+        let (b, zeros) = (b.as_standard_layout(), || Array2::<f64>::zeros((m, n)));
+        let (mut value, mut magnitude) = (zeros(), mag.as_ref().map(|_| zeros()));
+        let s = magnitude.as_mut().map(|s| s.view_mut());
+        run(isa, a, b.view(), value.view_mut(), s);
         c.assign(&value);
         if let (Some(s), Some(t)) = (mag.as_mut(), magnitude) {
             s.assign(&t);

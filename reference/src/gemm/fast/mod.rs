@@ -79,6 +79,7 @@
 
 pub mod check;
 pub mod expected;
+mod flat;
 pub mod mode;
 mod op;
 pub mod sample;
