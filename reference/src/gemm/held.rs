@@ -219,7 +219,12 @@ impl<'a> OutView2<'a> {
             }
             OutView::F32(a) => {
                 buf.clear();
-                buf.extend(a.row(r).iter().map(|&v| f64::from(v)));
+                let row = a.row(r);
+                match row.to_slice() {
+                    // A plain slice: the widening loop vectorises.
+                    Some(s) => buf.extend(s.iter().map(|&v| f64::from(v))),
+                    None => buf.extend(row.iter().map(|&v| f64::from(v))),
+                }
             }
         }
         buf
@@ -277,5 +282,9 @@ mod tests {
         let tv = OutView::F64(t.t());
         assert_eq!(tv.row_f64(1, &mut buf), &[1.0, 4.0, 7.0, 10.0]);
         assert_eq!(tv.at(2, 3), 11.0);
+        // The same for a transposed f32 view.
+        let t32 = t.mapv(|v| v as f32);
+        let tv32 = OutView::F32(t32.t());
+        assert_eq!(tv32.row_f64(2, &mut buf), &[2.0, 5.0, 8.0, 11.0]);
     }
 }
