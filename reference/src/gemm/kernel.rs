@@ -1,11 +1,13 @@
-//! A packing-free f64 GEMM, `c ← a·b`, for the reference grouped GEMM.
+//! An f64 GEMM, `c ← a·b`, for the reference grouped GEMM.
 //!
 //! ## Why not `general_mat_mul` per group
 //! matrixmultiply packs the whole right operand of every call into panels before it computes.
 //! A grouped GEMM calls it once per expert with a fresh `(K, N)` weight each time (4 MiB in
 //! f64 at K = 1024, N = 512), so for the many experts with a handful of rows the copy costs as
 //! much as the product. This kernel reads `b` where it lies, row by row, as long as its rows
-//! are contiguous (unit column stride), and needs no buffer at all.
+//! are contiguous (unit column stride). Only a narrower `b` (f32, bf16 weights) is copied,
+//! one band's column tile at a time (`KC × 24` values), widened to f64 once for all the row
+//! tiles that read it rather than once per row tile.
 //!
 //! ## The arithmetic
 //! `c[i, j] = Σ_p a[i, p]·b[p, j]` in f64. `p` runs in blocks of [`KC`]: inside a block the
@@ -32,54 +34,21 @@
 
 use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 
+pub use super::isa::Isa;
 pub use super::operand::Operand;
+use super::tile::{tile_rows, Tile};
 
 /// Depth of one accumulation block along `p` (the shared dimension).
 pub const KC: usize = 256;
 /// Rows of `a` walked per sweep over a `KC`-deep band of `b`.
 const MC: usize = 256;
 
-/// The instruction-set paths of the kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Isa {
-    /// Plain Rust, separate multiply and add; runs everywhere.
-    Portable,
-    /// x86-64 AVX2 with FMA.
-    Avx2,
-    /// x86-64 AVX-512F with FMA.
-    Avx512,
-}
-
-impl Isa {
-    /// The widest path this CPU supports.
-    pub fn detect() -> Isa {
-        *Isa::available().last().unwrap_or(&Isa::Portable)
-    }
-
-    /// Every path this CPU can run, narrowest first (the tests run each of them).
-    pub fn available() -> Vec<Isa> {
-        #[allow(unused_mut)]
-        let mut paths = vec![Isa::Portable];
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::is_x86_feature_detected as has;
-            if has!("avx2") && has!("fma") {
-                paths.push(Isa::Avx2);
-                if has!("avx512f") {
-                    paths.push(Isa::Avx512);
-                }
-            }
-        }
-        paths
-    }
-}
-
 /// `c ← a·b` in f64 (see the module doc for the summation order and its error).
 ///
 /// Reads `a (m, k)` (any strides) and `b (k, n)`; overwrites every element of `c (m, n)`
 /// without reading it first (with `k = 0`, `c` becomes 0). When `b` or `c` does not have
-/// contiguous rows (unit column stride), falls back to ndarray's `general_mat_mul`, whose
-/// error obeys the same bound.
+/// contiguous rows (unit column stride), `b` is copied into rows and `c` computed into a
+/// contiguous buffer first (the same sums).
 ///
 /// # Panics
 /// If the shapes disagree.
@@ -323,11 +292,18 @@ unsafe fn body<
 >(
     s: &Shape<B>,
 ) {
-    let at = |i: usize, p: usize| (i as isize) * s.rsa + (p as isize) * s.csa;
+    // A band's column tile of a narrower `b` (f32, bf16), widened to f64 once for all the
+    // row tiles that read it, instead of once per row tile in the tile's loop (conversions
+    // compete with the FMAs for the same ports); f64 `b` is read where it lies.
+    let pack = std::mem::size_of::<B>() < std::mem::size_of::<f64>();
+    let mut packed = if pack {
+        vec![0.0f64; KC * NR]
+    } else {
+        Vec::new()
+    };
     let mut pc = 0;
     while pc < s.k {
         let kc = KC.min(s.k - pc);
-        let first = pc == 0;
         let mut ic = 0;
         while ic < s.m {
             let mc = MC.min(s.m - ic);
@@ -342,36 +318,33 @@ unsafe fn body<
                     1
                 };
                 let bp = unsafe { s.b.offset(pc as isize * s.ldb + jr as isize) };
-                let mut ir = ic;
-                while ir < ic + mc {
-                    let mr = MR.min(ic + mc - ir);
-                    let t = Tile {
-                        kc,
-                        a: unsafe { s.a.offset(at(ir, pc)) },
-                        rsa: s.rsa,
-                        csa: s.csa,
-                        b: bp,
-                        ldb: s.ldb,
-                        c: unsafe { s.c.offset(ir as isize * s.ldc + jr as isize) },
-                        ldc: s.ldc,
-                        s: if MAG {
-                            unsafe { s.s.offset(ir as isize * s.lds + jr as isize) }
-                        } else {
-                            std::ptr::null_mut()
-                        },
-                        lds: s.lds,
-                        first,
-                    };
-                    unsafe {
-                        if w == NR {
-                            tile_rows::<B, MR, NR, FMA, MAG>(mr, &t)
-                        } else if w == W {
-                            tile_rows::<B, MR, W, FMA, MAG>(mr, &t)
-                        } else {
-                            tile_rows::<B, MR, 1, FMA, MAG>(mr, &t)
+                let band = Band { pc, kc, ic, mc, jr };
+                if pack && w > 1 {
+                    for p in 0..kc {
+                        for j in 0..w {
+                            // SAFETY: row pc + p, column jr + j of b (p < kc, j < w).
+                            packed[p * w + j] =
+                                unsafe { *bp.offset(p as isize * s.ldb + j as isize) }.wide();
                         }
                     }
-                    ir += MR;
+                    let b = packed.as_ptr();
+                    unsafe {
+                        if w == NR {
+                            rows_of::<f64, B, MR, NR, FMA, MAG>(s, &band, b, w as isize)
+                        } else {
+                            rows_of::<f64, B, MR, W, FMA, MAG>(s, &band, b, w as isize)
+                        }
+                    }
+                } else {
+                    unsafe {
+                        if w == NR {
+                            rows_of::<B, B, MR, NR, FMA, MAG>(s, &band, bp, s.ldb)
+                        } else if w == W {
+                            rows_of::<B, B, MR, W, FMA, MAG>(s, &band, bp, s.ldb)
+                        } else {
+                            rows_of::<B, B, MR, 1, FMA, MAG>(s, &band, bp, s.ldb)
+                        }
+                    }
                 }
                 jr += w;
             }
@@ -381,112 +354,60 @@ unsafe fn body<
     }
 }
 
-/// One `mr × NR` tile over one `kc`-deep band, `c` pointing at its top-left element.
-struct Tile<B> {
+/// Where one column tile of one band lies: band rows `pc..pc + kc` of `b`, rows
+/// `ic..ic + mc` of `a`, columns from `jr`.
+#[derive(Clone, Copy)]
+struct Band {
+    pc: usize,
     kc: usize,
-    a: *const f64,
-    rsa: isize,
-    csa: isize,
-    b: *const B,
-    ldb: isize,
-    c: *mut f64,
-    ldc: isize,
-    /// The magnitudes' tile (used only by `MAG` tiles).
-    s: *mut f64,
-    lds: isize,
-    first: bool,
+    ic: usize,
+    mc: usize,
+    jr: usize,
 }
 
-/// Dispatches `mr in 1..=MR` to a tile with that many rows as a constant.
+/// The `MR`-row tiles of `band` against a `C`-wide column tile `b` (row stride `ldb`): the
+/// band of `s.b` itself, or its widened copy.
+///
+/// # Safety
+/// As for [`body`]; `b` must hold `band.kc` rows of `C` values, `ldb` apart.
 #[inline(always)]
-unsafe fn tile_rows<
-    B: Operand,
+unsafe fn rows_of<
+    T: Operand,
+    B,
     const MR: usize,
-    const NR: usize,
+    const C: usize,
     const FMA: bool,
     const MAG: bool,
 >(
-    mr: usize,
-    t: &Tile<B>,
+    s: &Shape<B>,
+    band: &Band,
+    b: *const T,
+    ldb: isize,
 ) {
-    unsafe {
-        match mr {
-            1 => tile::<B, 1, NR, FMA, MAG>(t),
-            2 => tile::<B, 2, NR, FMA, MAG>(t),
-            3 if MR >= 3 => tile::<B, 3, NR, FMA, MAG>(t),
-            4 if MR >= 4 => tile::<B, 4, NR, FMA, MAG>(t),
-            5 if MR >= 5 => tile::<B, 5, NR, FMA, MAG>(t),
-            6 if MR >= 6 => tile::<B, 6, NR, FMA, MAG>(t),
-            7 if MR >= 7 => tile::<B, 7, NR, FMA, MAG>(t),
-            8 if MR >= 8 => tile::<B, 8, NR, FMA, MAG>(t),
-            _ => unreachable!("tile with {mr} rows, at most {MR}"),
-        }
-    }
-}
-
-/// `c[i, j] (=|+=) Σ_{p < kc} a[i, p]·b[p, j]` for `i < R`, `j < C`, accumulated in registers
-/// in increasing `p`; `=` for the first band, `+=` for later ones. With `MAG`, the same for
-/// `s[i, j]` and `|a[i, p]|·|b[p, j]|`, in the same order.
-#[inline(always)]
-unsafe fn tile<B: Operand, const R: usize, const C: usize, const FMA: bool, const MAG: bool>(
-    t: &Tile<B>,
-) {
-    let step = |a: f64, b: f64, x: f64| if FMA { a.mul_add(b, x) } else { a * b + x };
-    let mut acc = [[0.0f64; C]; R];
-    let mut mag = [[0.0f64; C]; R];
-    for p in 0..t.kc {
-        // SAFETY: row p of the band, columns [jr, jr + C) are inside b (C <= n - jr).
-        let raw: [B; C] =
-            unsafe { std::ptr::read_unaligned(t.b.offset(p as isize * t.ldb) as *const [B; C]) };
-        let bv: [f64; C] = raw.map(Operand::wide);
-        let babs = bv.map(f64::abs);
-        for (i, (row, mrow)) in acc.iter_mut().zip(mag.iter_mut()).enumerate() {
-            let av = unsafe { *t.a.offset(i as isize * t.rsa + p as isize * t.csa) };
-            for (x, bj) in row.iter_mut().zip(bv) {
-                *x = step(av, bj, *x);
-            }
-            if MAG {
-                let aa = av.abs();
-                for (x, bj) in mrow.iter_mut().zip(babs) {
-                    *x = step(aa, bj, *x);
-                }
-            }
-        }
-    }
-    // SAFETY: rows i < R, columns [jr, jr + C) of the tile are inside c (and s).
-    unsafe {
-        store::<R, C>(&acc, t.c, t.ldc, t.first);
-        if MAG {
-            store::<R, C>(&mag, t.s, t.lds, t.first);
-        }
-    }
-}
-
-/// Writes (`first`) or adds a tile's sums into the `R × C` window at `c` (row stride `ldc`).
-///
-/// # Safety
-/// The window must lie inside a live, mutably borrowed array.
-#[inline(always)]
-unsafe fn store<const R: usize, const C: usize>(
-    acc: &[[f64; C]; R],
-    c: *mut f64,
-    ldc: isize,
-    first: bool,
-) {
-    for (i, row) in acc.iter().enumerate() {
-        let cp = unsafe { c.offset(i as isize * ldc) } as *mut [f64; C];
-        // SAFETY: row i of the window, by the caller's contract.
-        unsafe {
-            if first {
-                std::ptr::write_unaligned(cp, *row);
+    let Band { pc, kc, ic, mc, jr } = *band;
+    let at = |i: usize, p: usize| (i as isize) * s.rsa + (p as isize) * s.csa;
+    let mut ir = ic;
+    while ir < ic + mc {
+        let mr = MR.min(ic + mc - ir);
+        let t = Tile {
+            kc,
+            a: unsafe { s.a.offset(at(ir, pc)) },
+            rsa: s.rsa,
+            csa: s.csa,
+            b,
+            ldb,
+            c: unsafe { s.c.offset(ir as isize * s.ldc + jr as isize) },
+            ldc: s.ldc,
+            s: if MAG {
+                unsafe { s.s.offset(ir as isize * s.lds + jr as isize) }
             } else {
-                let mut old: [f64; C] = std::ptr::read_unaligned(cp);
-                for (o, x) in old.iter_mut().zip(row) {
-                    *o += x;
-                }
-                std::ptr::write_unaligned(cp, old);
-            }
-        }
+                std::ptr::null_mut()
+            },
+            lds: s.lds,
+            first: pc == 0,
+        };
+        unsafe { tile_rows::<T, MR, C, FMA, MAG>(mr, &t) };
+        ir += MR;
     }
 }
 

@@ -32,6 +32,7 @@ mod files;
 mod fit;
 mod grouped;
 pub mod held;
+mod isa;
 mod judge;
 pub mod kernel;
 mod op;
@@ -39,6 +40,7 @@ mod operand;
 mod report;
 pub mod shard;
 pub mod stream;
+mod tile;
 pub mod weights;
 
 pub use bound::{Accumulator, ErrorBound, Precision};

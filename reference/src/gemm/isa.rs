@@ -1,0 +1,36 @@
+//! The instruction-set paths of the f64 kernel ([`super::kernel`]), chosen at run time.
+
+/// The instruction-set paths of the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    /// Plain Rust, separate multiply and add; runs everywhere.
+    Portable,
+    /// x86-64 AVX2 with FMA.
+    Avx2,
+    /// x86-64 AVX-512F with FMA.
+    Avx512,
+}
+
+impl Isa {
+    /// The widest path this CPU supports.
+    pub fn detect() -> Isa {
+        *Isa::available().last().unwrap_or(&Isa::Portable)
+    }
+
+    /// Every path this CPU can run, narrowest first (the tests run each of them).
+    pub fn available() -> Vec<Isa> {
+        #[allow(unused_mut)]
+        let mut paths = vec![Isa::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx2") && has!("fma") {
+                paths.push(Isa::Avx2);
+                if has!("avx512f") {
+                    paths.push(Isa::Avx512);
+                }
+            }
+        }
+        paths
+    }
+}
