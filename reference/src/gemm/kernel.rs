@@ -35,6 +35,7 @@
 use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 
 pub use super::isa::Isa;
+use super::layout::widen;
 pub use super::operand::Operand;
 use super::tile::{tile_rows, Tile};
 
@@ -167,10 +168,12 @@ fn run<B: Operand>(
         // A strided `b` or `c`: `b` copied into rows, the kernel into contiguous outputs
         // copied back; on this thread (callers run inside parallel workers, beside which
         // matrixmultiply's own pool would spin), the same sums as for contiguous operands.
-        let (b, zeros) = (b.as_standard_layout(), || Array2::<f64>::zeros((m, n)));
+        let (mut rows, zeros) = (Vec::new(), || Array2::<f64>::zeros((m, n)));
+        widen(b, &mut rows, Operand::wide); // by tiles when `b` is a transposed view
+        let b = ArrayView2::from_shape((k, n), &rows[..k * n]).expect("widen fills k·n values");
         let (mut value, mut magnitude) = (zeros(), mag.as_ref().map(|_| zeros()));
         let s = magnitude.as_mut().map(|s| s.view_mut());
-        run(isa, a, b.view(), value.view_mut(), s);
+        run(isa, a, b, value.view_mut(), s);
         c.assign(&value);
         if let (Some(s), Some(t)) = (mag.as_mut(), magnitude) {
             s.assign(&t);

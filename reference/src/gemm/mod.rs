@@ -35,6 +35,7 @@ pub mod held;
 mod isa;
 mod judge;
 pub mod kernel;
+mod layout;
 mod op;
 mod operand;
 mod report;

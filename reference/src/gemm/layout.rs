@@ -1,0 +1,88 @@
+//! Copies of operands into row-major buffers: widened, and transposed where the source is a
+//! transposed view (the streamed reference's blocks, the kernel's strided fallback).
+
+use ndarray::{ArrayView2, ArrayViewMut2};
+
+/// `buf` as a `(rows, cols)` matrix (grown when needed, never shrunk; not cleared).
+pub(crate) fn matrix<T: Copy + Default>(
+    buf: &mut Vec<T>,
+    rows: usize,
+    cols: usize,
+) -> ArrayViewMut2<'_, T> {
+    let len = rows * cols;
+    if buf.len() < len {
+        buf.resize(len, T::default());
+    }
+    ArrayViewMut2::from_shape((rows, cols), &mut buf[..len]).expect("the buffer holds rows·cols")
+}
+
+/// Copies `src` into `dst` (widened to f64, or to f32), laid out row-major with the shape of
+/// `src`.
+pub(crate) fn widen<S: Copy, T: Copy + Default>(
+    src: ArrayView2<S>,
+    dst: &mut Vec<T>,
+    conv: impl Fn(S) -> T,
+) {
+    let (rows, cols) = src.dim();
+    let mut d = matrix(dst, rows, cols);
+    if src.strides()[1] == 1 || rows < 2 || cols < 2 {
+        d.zip_mut_with(&src, |d, s| *d = conv(*s));
+    } else {
+        // A transposed operand (dgrad's rhs_gᵀ, wgrad's lhs_gᵀ): copied in strips of
+        // `STRIP` rows, walking the columns. The strip's destination rows are `cols` values
+        // apart, for a power-of-two width a multiple of 4 KiB, so they all fall in one set
+        // of the L1 cache; eight of them fit its ways (32 × 32 tiles did not, and thrashed).
+        // Where the source's columns are contiguous (unit row stride: a transposed view), a
+        // strip is read as 8 × 8 tiles, eight contiguous values per column, and each tile's
+        // rows are written eight contiguous values at a time.
+        const STRIP: usize = 8;
+        let by_tiles = src.strides()[0] == 1;
+        let (full_rows, full_cols) = if by_tiles {
+            (rows - rows % STRIP, cols - cols % STRIP)
+        } else {
+            (0, 0)
+        };
+        let col_stride = src.strides()[1];
+        for r0 in (0..full_rows).step_by(STRIP) {
+            for c0 in (0..full_cols).step_by(STRIP) {
+                let mut tile = [[T::default(); STRIP]; STRIP];
+                for (ci, column) in (c0..c0 + STRIP).enumerate() {
+                    // SAFETY: rows r0..r0 + 8 of column `column` lie inside `src`, one
+                    // element apart (unit row stride).
+                    let v: [S; STRIP] = unsafe {
+                        std::ptr::read_unaligned(
+                            src.as_ptr()
+                                .offset(column as isize * col_stride + r0 as isize)
+                                as *const [S; STRIP],
+                        )
+                    };
+                    for (ri, x) in v.into_iter().enumerate() {
+                        tile[ri][ci] = conv(x);
+                    }
+                }
+                for (ri, row) in tile.iter().enumerate() {
+                    let mut out = d.row_mut(r0 + ri);
+                    let out = out
+                        .as_slice_mut()
+                        .expect("a fresh buffer is standard layout");
+                    out[c0..c0 + STRIP].copy_from_slice(row);
+                }
+            }
+        }
+        // What the tiles left: the right edge of each full strip, then the rows below them.
+        let strip = |d: &mut ArrayViewMut2<T>, r0: usize, r1: usize, c0: usize| {
+            for c in c0..cols {
+                for r in r0..r1 {
+                    // SAFETY: r < rows and c < cols, the shape of both views.
+                    unsafe { *d.uget_mut((r, c)) = conv(*src.uget((r, c))) };
+                }
+            }
+        };
+        for r0 in (0..full_rows).step_by(STRIP) {
+            strip(&mut d, r0, r0 + STRIP, full_cols);
+        }
+        for r0 in (full_rows..rows).step_by(STRIP) {
+            strip(&mut d, r0, (r0 + STRIP).min(rows), 0);
+        }
+    }
+}
