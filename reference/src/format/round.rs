@@ -114,8 +114,9 @@ impl Branchless {
             } else {
                 normal
             };
-            // False for NaN too.
-            ok &= r.abs() <= self.max;
+            // A NaN `x` may carry out of its mantissa into a zero: it takes the general path,
+            // as does every result above `max` or not finite.
+            ok &= (r.abs() <= self.max) & !x.is_nan();
             *d = r;
         }
         ok
@@ -275,8 +276,13 @@ mod tests {
                 .copied()
                 .chain([f64::NAN, f64::INFINITY, -info.max * 1.1])
                 .collect();
+            // NaNs whose payload carries out of the mantissa under the integer rounding,
+            // each alone among in-range values (no other value forces the fallback).
+            let payloads: Vec<Vec<f64>> = [0x7FFF_FFFF_FFFF_FFFFu64, 0xFFFF_FFFF_FFFF_FFFF]
+                .map(|bits| vec![0.5, f64::from_bits(bits), 0.25])
+                .into();
             for o in [Overflow::Ieee, Overflow::Saturate] {
-                for src in [&in_range, &mixed] {
+                for src in [&in_range, &mixed].into_iter().chain(&payloads) {
                     for chunk in src.chunks(1000) {
                         let mut dst = vec![7.0; chunk.len()];
                         round_slice(chunk, &mut dst, f, o);

@@ -20,8 +20,8 @@
 //!    `|y_ref - y| <= γ(n, 2^-53)·Σ|a_i b_i|`, which enters twice (once for `y` against `y_ref`,
 //!    once through `u_out·|y|`). This holds for any summation order in which each product meets
 //!    at most `n` roundings: [`super::kernel`] (FMA chains over `K` blocks of
-//!    [`super::kernel::KC`], depth `min(n, KC) + ceil(n/KC) - 1 <= n`) and matrixmultiply's
-//!    dgemm (its dgrad fallback) both qualify, and products of f32-valued inputs cannot
+//!    [`super::kernel::KC`], depth `min(n, KC) + ceil(n/KC) - 1 <= n`) and any dgemm in
+//!    another order qualify, and products of f32-valued inputs cannot
 //!    underflow in f64, so no absolute term is needed.
 //!
 //! Together, with `S = Σ|a_i b_i|` and `γ_ref = γ(n, 2^-53)`:

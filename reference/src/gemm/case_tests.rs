@@ -41,7 +41,8 @@ fn scan_agrees_with_the_format_table() {
 #[test]
 fn validation_finds_one_bad_value_anywhere() {
     use half::bf16;
-    let (m, k, n, g) = (1200, 1024, 8, 2);
+    // Every operand is over par::SERIAL_BELOW elements: scanned in blocks on several cores.
+    let (m, k, n, g) = (1200, 1024, 900, 2);
     let case = |w_bf16: bool| GroupedGemmCase {
         lhs: Array2::from_elem((m, k), 0.5),
         rhs: if w_bf16 {
@@ -59,27 +60,34 @@ fn validation_finds_one_bad_value_anywhere() {
     assert!(case(true).validate(all).is_ok());
     assert!(case(false).validate(all).is_ok());
     let off_bf16 = 1.0 + f32::EPSILON; // an f32 value, not a bf16 one
+    let places = |len: usize| [0, 65_535, 65_536, len / 2, len - 1];
     for bad in [f32::NAN, f32::INFINITY, off_bf16] {
-        for at in [0, 65_535, 65_536, m * k / 2, m * k - 1] {
+        for at in places(m * k) {
             let mut c = case(true);
             c.lhs.as_slice_mut().unwrap()[at] = bad;
             assert!(c.validate(all).is_err(), "lhs {bad} at {at}");
+        }
+        for at in places(g * k * n) {
             let mut c = case(false);
             if let Weights::F32(w) = &mut c.rhs {
-                w.as_slice_mut().unwrap()[at.min(g * k * n - 1)] = bad;
+                w.as_slice_mut().unwrap()[at] = bad;
             }
             assert!(c.validate(all).is_err(), "rhs f32 {bad} at {at}");
         }
-        let mut c = case(true);
-        c.dout.as_mut().unwrap()[[m - 1, n - 1]] = bad;
-        assert!(c.validate(all).is_err(), "dout {bad}");
+        for at in places(m * n) {
+            let mut c = case(true);
+            c.dout.as_mut().unwrap().as_slice_mut().unwrap()[at] = bad;
+            assert!(c.validate(all).is_err(), "dout {bad} at {at}");
+        }
     }
     for bad in [f32::NAN, f32::NEG_INFINITY] {
-        let mut c = case(true);
-        if let Weights::Bf16(w) = &mut c.rhs {
-            w[[g - 1, k - 1, n - 1]] = bf16::from_f32(bad);
+        for at in places(g * k * n) {
+            let mut c = case(true);
+            if let Weights::Bf16(w) = &mut c.rhs {
+                w.as_slice_mut().unwrap()[at] = bf16::from_f32(bad);
+            }
+            assert!(c.validate(all).is_err(), "rhs bf16 {bad} at {at}");
         }
-        assert!(c.validate(all).is_err(), "rhs bf16 {bad}");
     }
     // A bf16 weight that an E4M3 case cannot hold.
     let mut c = case(true);

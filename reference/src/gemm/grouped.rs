@@ -1,9 +1,9 @@
 //! The f64 reference grouped GEMM.
 //!
-//! Each group is one dense f64 GEMM through [`super::kernel::gemm`], a packing-free kernel
-//! (f64 products and f64 accumulation, FMA where the CPU has it), or ndarray's
-//! `general_mat_mul` (matrixmultiply's dgemm) where an operand's rows are not contiguous
-//! (dgrad's `rhs_gᵀ`). Either way an element's error is at most `γ(n, 2^-53)·Σ|a·b|` for any
+//! Each group is one dense f64 GEMM through [`super::kernel::gemm`] (f64 products and f64
+//! accumulation, FMA where the CPU has it); where an operand's rows are not contiguous
+//! (dgrad's `rhs_gᵀ`) the kernel first copies it into rows. Either way an element's error is
+//! at most `γ(n, 2^-53)·Σ|a·b|` for any
 //! summation order, which [`super::bound::ErrorBound`] adds to every element's bound, so the
 //! reference is "exact" only up to a term some 2^29 times smaller than an f32 accumulator's.
 //!
@@ -89,8 +89,9 @@ pub fn grouped_dgrad(
     offsets: &[usize],
 ) -> Array2<f64> {
     let mut dlhs = Array2::<f64>::zeros((dout.nrows(), rhs.shape()[1]));
-    // One job per group: `rhs_gᵀ` has no contiguous rows, so this is matrixmultiply, which
-    // packs the whole weight once per call; splitting a group would pack it once per chunk.
+    // One job per group: `rhs_gᵀ` has no contiguous rows, so the kernel copies the whole
+    // weight into rows once per call; splitting a group would copy it once per chunk. (A
+    // single group therefore runs on one core.)
     run_jobs(
         row_jobs(dlhs.view_mut(), offsets, usize::MAX, dout.ncols()),
         |job| {

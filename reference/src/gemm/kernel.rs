@@ -6,8 +6,8 @@
 //! f64 at K = 1024, N = 512), so for the many experts with a handful of rows the copy costs as
 //! much as the product. This kernel reads `b` where it lies, row by row, as long as its rows
 //! are contiguous (unit column stride). Only a narrower `b` (f32, bf16 weights) is copied,
-//! one band's column tile at a time (`KC × 24` values), widened to f64 once for all the row
-//! tiles that read it rather than once per row tile.
+//! one band's column tile at a time (`KC` rows × the register tile's width), widened to f64
+//! once per block of `MC` rows of `a` for all its row tiles rather than once per row tile.
 //!
 //! ## The arithmetic
 //! `c[i, j] = Σ_p a[i, p]·b[p, j]` in f64. `p` runs in blocks of [`KC`]: inside a block the
@@ -164,13 +164,19 @@ fn run<B: Operand>(
         return;
     }
     let rows_contiguous = |cols: usize, stride: isize| cols == 1 || stride == 1;
-    if !rows_contiguous(n, b.strides()[1]) || !rows_contiguous(n, c.strides()[1]) {
-        // A strided `b` or `c`: `b` copied into rows, the kernel into contiguous outputs
-        // copied back; on this thread (callers run inside parallel workers, beside which
-        // matrixmultiply's own pool would spin), the same sums as for contiguous operands.
-        let (mut rows, zeros) = (Vec::new(), || Array2::<f64>::zeros((m, n)));
-        widen(b, &mut rows, Operand::wide); // by tiles when `b` is a transposed view
+    if !rows_contiguous(n, b.strides()[1]) {
+        // A strided `b`: copied into f64 rows (by 8 × 8 tiles when it is a transposed view),
+        // then the kernel, on this thread (callers run inside parallel workers, beside which
+        // matrixmultiply's own pool would spin): the same sums as for contiguous rows.
+        let mut rows = Vec::new();
+        widen(b, &mut rows, Operand::wide);
         let b = ArrayView2::from_shape((k, n), &rows[..k * n]).expect("widen fills k·n values");
+        run(isa, a, b, c, mag);
+        return;
+    }
+    if !rows_contiguous(n, c.strides()[1]) {
+        // A strided `c`: computed into contiguous buffers, copied back.
+        let zeros = || Array2::<f64>::zeros((m, n));
         let (mut value, mut magnitude) = (zeros(), mag.as_ref().map(|_| zeros()));
         let s = magnitude.as_mut().map(|s| s.view_mut());
         run(isa, a, b, value.view_mut(), s);

@@ -64,6 +64,21 @@ fn strided_and_transposed_operands() {
         let mut c = Array2::from_elem((10, 26), f64::NAN);
         gemm_with(isa, at.t(), bt.t(), c.view_mut());
         assert_eq!(c, naive(at.t(), bt.t()), "{isa:?} fallback");
+        // Only c strided (a transposed output), then c and b both; and b with a negative
+        // column stride.
+        let mut ct = Array2::from_elem((26, 10), f64::NAN);
+        gemm_with(isa, at.t(), b.view(), ct.view_mut().reversed_axes());
+        assert_eq!(ct.t(), naive(at.t(), b.view()), "{isa:?} c strided");
+        let mut ct = Array2::from_elem((26, 10), f64::NAN);
+        gemm_with(isa, at.t(), bt.t(), ct.view_mut().reversed_axes());
+        assert_eq!(ct.t(), naive(at.t(), bt.t()), "{isa:?} b and c strided");
+        let mut c = Array2::from_elem((10, 26), f64::NAN);
+        gemm_with(isa, at.t(), b.slice(s![.., ..;-1]), c.view_mut());
+        assert_eq!(
+            c,
+            naive(at.t(), b.slice(s![.., ..;-1])),
+            "{isa:?} b reversed"
+        );
         // Negative strides.
         let a = int_matrix(9, 30, 6);
         let mut c = Array2::from_elem((9, 26), f64::NAN);

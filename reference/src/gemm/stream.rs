@@ -15,11 +15,10 @@
 //! (a `K × N` f32 copy) and a few blocks; the buffers are kept for the thread's life and
 //! reused (the calling thread's too, when the work is too small to spread).
 //!
-//! The values are the same bit for bit as [`super::grouped`]'s for fwd and wgrad (the kernel's
-//! summation order depends only on the reduction index, not on how rows are blocked). dgrad
-//! copies `rhs_gᵀ` into a contiguous buffer, so it runs through the same kernel instead of
-//! matrixmultiply: its values may differ from [`super::grouped_dgrad`] in the last bits, and
-//! both are inside the reference's own error term of the bound.
+//! The values are the same bit for bit as [`super::grouped`]'s (the kernel's summation order
+//! depends only on the reduction index, not on how rows are blocked): dgrad copies `rhs_gᵀ`
+//! into a contiguous f32 buffer here, and [`super::grouped_dgrad`]'s kernel copies it into
+//! f64 rows; both then run the same kernel.
 
 use std::cell::RefCell;
 

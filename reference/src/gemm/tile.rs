@@ -57,7 +57,8 @@ unsafe fn tile<B: Operand, const R: usize, const C: usize, const FMA: bool, cons
     let mut acc = [[0.0f64; C]; R];
     let mut mag = [[0.0f64; C]; R];
     for p in 0..t.kc {
-        // SAFETY: row p of the band, columns [jr, jr + C) are inside b (C <= n - jr).
+        // SAFETY: row p of the tile's C columns lies inside `b` (the band of the caller's `b`,
+        // C <= n - jr, or its widened copy of kc rows × C values): the caller's contract.
         let raw: [B; C] =
             unsafe { std::ptr::read_unaligned(t.b.offset(p as isize * t.ldb) as *const [B; C]) };
         let bv: [f64; C] = raw.map(Operand::wide);

@@ -184,6 +184,7 @@ unsafe fn gemm<B: Elem, V: Simd>(
     }
     let nr = 2 * V::LANES;
     let unit_cols = c.strides()[1] == 1;
+    debug_assert!(c.strides()[0] >= 0, "blocked gemm: a negative row stride");
     let ldc = c.strides()[0] as usize;
     // The buffers are taken out of the thread-local and put back: the loops must not run in
     // a closure, which would not inherit the caller's CPU features (nothing would inline).
