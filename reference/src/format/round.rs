@@ -66,13 +66,7 @@ pub fn round_slice(src: &[f64], dst: &mut [f64], format: Format, overflow: Overf
         dst.copy_from_slice(src);
         return;
     }
-    let info = format.info();
-    let p = Branchless {
-        shift: 52 - info.mantissa_bits,
-        min_normal: pow2(info.emin),
-        magic: 1.5 * pow2(info.emin - info.mantissa_bits as i32 + 52),
-        max: info.max,
-    };
+    let p = Branchless::of(format);
     #[cfg(target_arch = "x86_64")]
     let ok = if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the processor has AVX2 (checked just above).
@@ -98,6 +92,17 @@ struct Branchless {
 }
 
 impl Branchless {
+    /// The constants for `format` (not f64).
+    fn of(format: Format) -> Branchless {
+        let info = format.info();
+        Branchless {
+            shift: 52 - info.mantissa_bits,
+            min_normal: pow2(info.emin),
+            magic: 1.5 * pow2(info.emin - info.mantissa_bits as i32 + 52),
+            max: info.max,
+        }
+    }
+
     /// The formula on every value; false when some result needs [`round_to`]'s general path.
     #[inline(always)]
     fn round(&self, src: &[f64], dst: &mut [f64]) -> bool {
@@ -295,12 +300,7 @@ mod tests {
             }
             // The branch-free formula alone (no fallback) on the in-range values.
             if f != Format::F64 {
-                let p = Branchless {
-                    shift: 52 - info.mantissa_bits,
-                    min_normal: pow2(info.emin),
-                    magic: 1.5 * pow2(info.emin - info.mantissa_bits as i32 + 52),
-                    max: info.max,
-                };
+                let p = Branchless::of(f);
                 let mut dst = vec![0.0; in_range.len()];
                 assert!(
                     p.round(&in_range, &mut dst),
