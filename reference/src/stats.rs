@@ -120,12 +120,36 @@ fn overflows(want: f64, bound: f64, out: Format) -> bool {
     info.has_inf && before_rounding >= info.max + ulp(info.max, out) / 2.0
 }
 
+/// Lanes of [`StatsAcc`]'s sums and of the maxima of [`StatsAcc::push_slice`].
+const LANES: usize = 8;
+
 /// Accumulates the statistics of one slice, element by element.
+///
+/// `calc_diff`'s two sums are kept in [`LANES`] lanes: the `i`-th element pushed (counting
+/// from 0, whichever way it came) goes to lane `i % LANES`, each lane adds its elements in
+/// order, and the lanes are added in order at the end. The result depends only on the
+/// sequence of elements, not on how it was split into calls, and the lanes let
+/// [`StatsAcc::push_slice`] add a whole chunk in vector registers.
 pub struct StatsAcc<L> {
     stats: ElementStats<L>,
     out: Format,
-    sum_xy: f64,
-    sum_sq: f64,
+    sum_xy: [f64; LANES],
+    sum_sq: [f64; LANES],
+}
+
+/// `lanes[l] ← max(lanes[l], xs[i])` for every `i` with `i % LANES = l` (the larger of the
+/// two by `>`, so a NaN in `xs` is skipped: the callers pass none).
+#[inline(always)]
+fn lane_max(lanes: &mut [f64; LANES], xs: &[f64]) {
+    let mut chunks = xs.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            lanes[l] = if c[l] > lanes[l] { c[l] } else { lanes[l] };
+        }
+    }
+    for (l, &x) in chunks.remainder().iter().enumerate() {
+        lanes[l] = if x > lanes[l] { x } else { lanes[l] };
+    }
 }
 
 impl<L> StatsAcc<L> {
@@ -134,8 +158,8 @@ impl<L> StatsAcc<L> {
         StatsAcc {
             stats: ElementStats::unchecked(0),
             out,
-            sum_xy: 0.0,
-            sum_sq: 0.0,
+            sum_xy: [0.0; LANES],
+            sum_sq: [0.0; LANES],
         }
     }
 
@@ -157,6 +181,7 @@ impl<L> StatsAcc<L> {
     /// `at` locates the element, and is only kept if it is the worst so far.
     pub fn push(&mut self, at: impl FnOnce() -> L, got: f64, want: f64, bound: f64) {
         let s = &mut self.stats;
+        let lane = s.elements % LANES;
         s.elements += 1;
         s.checked += 1;
         if got.is_nan() {
@@ -211,8 +236,8 @@ impl<L> StatsAcc<L> {
                 bound,
             });
         }
-        self.sum_xy += got * want;
-        self.sum_sq += got * got + want * want;
+        self.sum_xy[lane] += got * want;
+        self.sum_sq[lane] += got * got + want * want;
     }
 
     /// [`StatsAcc::push`] for consecutive elements `got[i]`, `want[i]`, `bound[i]`, located by
@@ -264,12 +289,12 @@ impl<L> StatsAcc<L> {
     /// maxima in eight lanes (a maximum is the same in any order when nothing is NaN, and
     /// nothing is: a ratio is NaN only for an infinite difference over an infinite bound),
     /// the worst element looked for only when the chunk holds a ratio above the worst so far,
-    /// then in order with [`StatsAcc::push`]'s rule, and the sums in order. Any other chunk
-    /// goes through [`StatsAcc::push`] element by element.
+    /// then in order with [`StatsAcc::push`]'s rule, and the sums each into its element's
+    /// lane (see [`StatsAcc`]), eight at a time. Any other chunk goes through
+    /// [`StatsAcc::push`] element by element.
     #[inline(always)]
     fn push_chunks(&mut self, at: &impl Fn(usize) -> L, got: &[f64], want: &[f64], bound: &[f64]) {
         const CHUNK: usize = 64;
-        const LANES: usize = 8;
         let inv = InverseUlp::of(self.out);
         let (mut err, mut ratio, mut ulps) = ([0.0f64; CHUNK], [0.0f64; CHUNK], [0.0f64; CHUNK]);
         for start in (0..got.len()).step_by(CHUNK) {
@@ -316,19 +341,31 @@ impl<L> StatsAcc<L> {
             }
             let (mut e_max, mut u_max, mut r_max) =
                 ([0.0f64; LANES], [0.0f64; LANES], [0.0f64; LANES]);
-            for i in 0..n {
-                let l = i % LANES;
-                e_max[l] = if err[i] > e_max[l] { err[i] } else { e_max[l] };
-                u_max[l] = if ulps[i] > u_max[l] {
-                    ulps[i]
-                } else {
-                    u_max[l]
-                };
-                r_max[l] = if ratio[i] > r_max[l] {
-                    ratio[i]
-                } else {
-                    r_max[l]
-                };
+            lane_max(&mut e_max, &err[..n]);
+            lane_max(&mut u_max, &ulps[..n]);
+            lane_max(&mut r_max, &ratio[..n]);
+            // The sums' lanes rotated so that the chunk's element `i` lands in lane
+            // `i % LANES` of `xy` and `sq` (its lane by count is `(first + i) % LANES`).
+            let first = self.stats.elements % LANES;
+            let (mut xy, mut sq) = ([0.0f64; LANES], [0.0f64; LANES]);
+            for l in 0..LANES {
+                xy[l] = self.sum_xy[(first + l) % LANES];
+                sq[l] = self.sum_sq[(first + l) % LANES];
+            }
+            let (mut gc, mut wc) = (g.chunks_exact(LANES), w.chunks_exact(LANES));
+            for (gl, wl) in (&mut gc).zip(&mut wc) {
+                for l in 0..LANES {
+                    xy[l] += gl[l] * wl[l];
+                    sq[l] += gl[l] * gl[l] + wl[l] * wl[l];
+                }
+            }
+            for (l, (&x, &y)) in gc.remainder().iter().zip(wc.remainder()).enumerate() {
+                xy[l] += x * y;
+                sq[l] += x * x + y * y;
+            }
+            for l in 0..LANES {
+                self.sum_xy[(first + l) % LANES] = xy[l];
+                self.sum_sq[(first + l) % LANES] = sq[l];
             }
             let st = &mut self.stats;
             st.elements += n;
@@ -356,19 +393,15 @@ impl<L> StatsAcc<L> {
                     }
                 }
             }
-            for i in 0..n {
-                self.sum_xy += g[i] * w[i];
-                self.sum_sq += g[i] * g[i] + w[i] * w[i];
-            }
         }
     }
 
     pub fn finish(mut self) -> ElementStats<L> {
-        self.stats.calc_diff = if self.sum_sq == 0.0 {
-            0.0
-        } else {
-            1.0 - 2.0 * self.sum_xy / self.sum_sq
-        };
+        let (xy, sq) = (
+            self.sum_xy.iter().fold(0.0, |t, x| t + x),
+            self.sum_sq.iter().fold(0.0, |t, x| t + x),
+        );
+        self.stats.calc_diff = if sq == 0.0 { 0.0 } else { 1.0 - 2.0 * xy / sq };
         self.stats
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Each group is one dense f64 GEMM through [`super::kernel::gemm`] (f64 products and f64
 //! accumulation, FMA where the CPU has it); where an operand's rows are not contiguous
-//! (dgrad's `rhs_gᵀ`) the kernel first copies it into rows. Either way an element's error is
+//! (dgrad's `rhs_gᵀ`) the kernel copies it into rows a band tile at a time. Either way an element's error is
 //! at most `γ(n, 2^-53)·Σ|a·b|` for any
 //! summation order, which [`super::bound::ErrorBound`] adds to every element's bound, so the
 //! reference is "exact" only up to a term some 2^29 times smaller than an f32 accumulator's.

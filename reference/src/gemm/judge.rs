@@ -150,9 +150,15 @@ impl Acc {
             bounds.clear();
             bounds.extend(w.iter().zip(s.iter()).map(|(&y, &m)| bound.at(m, y)));
             let mut lanes = [self.teeth; 8];
-            for (j, (&y, &b)) in w.iter().zip(&bounds).enumerate() {
+            let (mut wc, mut bc) = (w.chunks_exact(8), bounds.chunks_exact(8));
+            for (wl, bl) in (&mut wc).zip(&mut bc) {
+                for l in 0..8 {
+                    let z = zero_ratio(wl[l], bl[l]);
+                    lanes[l] = if z > lanes[l] { z } else { lanes[l] };
+                }
+            }
+            for (l, (&y, &b)) in wc.remainder().iter().zip(bc.remainder()).enumerate() {
                 let z = zero_ratio(y, b);
-                let l = j % 8;
                 lanes[l] = if z > lanes[l] { z } else { lanes[l] };
             }
             self.teeth = lanes
@@ -198,9 +204,16 @@ mod tests {
     /// Judging rows gives what judging element by element gives: the statistics (worst
     /// element included), the teeth (`max |want| / bound`) and the fit, over rows whose width
     /// is not a multiple of the lanes, with zero magnitudes (a zero bound), zero references,
-    /// errors above the bound and a row whose teeth beat every later one.
+    /// errors above the bound, and the largest teeth in a row's first eight columns (a row
+    /// whose teeth beat every later one) or in its last, past the whole chunks of lanes.
     #[test]
     fn rows_are_judged_as_elements() {
+        for special in [(3, 5), (20, 35)] {
+            rows_are_judged_as_elements_with(special);
+        }
+    }
+
+    fn rows_are_judged_as_elements_with(special: (usize, usize)) {
         let (rows, cols) = (23, 37);
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         let mut next = move || {
@@ -209,16 +222,16 @@ mod tests {
             x ^= x << 17;
             (x % 10_000) as f64 / 1000.0 - 5.0
         };
-        // Element (3, 5) has the largest teeth: a large reference whose magnitude is its
+        // Element `special` has the largest teeth: a large reference whose magnitude is its
         // own size (no cancellation); every other magnitude exceeds its reference by >= 1.
         let want = Array2::from_shape_fn((rows, cols), |(r, c)| match (r * cols + c) % 17 {
-            _ if (r, c) == (3, 5) => 1e3,
+            _ if (r, c) == special => 1e3,
             0 => 0.0,
             _ => next(),
         });
         // Zero magnitudes (a zero bound) where the reference is 0: an empty sum.
         let mag = Array2::from_shape_fn((rows, cols), |(r, c)| match (r * cols + c) % 17 {
-            _ if (r, c) == (3, 5) => 1e3,
+            _ if (r, c) == special => 1e3,
             0 => 0.0,
             _ => want[(r, c)].abs() + 1.0 + next().abs(),
         });
@@ -277,7 +290,7 @@ mod tests {
         assert!(one.failed > 0 && one.worst.is_some());
         assert_eq!(format!("{:?}", stats.stats), format!("{one:?}"));
         assert!(t > 0.0 && t.is_finite());
-        assert_eq!(teeth.to_bits(), t.to_bits(), "{teeth} vs {t}");
+        assert_eq!(teeth.to_bits(), t.to_bits(), "{teeth} vs {t}, {special:?}");
         assert_eq!(fit, f);
     }
 }

@@ -4,10 +4,13 @@
 //! matrixmultiply packs the whole right operand of every call into panels before it computes.
 //! A grouped GEMM calls it once per expert with a fresh `(K, N)` weight each time (4 MiB in
 //! f64 at K = 1024, N = 512), so for the many experts with a handful of rows the copy costs as
-//! much as the product. This kernel reads `b` where it lies, row by row, as long as its rows
-//! are contiguous (unit column stride). Only a narrower `b` (f32, bf16 weights) is copied,
-//! one band's column tile at a time (`KC` rows × the register tile's width), widened to f64
-//! once per block of `MC` rows of `a` for all its row tiles rather than once per row tile.
+//! much as the product. This kernel reads an f64 `b` with contiguous rows where it lies. A
+//! narrower `b` (f32, bf16 weights), a strided one (dgrad's transposed weight, read along its
+//! contiguous columns in 8 × 8 blocks) and any `b` when magnitudes are asked for are copied
+//! one band's column tile at a time (`KC` rows × the register tile's width) into f64 rows,
+//! once per block of `MC` rows of `a` for all its row tiles rather than once per row tile;
+//! with magnitudes the copy also holds `|b|`, and the block's `|a|` is copied once too, so
+//! that the register tile takes no absolute values.
 //!
 //! ## The arithmetic
 //! `c[i, j] = Σ_p a[i, p]·b[p, j]` in f64. `p` runs in blocks of [`KC`]: inside a block the
@@ -27,17 +30,16 @@
 //!
 //! ## Instruction sets
 //! Chosen at run time: AVX-512F + FMA (8 × 24 register tile), AVX2 + FMA (4 × 12), otherwise
-//! portable Rust (4 × 8, no FMA); with magnitudes, two accumulators per element, 4 × 24, 2 × 8
+//! portable Rust (4 × 8, no FMA); with magnitudes, two accumulators per element, 6 × 16, 2 × 8
 //! and 2 × 8. The tile loops are plain Rust over fixed-size arrays that the
 //! compiler vectorises inside `#[target_feature]` functions; no intrinsics beyond feature
 //! detection are used.
 
 use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 
+use super::band::{column_tile, pack_a_abs, Band, Bufs, Shape};
 pub use super::isa::Isa;
-use super::layout::widen;
 pub use super::operand::Operand;
-use super::tile::{tile_rows, Tile};
 
 /// Depth of one accumulation block along `p` (the shared dimension).
 pub const KC: usize = 256;
@@ -47,9 +49,9 @@ const MC: usize = 256;
 /// `c ← a·b` in f64 (see the module doc for the summation order and its error).
 ///
 /// Reads `a (m, k)` (any strides) and `b (k, n)`; overwrites every element of `c (m, n)`
-/// without reading it first (with `k = 0`, `c` becomes 0). When `b` or `c` does not have
-/// contiguous rows (unit column stride), `b` is copied into rows and `c` computed into a
-/// contiguous buffer first (the same sums).
+/// without reading it first (with `k = 0`, `c` becomes 0). `b` may have any strides (it is
+/// copied into rows a band tile at a time when needed); when `c` does not have contiguous
+/// rows (unit column stride) it is computed into a contiguous buffer first (the same sums).
 ///
 /// # Panics
 /// If the shapes disagree.
@@ -164,16 +166,8 @@ fn run<B: Operand>(
         return;
     }
     let rows_contiguous = |cols: usize, stride: isize| cols == 1 || stride == 1;
-    if !rows_contiguous(n, b.strides()[1]) {
-        // A strided `b`: copied into f64 rows (by 8 × 8 tiles when it is a transposed view),
-        // then the kernel, on this thread (callers run inside parallel workers, beside which
-        // matrixmultiply's own pool would spin): the same sums as for contiguous rows.
-        let mut rows = Vec::new();
-        widen(b, &mut rows, Operand::wide);
-        let b = ArrayView2::from_shape((k, n), &rows[..k * n]).expect("widen fills k·n values");
-        run(isa, a, b, c, mag);
-        return;
-    }
+    // A strided `b` (dgrad's transposed weight) needs no copy here: the kernel packs it one
+    // band tile at a time, reading each tile's columns where they are contiguous.
     if !rows_contiguous(n, c.strides()[1]) {
         // A strided `c`: computed into contiguous buffers, copied back.
         let zeros = || Array2::<f64>::zeros((m, n));
@@ -207,13 +201,14 @@ fn run<B: Operand>(
         csa: a.strides()[1],
         b: b.as_ptr(),
         ldb: b.strides()[0],
+        csb: b.strides()[1],
         c: c.as_mut_ptr(),
         ldc: c.strides()[0],
         s: s_ptr,
         lds,
     };
     // SAFETY: the pointers and strides come from live views of the shapes checked above, `c`
-    // (and `s`, when not null) are borrowed mutably for the call, `b`, `c` and `s` have unit
+    // (and `s`, when not null) are borrowed mutably for the call, `c` and `s` have unit
     // column stride (or one column), and `body` only touches `a[i, p]`, `b[p, j]`, `c[i, j]`,
     // `s[i, j]` with `i < m`, `j < n`, `p < k` (`s` only when it is not null). The
     // target-feature paths run only when `Isa::available` found the features.
@@ -235,24 +230,6 @@ fn run<B: Operand>(
     }
 }
 
-/// Raw view of one `c ← a·b` problem: `a[i, p] = *a.offset(i·rsa + p·csa)`,
-/// `b[p, j] = *b.offset(p·ldb + j)`, `c[i, j] = *c.offset(i·ldc + j)`, and the magnitudes
-/// `s[i, j] = *s.offset(i·lds + j)` when `s` is not null.
-struct Shape<B> {
-    m: usize,
-    n: usize,
-    k: usize,
-    a: *const f64,
-    rsa: isize,
-    csa: isize,
-    b: *const B,
-    ldb: isize,
-    c: *mut f64,
-    ldc: isize,
-    s: *mut f64,
-    lds: isize,
-}
-
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
 unsafe fn body_avx512<B: Operand>(s: &Shape<B>) {
@@ -260,13 +237,13 @@ unsafe fn body_avx512<B: Operand>(s: &Shape<B>) {
     unsafe { body::<B, 8, 24, 8, true, false>(s) }
 }
 
-/// Two accumulators per element: half the rows of [`body_avx512`]'s tile, so the 24
-/// accumulators, the band's row and its absolute value fit the 32 registers.
+/// Two accumulators per element: a 6 × 16 tile, whose 24 accumulators, the band's row and
+/// its absolute value (4) and the broadcasts fit the 32 registers (6 × 24 would spill).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
 unsafe fn body_avx512_magnitude<B: Operand>(s: &Shape<B>) {
     // SAFETY: as for `body`; the caller checked the features.
-    unsafe { body::<B, 4, 24, 8, true, true>(s) }
+    unsafe { body::<B, 6, 16, 8, true, true>(s) }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -301,21 +278,27 @@ unsafe fn body<
 >(
     s: &Shape<B>,
 ) {
-    // A band's column tile of a narrower `b` (f32, bf16), widened to f64 once for all the
-    // row tiles that read it, instead of once per row tile in the tile's loop (conversions
-    // compete with the FMAs for the same ports); f64 `b` is read where it lies.
-    let pack = std::mem::size_of::<B>() < std::mem::size_of::<f64>();
-    let mut packed = if pack {
-        vec![0.0f64; KC * NR]
-    } else {
-        Vec::new()
-    };
+    // A band's column tile is copied into f64 rows once for all the row tiles that read it
+    // (instead of converted once per row tile in the tile's loop, where conversions compete
+    // with the FMAs for the same ports) when `b` is narrower (f32, bf16), when its columns
+    // are strided (a transposed view: the copy reads each column's contiguous run), and with
+    // magnitudes (the copy also holds `|b|`, so that the tile takes no absolute values).
+    // Otherwise, and for a single edge column of values, `b` is read where it lies.
+    let narrow = std::mem::size_of::<B>() < std::mem::size_of::<f64>();
+    let strided = s.n > 1 && s.csb != 1;
+    let mut packed = vec![0.0f64; if narrow || strided || MAG { KC * NR } else { 0 }];
+    let mut packed_abs = vec![0.0f64; if MAG { KC * NR } else { 0 }];
+    let mut a_abs = vec![0.0f64; if MAG { KC * MC } else { 0 }];
     let mut pc = 0;
     while pc < s.k {
         let kc = KC.min(s.k - pc);
         let mut ic = 0;
         while ic < s.m {
             let mc = MC.min(s.m - ic);
+            if MAG {
+                // SAFETY: rows ic..ic + mc, columns pc..pc + kc of a.
+                unsafe { pack_a_abs::<B, MR>(s, pc, kc, ic, mc, &mut a_abs) };
+            }
             let mut jr = 0;
             while jr < s.n {
                 let left = s.n - jr;
@@ -326,33 +309,20 @@ unsafe fn body<
                 } else {
                     1
                 };
-                let bp = unsafe { s.b.offset(pc as isize * s.ldb + jr as isize) };
                 let band = Band { pc, kc, ic, mc, jr };
-                if pack && w > 1 {
-                    for p in 0..kc {
-                        for j in 0..w {
-                            // SAFETY: row pc + p, column jr + j of b (p < kc, j < w).
-                            packed[p * w + j] =
-                                unsafe { *bp.offset(p as isize * s.ldb + j as isize) }.wide();
-                        }
-                    }
-                    let b = packed.as_ptr();
-                    unsafe {
-                        if w == NR {
-                            rows_of::<f64, B, MR, NR, FMA, MAG>(s, &band, b, w as isize)
-                        } else {
-                            rows_of::<f64, B, MR, W, FMA, MAG>(s, &band, b, w as isize)
-                        }
-                    }
-                } else {
-                    unsafe {
-                        if w == NR {
-                            rows_of::<B, B, MR, NR, FMA, MAG>(s, &band, bp, s.ldb)
-                        } else if w == W {
-                            rows_of::<B, B, MR, W, FMA, MAG>(s, &band, bp, s.ldb)
-                        } else {
-                            rows_of::<B, B, MR, 1, FMA, MAG>(s, &band, bp, s.ldb)
-                        }
+                let bufs = Bufs {
+                    packed: &mut packed,
+                    packed_abs: &mut packed_abs,
+                    a_abs: &a_abs,
+                };
+                // SAFETY: as for this function; the buffers hold a band tile and a block.
+                unsafe {
+                    if w == NR {
+                        column_tile::<B, MR, NR, FMA, MAG>(s, &band, bufs)
+                    } else if w == W {
+                        column_tile::<B, MR, W, FMA, MAG>(s, &band, bufs)
+                    } else {
+                        column_tile::<B, MR, 1, FMA, MAG>(s, &band, bufs)
                     }
                 }
                 jr += w;
@@ -360,63 +330,6 @@ unsafe fn body<
             ic += mc;
         }
         pc += kc;
-    }
-}
-
-/// Where one column tile of one band lies: band rows `pc..pc + kc` of `b`, rows
-/// `ic..ic + mc` of `a`, columns from `jr`.
-#[derive(Clone, Copy)]
-struct Band {
-    pc: usize,
-    kc: usize,
-    ic: usize,
-    mc: usize,
-    jr: usize,
-}
-
-/// The `MR`-row tiles of `band` against a `C`-wide column tile `b` (row stride `ldb`): the
-/// band of `s.b` itself, or its widened copy.
-///
-/// # Safety
-/// As for [`body`]; `b` must hold `band.kc` rows of `C` values, `ldb` apart.
-#[inline(always)]
-unsafe fn rows_of<
-    T: Operand,
-    B,
-    const MR: usize,
-    const C: usize,
-    const FMA: bool,
-    const MAG: bool,
->(
-    s: &Shape<B>,
-    band: &Band,
-    b: *const T,
-    ldb: isize,
-) {
-    let Band { pc, kc, ic, mc, jr } = *band;
-    let at = |i: usize, p: usize| (i as isize) * s.rsa + (p as isize) * s.csa;
-    let mut ir = ic;
-    while ir < ic + mc {
-        let mr = MR.min(ic + mc - ir);
-        let t = Tile {
-            kc,
-            a: unsafe { s.a.offset(at(ir, pc)) },
-            rsa: s.rsa,
-            csa: s.csa,
-            b,
-            ldb,
-            c: unsafe { s.c.offset(ir as isize * s.ldc + jr as isize) },
-            ldc: s.ldc,
-            s: if MAG {
-                unsafe { s.s.offset(ir as isize * s.lds + jr as isize) }
-            } else {
-                std::ptr::null_mut()
-            },
-            lds: s.lds,
-            first: pc == 0,
-        };
-        unsafe { tile_rows::<T, MR, C, FMA, MAG>(mr, &t) };
-        ir += MR;
     }
 }
 

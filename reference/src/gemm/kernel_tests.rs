@@ -128,7 +128,7 @@ fn rounding_stays_inside_the_reference_bound() {
 
 /// The fused kernel's values are [`gemm`]'s bit for bit and its magnitudes are [`gemm`] of
 /// the absolute values, on every path, on inexact values, edge shapes, across KC and MC
-/// blocks, and through the strided fallback.
+/// blocks, and with `b` transposed.
 #[test]
 fn magnitudes_are_the_gemm_of_absolute_values() {
     let real = |rows: usize, cols: usize, seed: usize| {
@@ -185,7 +185,7 @@ fn magnitudes_are_the_gemm_of_absolute_values() {
         assert_eq!(c.mapv(f64::to_bits), want.mapv(f64::to_bits), "{isa:?}");
         assert_eq!(wide.slice(s![.., ..;2]), want_mag, "{isa:?}");
         assert!(wide.slice(s![.., 1..;2]).iter().all(|v| *v == -1.0));
-        // The strided fallback (b transposed), exact values.
+        // b transposed (packed along its columns), exact values.
         let (a, bt) = (int_matrix(10, 30, 3), int_matrix(26, 30, 4));
         let (mut c, mut s) = (Array2::zeros((10, 26)), Array2::zeros((10, 26)));
         gemm_magnitude_with(isa, a.view(), bt.t(), c.view_mut(), s.view_mut());
@@ -198,8 +198,8 @@ fn magnitudes_are_the_gemm_of_absolute_values() {
 }
 
 /// A right operand held in f32 or bf16 gives the bits of the same operand widened to f64
-/// first, values and magnitudes, on every path, across KC and MC blocks and column tails, and through the
-/// strided fallback.
+/// first, values and magnitudes, on every path, across KC and MC blocks and column tails, and as a
+/// transposed view.
 #[test]
 fn f32_right_operands_are_widened_exactly() {
     let real32 = |rows: usize, cols: usize, seed: usize| {
@@ -245,6 +245,57 @@ fn f32_right_operands_are_widened_exactly() {
         let mut c = Array2::zeros((10, 26));
         gemm_with(isa, a.view(), bt32.t(), c.view_mut());
         assert_eq!(c, naive(a.view(), bt.t()));
+    }
+}
+
+/// A transposed right operand (dgrad's `rhs_gᵀ`), packed by the kernel one band tile at a
+/// time in 8 × 8 blocks, gives the bits of the same operand copied into rows first: values
+/// and magnitudes, f64 and bf16, across KC (300 = 256 + 44: a block remainder of 4 rows)
+/// and MC, with column tiles of 16, 8 and 1 (and 24 on the values' AVX-512 path).
+#[test]
+fn transposed_right_operands_give_the_bits_of_a_copy() {
+    let real = |rows: usize, cols: usize, seed: usize| {
+        Array2::from_shape_fn((rows, cols), |(i, j)| {
+            ((i * 37 + j * 11 + seed) as f64).sin() * 10f64.powi((i + 2 * j) as i32 % 7 - 3)
+        })
+    };
+    let bits = |x: &Array2<f64>| x.mapv(f64::to_bits);
+    for isa in Isa::available() {
+        for (m, k, n) in [(5, 300, 57), (260, 19, 41), (3, 8, 8), (2, 7, 3)] {
+            let a = real(m, k, 1);
+            let bt = real(n, k, 2);
+            let rows = bt.t().to_owned();
+            let (mut want, mut want_mag) = (Array2::zeros((m, n)), Array2::zeros((m, n)));
+            gemm_magnitude_with(
+                isa,
+                a.view(),
+                rows.view(),
+                want.view_mut(),
+                want_mag.view_mut(),
+            );
+            let (mut c, mut s) = (Array2::zeros((m, n)), Array2::zeros((m, n)));
+            gemm_magnitude_with(isa, a.view(), bt.t(), c.view_mut(), s.view_mut());
+            assert_eq!(bits(&c), bits(&want), "{isa:?} {m}x{k}x{n} values");
+            assert_eq!(bits(&s), bits(&want_mag), "{isa:?} {m}x{k}x{n} magnitudes");
+            gemm_with(isa, a.view(), bt.t(), c.view_mut());
+            assert_eq!(bits(&c), bits(&want), "{isa:?} {m}x{k}x{n} values only");
+            let bt16 = bt.mapv(half::bf16::from_f64);
+            let rows16 = bt16.mapv(f64::from).t().to_owned();
+            gemm_magnitude_with(
+                isa,
+                a.view(),
+                rows16.view(),
+                want.view_mut(),
+                want_mag.view_mut(),
+            );
+            gemm_magnitude_with(isa, a.view(), bt16.t(), c.view_mut(), s.view_mut());
+            assert_eq!(bits(&c), bits(&want), "{isa:?} {m}x{k}x{n} bf16 values");
+            assert_eq!(
+                bits(&s),
+                bits(&want_mag),
+                "{isa:?} {m}x{k}x{n} bf16 magnitudes"
+            );
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! Copies of operands into row-major buffers: widened, and transposed where the source is a
-//! transposed view (the streamed reference's blocks, the kernel's strided fallback).
+//! transposed view (the streamed reference's left blocks, wgrad's `lhs_gᵀ` among them).
 
 use ndarray::{ArrayView2, ArrayViewMut2};
 

@@ -24,6 +24,7 @@
 //! See [`bound`]: `|ŷ - y| <= γ(n, u_acc)·(1+u_out)·Σ|a·b| + u_out·|y| + η_out/2 + …` per
 //! element, with `n` the reduction depth of that element.
 
+mod band;
 pub mod bound;
 pub mod case;
 pub mod compare;

@@ -6,19 +6,18 @@
 //! output (for `drhs` of 256 experts at 7168 × 2048, 60 GB), plus f64 and absolute-value copies
 //! of every input. Here one expert at a time is computed in per-thread buffers that are reused
 //! from expert to expert: the right operand is read where it lies (fwd's weight, wgrad's rows
-//! of `dout`; the kernel widens the f32 values in registers) or, for dgrad, copied transposed
-//! in f32 so that its rows are contiguous; the left operand is widened to f64 a block of at
-//! most [`BLOCK`] rows at a time; `y` and `s` are computed together for that block through
-//! [`super::kernel::gemm_magnitude`] (one read of the operands, the absolute values taken in
-//! registers), and the block is handed to the comparison before the next one is computed.
-//! Memory beyond the case and the outputs under test is, per core, dgrad's transposed weight
-//! (a `K × N` f32 copy) and a few blocks; the buffers are kept for the thread's life and
-//! reused (the calling thread's too, when the work is too small to spread).
+//! of `dout`, dgrad's transposed weight; the kernel copies one band tile at a time into f64
+//! rows, and reads a transposed view along its contiguous columns); the left operand is
+//! widened to f64 a block of at most [`BLOCK`] rows at a time; `y` and `s` are computed
+//! together for that block through [`super::kernel::gemm_magnitude`] (one read of the
+//! operands), and the block is handed to the comparison before the next one is computed.
+//! Memory beyond the case and the outputs under test is, per core, a few blocks; the buffers
+//! are kept for the thread's life and reused (the calling thread's too, when the work is too
+//! small to spread).
 //!
 //! The values are the same bit for bit as [`super::grouped`]'s (the kernel's summation order
-//! depends only on the reduction index, not on how rows are blocked): dgrad copies `rhs_gᵀ`
-//! into a contiguous f32 buffer here, and [`super::grouped_dgrad`]'s kernel copies it into
-//! f64 rows; both then run the same kernel.
+//! depends only on the reduction index, not on how rows are blocked or how `b` is laid out):
+//! both run the same kernel on the same operands.
 
 use std::cell::RefCell;
 
@@ -41,12 +40,10 @@ pub struct Block<'a> {
     pub magnitude: Option<ArrayView2<'a, f64>>,
 }
 
-/// Per-thread buffers: the left block widened, dgrad's weight transposed (still f32), and the
-/// two products.
+/// Per-thread buffers: the left block widened, and the two products.
 #[derive(Default)]
 struct Scratch {
     a: Vec<f64>,
-    b: Vec<f32>,
     value: Vec<f64>,
     magnitude: Vec<f64>,
 }
@@ -125,14 +122,8 @@ fn blocks_of<B: Operand>(
     magnitude: bool,
     visit: &mut dyn FnMut(Block<'_>),
 ) {
-    // Read where it lies when its rows are contiguous (fwd's weight, wgrad's rows of dout):
-    // the kernel widens it in registers. dgrad's transposed weight is copied (in f32) so that
-    // its rows are.
-    let in_place = right.ncols() < 2 || right.strides()[1] == 1;
-    if !in_place {
-        // f32 and bf16 values are f32 values: `as f32` is exact.
-        widen(right, &mut sc.b, |v: B| v.wide() as f32);
-    }
+    // Read where it lies: the kernel copies each band's column tile into f64 rows as it
+    // goes, reading a transposed view (dgrad's weight) along its contiguous columns.
     let (rows, depth) = left.dim();
     let cols = right.ncols();
     let mut start = 0;
@@ -145,13 +136,7 @@ fn blocks_of<B: Operand>(
             .expect("the buffer holds the block");
         let value = matrix(&mut sc.value, n, cols);
         let mag = magnitude.then(|| matrix(&mut sc.magnitude, n, cols));
-        if in_place {
-            product(a64, right, value, mag);
-        } else {
-            let b = ArrayView2::from_shape((depth, cols), &sc.b[..depth * cols])
-                .expect("the buffer holds the operand");
-            product(a64, b, value, mag);
-        }
+        product(a64, right, value, mag);
         let len = n * cols;
         visit(Block {
             first: first_row + start,

@@ -16,6 +16,9 @@ pub(super) struct Tile<B> {
     /// The magnitudes' tile (used only by `MAG` tiles).
     pub(super) s: *mut f64,
     pub(super) lds: isize,
+    /// `MAG` tiles only: `|b|`, laid out as `b`, and the tile's `|a|` (`a_abs[p·R + i]`).
+    pub(super) babs: *const f64,
+    pub(super) a_abs: *const f64,
     pub(super) first: bool,
 }
 
@@ -62,14 +65,21 @@ unsafe fn tile<B: Operand, const R: usize, const C: usize, const FMA: bool, cons
         let raw: [B; C] =
             unsafe { std::ptr::read_unaligned(t.b.offset(p as isize * t.ldb) as *const [B; C]) };
         let bv: [f64; C] = raw.map(Operand::wide);
-        let babs = bv.map(f64::abs);
+        // SAFETY (MAG): `babs` is laid out as `b`, and `a_abs` holds kc·R values.
+        let babs: [f64; C] = if MAG {
+            unsafe {
+                std::ptr::read_unaligned(t.babs.offset(p as isize * t.ldb) as *const [f64; C])
+            }
+        } else {
+            [0.0; C]
+        };
         for (i, (row, mrow)) in acc.iter_mut().zip(mag.iter_mut()).enumerate() {
             let av = unsafe { *t.a.offset(i as isize * t.rsa + p as isize * t.csa) };
             for (x, bj) in row.iter_mut().zip(bv) {
                 *x = step(av, bj, *x);
             }
             if MAG {
-                let aa = av.abs();
+                let aa = unsafe { *t.a_abs.add(p * R + i) };
                 for (x, bj) in mrow.iter_mut().zip(babs) {
                     *x = step(aa, bj, *x);
                 }
