@@ -271,6 +271,38 @@ impl<L> StatsAcc<L> {
         self.push_chunks(&at, got, want, bound);
     }
 
+    /// [`StatsAcc::push`] for consecutive elements whose `want` and bound are all zero and whose
+    /// `got` are all zero too (±0: an exact answer where the answer is exactly 0, as every
+    /// element of an empty expert's weight gradient is), in one step: they count as checked
+    /// and passed, the first becomes the worst element when there is none yet (with ratio 0),
+    /// and nothing else changes (`calc_diff`'s sums gain ±0, which leaves a lane as it is: a
+    /// lane is never −0).
+    ///
+    /// # Panics
+    /// If the slices differ in length, or an element is not zero (in debug builds).
+    pub fn push_zeros(&mut self, at: impl Fn(usize) -> L, got: &[f64], want: &[f64]) {
+        assert_eq!(got.len(), want.len(), "push_zeros: lengths");
+        debug_assert!(
+            got.iter().chain(want).all(|&x| x == 0.0),
+            "push_zeros: not zeros"
+        );
+        let Some((&g, &w)) = got.first().zip(want.first()) else {
+            return;
+        };
+        let s = &mut self.stats;
+        s.elements += got.len();
+        s.checked += got.len();
+        if s.worst.is_none() {
+            s.max_bound_ratio = 0.0;
+            s.worst = Some(WorstElement {
+                at: at(0),
+                got: g,
+                want: w,
+                bound: 0.0,
+            });
+        }
+    }
+
     /// [`StatsAcc::push_chunks`] compiled for AVX2 (the crate is built for baseline x86-64).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]

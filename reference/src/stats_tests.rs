@@ -164,3 +164,37 @@ fn inverse_ulp_is_one_over_ulp() {
     }
     assert!(InverseUlp::of(Format::F64).is_none());
 }
+
+/// Zeros pushed in one step give what pushing them one by one gives: into a fresh
+/// accumulator (the first becomes the worst element), after other elements (nothing but the
+/// counts changes, `calc_diff` included), with −0 on either side.
+#[test]
+fn push_zeros_is_push_of_each_zero() {
+    let got = [0.0, -0.0, 0.0, -0.0, 0.0];
+    let want = [-0.0, 0.0, 0.0, -0.0, 0.0];
+    let before: [(f64, f64, f64); 4] = [
+        (1.0, 1.5, 1.0),
+        (-2.0, -2.0, 0.0),
+        (3.0, 2.0, 0.5),
+        (0.25, 0.0, 0.1),
+    ];
+    for prefix in [0, 1, 4] {
+        for out in [Format::F32, Format::Bf16] {
+            let (mut one, mut zeros) = (StatsAcc::new(out), StatsAcc::new(out));
+            for (i, &(g, w, b)) in before[..prefix].iter().enumerate() {
+                one.push(|| i, g, w, b);
+                zeros.push(|| i, g, w, b);
+            }
+            for i in 0..got.len() {
+                one.push(|| prefix + i, got[i], want[i], 0.0);
+            }
+            zeros.push_zeros(|i| prefix + i, &got, &want);
+            zeros.push_zeros(|i| i, &[], &[]);
+            assert_eq!(
+                format!("{:?}", one.finish()),
+                format!("{:?}", zeros.finish()),
+                "{prefix} before, {out}"
+            );
+        }
+    }
+}

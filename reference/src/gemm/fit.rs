@@ -70,6 +70,15 @@ impl Fit {
         }
     }
 
+    /// [`Fit::push`] of any number (at least one) of elements whose `got` and `want` are ±0:
+    /// zeros fit every format, so only the rule that `want` is looked at where `got` fits
+    /// applies.
+    pub(super) fn push_zeros(&mut self) {
+        for i in 0..NARROW.len() {
+            self.want[i] = self.got[i] && self.want[i];
+        }
+    }
+
     pub(crate) fn and(self, o: Fit) -> Fit {
         let both = |a: [bool; 2], b: [bool; 2]| [a[0] && b[0], a[1] && b[1]];
         Fit {
@@ -89,5 +98,32 @@ impl Fit {
         (0..NARROW.len())
             .find(|&i| self.got[i] && !self.want[i] && NARROW[i].info().unit_roundoff() > u)
             .map(|i| NARROW[i])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Zeros in one step are zeros pushed one by one (±0 on either side), from the state of
+    /// every output format and after values that do and do not fit bf16 and f16.
+    #[test]
+    fn push_zeros_is_push_of_zeros() {
+        let starts = [Format::F64, Format::F32, Format::F16, Format::Bf16];
+        let before: [&[(f64, f64)]; 3] = [&[], &[(1.5, 1.5)], &[(1.0 + 2f64.powi(-9), 1.0)]];
+        for out in starts {
+            for pushed in before {
+                let mut one = Fit::for_output(out);
+                for &(g, w) in pushed {
+                    one.push(g, w);
+                }
+                let mut zeros = one;
+                for (g, w) in [(0.0, -0.0), (-0.0, 0.0), (0.0, 0.0)] {
+                    one.push(g, w);
+                }
+                zeros.push_zeros();
+                assert_eq!(one, zeros, "{out} after {pushed:?}");
+            }
+        }
     }
 }

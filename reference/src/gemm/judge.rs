@@ -61,18 +61,26 @@ impl GroupStats {
 }
 
 /// `|want| / bound` for one element, as [`super::PassReport::zero_ratio`] takes its maximum (full
-/// and fast verification alike).
+/// and fast verification alike): 0 where `want` is 0 or not finite, the smallest normal where
+/// the bound is infinite or NaN (vacuous: zeros would pass, by no margin anyone should rely
+/// on), +inf where it is 0 (zeros fail unless `want` is 0).
+///
+/// Every case is computed and one selected, without branches, so that a loop over a row
+/// vectorises (the judge calls it for every element of a full verification).
 #[inline(always)]
 pub(crate) fn zero_ratio(want: f64, bound: f64) -> f64 {
     let w = want.abs();
+    let q = w / bound;
+    let by_bound = if bound > 0.0 { q } else { f64::INFINITY };
+    let by_bound = if bound.is_infinite() || bound.is_nan() {
+        f64::MIN_POSITIVE
+    } else {
+        by_bound
+    };
     if w == 0.0 || !w.is_finite() {
         0.0
-    } else if bound.is_infinite() || bound.is_nan() {
-        f64::MIN_POSITIVE
-    } else if bound > 0.0 {
-        w / bound
     } else {
-        f64::INFINITY
+        by_bound
     }
 }
 
@@ -147,6 +155,16 @@ impl Acc {
             let row = first + i;
             let g = got.row_f64(row, &mut widened);
             let (w, s) = (contiguous(w), contiguous(s));
+            let zero = |xs: &[f64]| xs.iter().fold(true, |z, &x| z & (x == 0.0));
+            if !g.is_empty() && zero(&s) && zero(&w) && zero(g) {
+                // An exact zero where the answer is exactly zero (an empty expert's wgrad):
+                // bounds 0, teeth 0 (no change), what judging element by element gives.
+                if self.fit.looking() {
+                    self.fit.push_zeros();
+                }
+                self.acc.push_zeros(|col| GemmAt { group, row, col }, g, &w);
+                continue;
+            }
             bounds.clear();
             bounds.extend(w.iter().zip(s.iter()).map(|(&y, &m)| bound.at(m, y)));
             let mut lanes = [self.teeth; 8];
@@ -205,11 +223,51 @@ mod tests {
     /// element included), the teeth (`max |want| / bound`) and the fit, over rows whose width
     /// is not a multiple of the lanes, with zero magnitudes (a zero bound), zero references,
     /// errors above the bound, and the largest teeth in a row's first eight columns (a row
-    /// whose teeth beat every later one) or in its last, past the whole chunks of lanes.
+    /// whose teeth beat every later one) or in its last, past the whole chunks of lanes; with
+    /// rows that are exactly zero (reference, magnitude and output: judged in one step), one
+    /// such row first, and a zero row whose output is not zero in one element.
     #[test]
     fn rows_are_judged_as_elements() {
         for special in [(3, 5), (20, 35)] {
             rows_are_judged_as_elements_with(special);
+        }
+    }
+
+    /// The branch-free ratio is the rule written with branches, bit for bit, over zero,
+    /// subnormal, huge, infinite and NaN references and bounds of both signs. Planted: the
+    /// vacuous bound's case dropped (a NaN bound gives +inf), and a zero bound taken as 0.
+    #[test]
+    fn zero_ratio_follows_its_rule() {
+        let rule = |want: f64, bound: f64| {
+            let w = want.abs();
+            if w == 0.0 || !w.is_finite() {
+                0.0
+            } else if bound.is_infinite() || bound.is_nan() {
+                f64::MIN_POSITIVE
+            } else if bound > 0.0 {
+                w / bound
+            } else {
+                f64::INFINITY
+            }
+        };
+        let values = [
+            0.0,
+            -0.0,
+            5e-324,
+            1e-300,
+            0.75,
+            -3.0,
+            1e300,
+            f64::MAX,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+        ];
+        for want in values {
+            for bound in values {
+                let (got, expect) = (zero_ratio(want, bound), rule(want, bound));
+                assert_eq!(got.to_bits(), expect.to_bits(), "{want} / {bound}");
+            }
         }
     }
 
@@ -224,18 +282,29 @@ mod tests {
         };
         // Element `special` has the largest teeth: a large reference whose magnitude is its
         // own size (no cancellation); every other magnitude exceeds its reference by >= 1.
+        let zero_row = |r: usize| r == 0 || r == 7 || r == 12;
         let want = Array2::from_shape_fn((rows, cols), |(r, c)| match (r * cols + c) % 17 {
+            _ if zero_row(r) => 0.0,
             _ if (r, c) == special => 1e3,
             0 => 0.0,
             _ => next(),
         });
         // Zero magnitudes (a zero bound) where the reference is 0: an empty sum.
         let mag = Array2::from_shape_fn((rows, cols), |(r, c)| match (r * cols + c) % 17 {
+            _ if zero_row(r) => 0.0,
             _ if (r, c) == special => 1e3,
             0 => 0.0,
             _ => want[(r, c)].abs() + 1.0 + next().abs(),
         });
         let got = Array2::from_shape_fn((rows, cols), |(r, c)| match (r * cols + c) % 11 {
+            _ if (r, c) == (12, 4) => 2e-3,
+            _ if zero_row(r) => {
+                if c % 2 == 0 {
+                    0.0
+                } else {
+                    -0.0
+                }
+            }
             0 => want[(r, c)] + 1e-3,
             _ => (want[(r, c)] as f32) as f64,
         });

@@ -248,6 +248,11 @@ fn values_as<T: Copy + Default + Send + Sync>(
             drhs.outer_iter_mut().enumerate().collect(),
             |(g, _)| group_work(case, &off, Pass::Wgrad, *g),
             |(g, mut dst)| {
+                // An empty expert's gradient is 0, which `drhs` already holds: not written
+                // (for a large case, pages never touched).
+                if off[g + 1] == off[g] {
+                    return;
+                }
                 group_blocks(case, &off, Pass::Wgrad, g, false, &mut |b| {
                     store(&mut dst, b.first, &b)
                 });
