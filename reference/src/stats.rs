@@ -121,7 +121,7 @@ fn overflows(want: f64, bound: f64, out: Format) -> bool {
 }
 
 /// Lanes of [`StatsAcc`]'s sums and of the maxima of [`StatsAcc::push_slice`].
-const LANES: usize = 8;
+pub(crate) const LANES: usize = 8;
 
 /// Accumulates the statistics of one slice, element by element.
 ///
@@ -140,7 +140,7 @@ pub struct StatsAcc<L> {
 /// `lanes[l] ← max(lanes[l], xs[i])` for every `i` with `i % LANES = l` (the larger of the
 /// two by `>`, so a NaN in `xs` is skipped: the callers pass none).
 #[inline(always)]
-fn lane_max(lanes: &mut [f64; LANES], xs: &[f64]) {
+pub(crate) fn lane_max(lanes: &mut [f64; LANES], xs: &[f64]) {
     let mut chunks = xs.chunks_exact(LANES);
     for c in &mut chunks {
         for l in 0..LANES {

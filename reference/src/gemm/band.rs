@@ -25,6 +25,15 @@ pub(super) struct Shape<B> {
     pub(super) lds: isize,
 }
 
+impl<B> Shape<B> {
+    /// Whether every band tile of `b` wider than one column is copied into f64 rows even for
+    /// values alone: `b` is narrower than f64 (f32, bf16), or its columns are strided.
+    pub(super) fn copies_b(&self) -> bool {
+        let narrow = std::mem::size_of::<B>() < std::mem::size_of::<f64>();
+        narrow || (self.n > 1 && self.csb != 1)
+    }
+}
+
 /// The kernel's buffers: a band's column tile copied into f64 rows, its absolute values
 /// (`MAG`), and the row block's `|a|` by row tiles (`MAG`, see [`pack_a_abs`]).
 pub(super) struct Bufs<'a> {
@@ -53,11 +62,9 @@ pub(super) unsafe fn column_tile<
     bufs: Bufs<'_>,
 ) {
     let Band { pc, kc, jr, .. } = *band;
-    let narrow = std::mem::size_of::<B>() < std::mem::size_of::<f64>();
-    let strided = s.n > 1 && s.csb != 1;
     // SAFETY: rows pc..pc + kc, columns jr..jr + C of b.
     let bp = unsafe { s.b.offset(pc as isize * s.ldb + jr as isize * s.csb) };
-    if MAG || (C > 1 && (narrow || strided)) {
+    if MAG || (C > 1 && s.copies_b()) {
         let (out, abs) = (&mut bufs.packed[..kc * C], &mut bufs.packed_abs[..]);
         if s.csb == 1 || C == 1 {
             for (p, row) in out.chunks_exact_mut(C).enumerate() {

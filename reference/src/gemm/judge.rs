@@ -11,7 +11,7 @@ use super::bound::ErrorBound;
 use super::fit::Fit;
 use super::held::OutView2;
 use crate::format::Format;
-use crate::stats::{ElementStats, StatsAcc, WorstElement};
+use crate::stats::{lane_max, ElementStats, StatsAcc, WorstElement, LANES};
 
 /// Which rows an element belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -150,6 +150,7 @@ impl Acc {
     ) {
         let group = self.group;
         let mut bounds = Vec::with_capacity(want.ncols());
+        let mut ratios = Vec::with_capacity(want.ncols());
         let mut widened = Vec::with_capacity(want.ncols());
         for (i, (w, s)) in want.outer_iter().zip(mag.outer_iter()).enumerate() {
             let row = first + i;
@@ -167,18 +168,10 @@ impl Acc {
             }
             bounds.clear();
             bounds.extend(w.iter().zip(s.iter()).map(|(&y, &m)| bound.at(m, y)));
-            let mut lanes = [self.teeth; 8];
-            let (mut wc, mut bc) = (w.chunks_exact(8), bounds.chunks_exact(8));
-            for (wl, bl) in (&mut wc).zip(&mut bc) {
-                for l in 0..8 {
-                    let z = zero_ratio(wl[l], bl[l]);
-                    lanes[l] = if z > lanes[l] { z } else { lanes[l] };
-                }
-            }
-            for (l, (&y, &b)) in wc.remainder().iter().zip(bc.remainder()).enumerate() {
-                let z = zero_ratio(y, b);
-                lanes[l] = if z > lanes[l] { z } else { lanes[l] };
-            }
+            ratios.clear();
+            ratios.extend(w.iter().zip(&bounds).map(|(&y, &b)| zero_ratio(y, b)));
+            let mut lanes = [self.teeth; LANES];
+            lane_max(&mut lanes, &ratios);
             self.teeth = lanes
                 .iter()
                 .fold(self.teeth, |t, &z| if z > t { z } else { t });

@@ -284,9 +284,7 @@ unsafe fn body<
     // are strided (a transposed view: the copy reads each column's contiguous run), and with
     // magnitudes (the copy also holds `|b|`, so that the tile takes no absolute values).
     // Otherwise, and for a single edge column of values, `b` is read where it lies.
-    let narrow = std::mem::size_of::<B>() < std::mem::size_of::<f64>();
-    let strided = s.n > 1 && s.csb != 1;
-    let mut packed = vec![0.0f64; if narrow || strided || MAG { KC * NR } else { 0 }];
+    let mut packed = vec![0.0f64; if s.copies_b() || MAG { KC * NR } else { 0 }];
     let mut packed_abs = vec![0.0f64; if MAG { KC * NR } else { 0 }];
     let mut a_abs = vec![0.0f64; if MAG { KC * MC } else { 0 }];
     let mut pc = 0;

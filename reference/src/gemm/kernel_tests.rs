@@ -16,6 +16,28 @@ fn naive(a: ArrayView2<f64>, b: ArrayView2<f64>) -> Array2<f64> {
     })
 }
 
+/// `a·x` and `a·y` give the same bits, values (`gemm`) and values and magnitudes
+/// (`gemm_magnitude`): `x` and `y` hold the same values, in other types or layouts.
+fn assert_same_bits<X: Operand, Y: Operand>(
+    isa: Isa,
+    a: ArrayView2<f64>,
+    x: ArrayView2<X>,
+    y: ArrayView2<Y>,
+    what: &str,
+) {
+    let (m, n) = (a.nrows(), x.ncols());
+    let bits = |z: &Array2<f64>| z.mapv(f64::to_bits);
+    let zeros = || Array2::<f64>::zeros((m, n));
+    let (mut cx, mut cy, mut sx, mut sy) = (zeros(), zeros(), zeros(), zeros());
+    gemm_with(isa, a, x, cx.view_mut());
+    gemm_with(isa, a, y, cy.view_mut());
+    assert_eq!(bits(&cx), bits(&cy), "{isa:?} {what} values");
+    gemm_magnitude_with(isa, a, x, cx.view_mut(), sx.view_mut());
+    gemm_magnitude_with(isa, a, y, cy.view_mut(), sy.view_mut());
+    assert_eq!(bits(&cx), bits(&cy), "{isa:?} {what} fused values");
+    assert_eq!(bits(&sx), bits(&sy), "{isa:?} {what} magnitudes");
+}
+
 fn check(isa: Isa, m: usize, k: usize, n: usize) {
     let a = int_matrix(m, k, 1);
     let b = int_matrix(k, n, 2);
@@ -211,35 +233,21 @@ fn f32_right_operands_are_widened_exactly() {
         for (m, k, n) in [(3, 7, 5), (257, 300, 49), (9, 1, 25), (17, 256, 1)] {
             let a = real32(m, k, 1).mapv(f64::from);
             let b32 = real32(k, n, 2);
-            let b64 = b32.mapv(f64::from);
-            let bits = |x: &Array2<f64>| x.mapv(f64::to_bits);
-            let (mut c32, mut c64) = (Array2::zeros((m, n)), Array2::zeros((m, n)));
-            gemm_with(isa, a.view(), b32.view(), c32.view_mut());
-            gemm_with(isa, a.view(), b64.view(), c64.view_mut());
-            assert_eq!(bits(&c32), bits(&c64), "{isa:?} {m}x{k}x{n}");
-            let (mut s32, mut s64) = (Array2::zeros((m, n)), Array2::zeros((m, n)));
-            gemm_magnitude_with(isa, a.view(), b32.view(), c32.view_mut(), s32.view_mut());
-            gemm_magnitude_with(isa, a.view(), b64.view(), c64.view_mut(), s64.view_mut());
-            assert_eq!(bits(&c32), bits(&c64), "{isa:?} {m}x{k}x{n} fused");
-            assert_eq!(bits(&s32), bits(&s64), "{isa:?} {m}x{k}x{n} magnitudes");
+            let shape = format!("{m}x{k}x{n}");
+            assert_same_bits(
+                isa,
+                a.view(),
+                b32.view(),
+                b32.mapv(f64::from).view(),
+                &shape,
+            );
             // Held in bf16 (the values cut to bf16 first): the same bits as their f64 copy.
             let b16 = b32.mapv(half::bf16::from_f32);
             let b64 = b16.mapv(f64::from);
             assert!(b64 != b32.mapv(f64::from), "the cut changes values");
-            let (mut c16, mut c64) = (Array2::zeros((m, n)), Array2::zeros((m, n)));
-            let (mut s16, mut s64) = (Array2::zeros((m, n)), Array2::zeros((m, n)));
-            gemm_magnitude_with(isa, a.view(), b16.view(), c16.view_mut(), s16.view_mut());
-            gemm_magnitude_with(isa, a.view(), b64.view(), c64.view_mut(), s64.view_mut());
-            assert_eq!(bits(&c16), bits(&c64), "{isa:?} {m}x{k}x{n} bf16");
-            assert_eq!(
-                bits(&s16),
-                bits(&s64),
-                "{isa:?} {m}x{k}x{n} bf16 magnitudes"
-            );
-            gemm_with(isa, a.view(), b16.view(), c16.view_mut());
-            assert_eq!(bits(&c16), bits(&c64), "{isa:?} {m}x{k}x{n} bf16 values");
+            assert_same_bits(isa, a.view(), b16.view(), b64.view(), &(shape + " bf16"));
         }
-        // Transposed f32: the fallback, exact values.
+        // Transposed f32 (packed along its columns), exact values.
         let (a, bt) = (int_matrix(10, 30, 3), int_matrix(26, 30, 4));
         let bt32 = bt.mapv(|x| x as f32);
         let mut c = Array2::zeros((10, 26));
@@ -259,42 +267,19 @@ fn transposed_right_operands_give_the_bits_of_a_copy() {
             ((i * 37 + j * 11 + seed) as f64).sin() * 10f64.powi((i + 2 * j) as i32 % 7 - 3)
         })
     };
-    let bits = |x: &Array2<f64>| x.mapv(f64::to_bits);
     for isa in Isa::available() {
         for (m, k, n) in [(5, 300, 57), (260, 19, 41), (3, 8, 8), (2, 7, 3)] {
             let a = real(m, k, 1);
             let bt = real(n, k, 2);
-            let rows = bt.t().to_owned();
-            let (mut want, mut want_mag) = (Array2::zeros((m, n)), Array2::zeros((m, n)));
-            gemm_magnitude_with(
-                isa,
-                a.view(),
-                rows.view(),
-                want.view_mut(),
-                want_mag.view_mut(),
-            );
-            let (mut c, mut s) = (Array2::zeros((m, n)), Array2::zeros((m, n)));
-            gemm_magnitude_with(isa, a.view(), bt.t(), c.view_mut(), s.view_mut());
-            assert_eq!(bits(&c), bits(&want), "{isa:?} {m}x{k}x{n} values");
-            assert_eq!(bits(&s), bits(&want_mag), "{isa:?} {m}x{k}x{n} magnitudes");
-            gemm_with(isa, a.view(), bt.t(), c.view_mut());
-            assert_eq!(bits(&c), bits(&want), "{isa:?} {m}x{k}x{n} values only");
+            let shape = format!("{m}x{k}x{n}");
+            // Copied into rows (`to_owned` would keep the transposed layout, and then both
+            // sides would go through the same packing).
+            let rows = bt.t().as_standard_layout().into_owned();
+            assert!(rows.is_standard_layout());
+            assert_same_bits(isa, a.view(), bt.t(), rows.view(), &shape);
             let bt16 = bt.mapv(half::bf16::from_f64);
-            let rows16 = bt16.mapv(f64::from).t().to_owned();
-            gemm_magnitude_with(
-                isa,
-                a.view(),
-                rows16.view(),
-                want.view_mut(),
-                want_mag.view_mut(),
-            );
-            gemm_magnitude_with(isa, a.view(), bt16.t(), c.view_mut(), s.view_mut());
-            assert_eq!(bits(&c), bits(&want), "{isa:?} {m}x{k}x{n} bf16 values");
-            assert_eq!(
-                bits(&s),
-                bits(&want_mag),
-                "{isa:?} {m}x{k}x{n} bf16 magnitudes"
-            );
+            let rows16 = bt16.mapv(f64::from).t().as_standard_layout().into_owned();
+            assert_same_bits(isa, a.view(), bt16.t(), rows16.view(), &(shape + " bf16"));
         }
     }
 }
