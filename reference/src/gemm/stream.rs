@@ -227,7 +227,7 @@ fn values_as<T: Copy + Default + Send + Sync>(
     };
     let rows_of = |pass: Pass, cols: usize| {
         // Tail rows stay 0 (the default of the element type).
-        let mut all = Array2::<T>::default((m, cols));
+        let mut all = zeroed((m, cols));
         // Each expert writes its own rows.
         by_group_rows(
             all.view_mut(),
@@ -242,7 +242,7 @@ fn values_as<T: Copy + Default + Send + Sync>(
         all
     };
     let wgrad = || {
-        let mut drhs = Array3::<T>::default((groups, k, n));
+        let mut drhs = zeroed((groups, k, n));
         // Each expert writes its own slice of drhs.
         crate::par::map_by_cost(
             drhs.outer_iter_mut().enumerate().collect(),
@@ -265,6 +265,18 @@ fn values_as<T: Copy + Default + Send + Sync>(
         dlhs: (passes.dgrad && case.dout.is_some()).then(|| rows_of(Pass::Dgrad, k)),
         drhs: (passes.wgrad && case.dout.is_some()).then(wgrad),
     }
+}
+
+/// An array of `T::default()` (0 for the float types) from one `vec!`, which allocates zeroed
+/// memory for a zero element instead of writing it: the pages are cleared as the experts
+/// first write them, in parallel, not one element at a time by the calling thread first.
+fn zeroed<T: Copy + Default, D: ndarray::Dimension>(
+    shape: impl ndarray::ShapeBuilder<Dim = D>,
+) -> ndarray::Array<T, D> {
+    let shape = shape.into_shape_with_order();
+    let len = shape.raw_dim().size();
+    ndarray::Array::from_shape_vec(shape, vec![T::default(); len])
+        .expect("a vec of the shape's size")
 }
 
 #[cfg(test)]
