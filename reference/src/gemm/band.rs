@@ -6,6 +6,11 @@
 use super::operand::Operand;
 use super::tile::{tile_rows, Tile};
 
+/// Depth of one accumulation block along `p` (the shared dimension).
+pub const KC: usize = 256;
+/// Rows of `a` walked per sweep over a `KC`-deep band of `b`.
+pub(super) const MC: usize = 256;
+
 /// Raw view of one `c ← a·b` problem: `a[i, p] = *a.offset(i·rsa + p·csa)`,
 /// `b[p, j] = *b.offset(p·ldb + j·csb)`, `c[i, j] = *c.offset(i·ldc + j)`, and the magnitudes
 /// `s[i, j] = *s.offset(i·lds + j)` when `s` is not null.
@@ -61,67 +66,86 @@ pub(super) unsafe fn column_tile<
     band: &Band,
     bufs: Bufs<'_>,
 ) {
-    let Band { pc, kc, jr, .. } = *band;
+    let Band { pc, jr, .. } = *band;
     // SAFETY: rows pc..pc + kc, columns jr..jr + C of b.
     let bp = unsafe { s.b.offset(pc as isize * s.ldb + jr as isize * s.csb) };
     if MAG || (C > 1 && s.copies_b()) {
-        let (out, abs) = (&mut bufs.packed[..kc * C], &mut bufs.packed_abs[..]);
-        if s.csb == 1 || C == 1 {
-            for (p, row) in out.chunks_exact_mut(C).enumerate() {
-                // SAFETY: row pc + p of the window, C values from column jr.
-                let raw: [B; C] = unsafe {
-                    std::ptr::read_unaligned(bp.offset(p as isize * s.ldb) as *const [B; C])
-                };
-                let v = raw.map(Operand::wide);
-                row.copy_from_slice(&v);
-                if MAG {
-                    abs[p * C..(p + 1) * C].copy_from_slice(&v.map(f64::abs));
-                }
-            }
-        } else {
-            // A transposed view (or another strided one): 8 × 8 blocks, each read as eight
-            // runs of eight values down a column (contiguous when the row stride is 1) and
-            // written as eight rows of eight; what the blocks leave, value by value.
-            let get = |p: usize, j: usize| {
-                // SAFETY: row pc + p, column jr + j of the window (p < kc, j < C).
-                unsafe { *bp.offset(p as isize * s.ldb + j as isize * s.csb) }.wide()
-            };
-            let (full_p, full_j) = (kc - kc % 8, C - C % 8);
-            for j0 in (0..full_j).step_by(8) {
-                for p0 in (0..full_p).step_by(8) {
-                    // Columns outside, so that each column's eight values are read in a row.
-                    let mut t = [[0.0f64; 8]; 8];
-                    for jj in 0..8 {
-                        for (pp, row) in t.iter_mut().enumerate() {
-                            row[jj] = get(p0 + pp, j0 + jj);
-                        }
-                    }
-                    for (pp, row) in t.iter().enumerate() {
-                        let at = (p0 + pp) * C + j0;
-                        out[at..at + 8].copy_from_slice(row);
-                        if MAG {
-                            abs[at..at + 8].copy_from_slice(&row.map(f64::abs));
-                        }
-                    }
-                }
-            }
-            for p in 0..kc {
-                let j_from = if p < full_p { full_j } else { 0 };
-                for j in j_from..C {
-                    let v = get(p, j);
-                    out[p * C + j] = v;
-                    if MAG {
-                        abs[p * C + j] = v.abs();
-                    }
-                }
-            }
-        }
+        // SAFETY: as for this function.
+        unsafe { pack_b::<B, C, MAG>(s, band, bufs.packed, bufs.packed_abs) };
         let (b, babs) = (bufs.packed.as_ptr(), bufs.packed_abs.as_ptr());
         unsafe { rows_of::<f64, B, MR, C, FMA, MAG>(s, band, b, C as isize, babs, bufs.a_abs) }
     } else {
         // Values only (MAG packs), so no absolute values are read.
         let babs = std::ptr::null();
         unsafe { rows_of::<B, B, MR, C, FMA, MAG>(s, band, bp, s.ldb, babs, bufs.a_abs) }
+    }
+}
+
+/// Band `band`'s `C`-wide column tile of `b` copied into f64 rows (`out[p·C + j]`), and with
+/// `MAG` its absolute values the same way into `abs`: rows of `C` values read where they lie,
+/// or a transposed (strided) view read along its columns in 8 × 8 blocks.
+///
+/// # Safety
+/// As for [`column_tile`]; `out` (and `abs` with `MAG`) must hold `band.kc·C` values.
+#[inline(always)]
+pub(super) unsafe fn pack_b<B: Operand, const C: usize, const MAG: bool>(
+    s: &Shape<B>,
+    band: &Band,
+    out: &mut [f64],
+    abs: &mut [f64],
+) {
+    let Band { pc, kc, jr, .. } = *band;
+    // SAFETY: rows pc..pc + kc, columns jr..jr + C of b.
+    let bp = unsafe { s.b.offset(pc as isize * s.ldb + jr as isize * s.csb) };
+    let out = &mut out[..kc * C];
+    if s.csb == 1 || C == 1 {
+        for (p, row) in out.chunks_exact_mut(C).enumerate() {
+            // SAFETY: row pc + p of the window, C values from column jr.
+            let raw: [B; C] =
+                unsafe { std::ptr::read_unaligned(bp.offset(p as isize * s.ldb) as *const [B; C]) };
+            let v = raw.map(Operand::wide);
+            row.copy_from_slice(&v);
+            if MAG {
+                abs[p * C..(p + 1) * C].copy_from_slice(&v.map(f64::abs));
+            }
+        }
+    } else {
+        // A transposed view (or another strided one): 8 × 8 blocks, each read as eight
+        // runs of eight values down a column (contiguous when the row stride is 1) and
+        // written as eight rows of eight; what the blocks leave, value by value.
+        let get = |p: usize, j: usize| {
+            // SAFETY: row pc + p, column jr + j of the window (p < kc, j < C).
+            unsafe { *bp.offset(p as isize * s.ldb + j as isize * s.csb) }.wide()
+        };
+        let (full_p, full_j) = (kc - kc % 8, C - C % 8);
+        for j0 in (0..full_j).step_by(8) {
+            for p0 in (0..full_p).step_by(8) {
+                // Columns outside, so that each column's eight values are read in a row.
+                let mut t = [[0.0f64; 8]; 8];
+                for jj in 0..8 {
+                    for (pp, row) in t.iter_mut().enumerate() {
+                        row[jj] = get(p0 + pp, j0 + jj);
+                    }
+                }
+                for (pp, row) in t.iter().enumerate() {
+                    let at = (p0 + pp) * C + j0;
+                    out[at..at + 8].copy_from_slice(row);
+                    if MAG {
+                        abs[at..at + 8].copy_from_slice(&row.map(f64::abs));
+                    }
+                }
+            }
+        }
+        for p in 0..kc {
+            let j_from = if p < full_p { full_j } else { 0 };
+            for j in j_from..C {
+                let v = get(p, j);
+                out[p * C + j] = v;
+                if MAG {
+                    abs[p * C + j] = v.abs();
+                }
+            }
+        }
     }
 }
 

@@ -9,6 +9,9 @@ pub enum Isa {
     Avx2,
     /// x86-64 AVX-512F with FMA.
     Avx512,
+    /// [`Isa::Avx512`] for the values; the magnitudes by AVX-512 BF16 dot products, a certified
+    /// upper bound a little above `Σ|a|·|b|` (see [`super::bf16mag`]), not its f64 sums.
+    Avx512Bf16,
 }
 
 impl Isa {
@@ -28,6 +31,9 @@ impl Isa {
                 paths.push(Isa::Avx2);
                 if has!("avx512f") {
                     paths.push(Isa::Avx512);
+                    if has!("avx512bf16") {
+                        paths.push(Isa::Avx512Bf16);
+                    }
                 }
             }
         }

@@ -148,9 +148,15 @@ fn rounding_stays_inside_the_reference_bound() {
     }
 }
 
+/// Whether `isa`'s magnitudes are the f64 sums (every path but [`Isa::Avx512Bf16`], whose
+/// upper bounds `bf16mag`'s tests check against these same sums).
+fn exact_magnitudes(isa: Isa) -> bool {
+    isa != Isa::Avx512Bf16
+}
+
 /// The fused kernel's values are [`gemm`]'s bit for bit and its magnitudes are [`gemm`] of
-/// the absolute values, on every path, on inexact values, edge shapes, across KC and MC
-/// blocks, and with `b` transposed.
+/// the absolute values, on every path with f64 magnitudes, on inexact values, edge shapes,
+/// across KC and MC blocks, and with `b` transposed.
 #[test]
 fn magnitudes_are_the_gemm_of_absolute_values() {
     let real = |rows: usize, cols: usize, seed: usize| {
@@ -183,7 +189,9 @@ fn magnitudes_are_the_gemm_of_absolute_values() {
             gemm_magnitude_with(isa, a.view(), b.view(), c.view_mut(), s.view_mut());
             let bits = |x: &Array2<f64>| x.mapv(f64::to_bits);
             assert_eq!(bits(&c), bits(&want), "{isa:?} values {m}x{k}x{n}");
-            assert_eq!(bits(&s), bits(&want_mag), "{isa:?} magnitudes {m}x{k}x{n}");
+            if exact_magnitudes(isa) {
+                assert_eq!(bits(&s), bits(&want_mag), "{isa:?} magnitudes {m}x{k}x{n}");
+            }
         }
         // Only the magnitudes strided: the values still come from the kernel, bit for bit.
         let (a, b) = (real(9, 300, 5), real(300, 13, 6));
@@ -205,17 +213,21 @@ fn magnitudes_are_the_gemm_of_absolute_values() {
             wide.slice_mut(s![.., ..;2]),
         );
         assert_eq!(c.mapv(f64::to_bits), want.mapv(f64::to_bits), "{isa:?}");
-        assert_eq!(wide.slice(s![.., ..;2]), want_mag, "{isa:?}");
+        if exact_magnitudes(isa) {
+            assert_eq!(wide.slice(s![.., ..;2]), want_mag, "{isa:?}");
+        }
         assert!(wide.slice(s![.., 1..;2]).iter().all(|v| *v == -1.0));
         // b transposed (packed along its columns), exact values.
         let (a, bt) = (int_matrix(10, 30, 3), int_matrix(26, 30, 4));
         let (mut c, mut s) = (Array2::zeros((10, 26)), Array2::zeros((10, 26)));
         gemm_magnitude_with(isa, a.view(), bt.t(), c.view_mut(), s.view_mut());
         assert_eq!(c, naive(a.view(), bt.t()));
-        assert_eq!(
-            s,
-            naive(a.mapv(f64::abs).view(), bt.t().mapv(f64::abs).view())
-        );
+        if exact_magnitudes(isa) {
+            assert_eq!(
+                s,
+                naive(a.mapv(f64::abs).view(), bt.t().mapv(f64::abs).view())
+            );
+        }
     }
 }
 

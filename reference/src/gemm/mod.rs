@@ -25,6 +25,8 @@
 //! element, with `n` the reduction depth of that element.
 
 mod band;
+#[cfg(target_arch = "x86_64")]
+pub mod bf16mag;
 pub mod bound;
 pub mod case;
 pub mod compare;

@@ -1,0 +1,411 @@
+//! The magnitudes `s = Σ_p |a[i, p]|·|b[p, j]|` of the f64 kernel ([`super::kernel`]) by
+//! AVX-512 BF16 dot products, beside the values in f64: [`super::isa::Isa::Avx512Bf16`].
+//!
+//! ## Why
+//! A full check needs, for every element, the value `y = Σ a·b` and the magnitude `S` its bound
+//! scales with. In f64 the magnitudes cost as many fused multiply-adds as the values. A bound
+//! does not need `S` to 53 bits, only a certified upper bound of it a little above it:
+//! `vdpbf16ps` takes 32 bf16 products per instruction into 16 f32 sums, against 8 f64 products
+//! per `vfmadd`, so the magnitudes cost a quarter of the values instead of as much.
+//!
+//! ## The upper bound, derived
+//! 1. Every `|x|` is rounded **up** to bf16 (to f32 upwards, then the low 16 bits carried into
+//!    the top 16). So each `x̄ >= |x|` and `S̄ = Σ ā·b̄ >= S`. For inputs held in bf16
+//!    (moecheck's bf16 cases) `x̄ = |x|`; otherwise `x̄ <= |x|·(1 + 2^-7)`.
+//! 2. A product of two bf16 has 16 significant bits, so it is exact in f32 unless it underflows
+//!    or overflows; every partial sum of non-negative terms lies between its largest term and
+//!    `S̄`. The instruction treats subnormal inputs and results as 0. So the run is kept only
+//!    when the operands' rounded magnitudes (their ranges are gathered while they are packed)
+//!    guarantee none of that happens: every non-zero `x̄ >= 2^-126` (normal),
+//!    `min ā·min b̄ >= 2^-126` over the non-zero ones (no product flushed),
+//!    `k·max ā·max b̄ < 2^127` (no sum overflows), nothing infinite or NaN, and
+//!    `(k + 1)·2^-23 <= 1/2`. Otherwise the whole product is computed again on the
+//!    [`super::isa::Isa::Avx512`] path, f64 magnitudes included.
+//! 3. The sums: within a `KC`-deep band, in f32, each step rounded once (round to nearest
+//!    even; any faithful rounding, `u <= 2^-23`, is assumed, so a CPU that rounds a pair's two
+//!    products once or twice is covered); the band's sum is widened exactly and the bands added
+//!    in f64 (`u = 2^-53`). Each product meets at most `d = min(k, KC) + ceil(k/KC) - 1 <= k + 1`
+//!    roundings, each of a non-negative sum, so the computed `ŝ >= S̄·(1 - u)^d`, and
+//!    `S <= S̄ <= ŝ/(1 - u)^d <= ŝ·(1 + γ(k + 1, 2^-23))`.
+//! 4. The kernel stores `s = fl(ŝ·F)` with `F = 1 + γ(k + 1, 2^-23) + 2^-50`, whose own
+//!    rounding the `2^-50` covers (`F·(1 - 2^-53) >= 1 + γ`): **`s >= S`** for every element,
+//!    and `s <= S̄·F²`, about `S̄·(1 + 2γ(k + 1, 2^-23))` (5e-4 above at K = 2048). `s = 0` exactly
+//!    when every product is 0 (a non-zero product is at least 2^-126 and never flushed), as
+//!    the bound's exact-zero rule needs.
+//!
+//! Column tiles narrower than 16 at the right edge are computed by the f64 path and scaled by
+//! the same `F`, which covers its `γ(k, 2^-53)`: the whole `s` is an upper bound of `S`. The
+//! values `c` are the f64 kernel's, bit for bit (the same fused multiply-adds in the same
+//! order).
+
+use std::arch::x86_64::*;
+
+use super::band::{pack_b, Band, Shape, KC, MC};
+use super::bound::gamma;
+use super::operand::Operand;
+
+/// Rows of the register tile: 12 value accumulators (6 × 16 f64), 6 magnitude accumulators
+/// (6 × 16 f32), the band's two rows (4) and their magnitudes (1) and the broadcasts fit the
+/// 32 registers.
+const MR: usize = 6;
+/// Columns of the register tile.
+const NR: usize = 16;
+
+use super::operand::bf16_up as up;
+
+/// [`up`] of 16 values, `lo` the first 8 and `hi` the last 8, each in the low half of its
+/// lane: the conversion to f32 rounds upwards itself.
+#[inline(always)]
+unsafe fn up16(lo: __m512d, hi: __m512d) -> __m512i {
+    const UP: i32 = _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC;
+    unsafe {
+        let (l, h) = (
+            _mm512_cvt_roundpd_ps::<UP>(_mm512_abs_pd(lo)),
+            _mm512_cvt_roundpd_ps::<UP>(_mm512_abs_pd(hi)),
+        );
+        let f = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(l), h);
+        _mm512_srli_epi32::<16>(_mm512_add_epi32(
+            _mm512_castps_si512(f),
+            _mm512_set1_epi32(0xffff),
+        ))
+    }
+}
+
+/// The range of an operand's magnitudes rounded up to bf16, as bf16 bits (which order as
+/// the values do): gathered as they are packed. A NaN or an infinity makes `hi >= 0x7f80`.
+#[derive(Clone, Copy)]
+struct Range {
+    /// Smallest non-zero (`u32::MAX` if none).
+    lo: u32,
+    /// Largest.
+    hi: u32,
+}
+
+impl Range {
+    const EMPTY: Range = Range {
+        lo: u32::MAX,
+        hi: 0,
+    };
+
+    #[inline(always)]
+    fn see(&mut self, bits: u32) {
+        self.lo = if bits != 0 && bits < self.lo {
+            bits
+        } else {
+            self.lo
+        };
+        self.hi = if bits > self.hi { bits } else { self.hi };
+    }
+
+    fn join(self, o: Range) -> Range {
+        Range {
+            lo: self.lo.min(o.lo),
+            hi: self.hi.max(o.hi),
+        }
+    }
+}
+
+/// The value of bf16 bits.
+fn value(bits: u32) -> f64 {
+    f64::from(f32::from_bits(bits << 16))
+}
+
+/// Whether magnitudes from operands of ranges `a` and `b` over `k` products meet step 2.
+fn certified(a: Range, b: Range, k: usize) -> bool {
+    let nothing = a.hi == 0 || b.hi == 0;
+    let finite = a.hi < 0x7f80 && b.hi < 0x7f80;
+    let min_normal = 0x0080; // 2^-126
+    finite
+        && (k as f64 + 1.0) * 2f64.powi(-23) <= 0.5
+        && (nothing
+            || (a.lo >= min_normal
+                && b.lo >= min_normal
+                && value(a.lo) * value(b.lo) >= 2f64.powi(-126)
+                && k as f64 * value(a.hi) * value(b.hi) < 2f64.powi(127)))
+}
+
+/// `F` of step 4 for `k` products.
+pub fn inflation(k: usize) -> f64 {
+    1.0 + gamma(k + 1, 2f64.powi(-23)) + 2f64.powi(-50)
+}
+
+/// `c ← a·b` in f64 and `s ≥ Σ|a|·|b|` as the module doc derives. Returns `false`, having
+/// written nothing that counts, when the operands fall outside step 2: the caller then runs
+/// the f64 path.
+///
+/// # Safety
+/// As for the kernel's `body` (`s.s` not null); the CPU must have AVX-512F, FMA and
+/// AVX-512 BF16.
+#[target_feature(enable = "avx512f,avx512bf16,fma")]
+pub(super) unsafe fn run<B: Operand>(s: &Shape<B>, edge: impl FnOnce(&Shape<B>)) -> bool {
+    let full = s.n - s.n % NR;
+    let mut packed = vec![0.0f64; KC * NR];
+    let mut b2 = vec![0u32; KC.div_ceil(2) * NR];
+    let mut a2 = vec![0u32; KC.div_ceil(2) * MC];
+    let mut a_vals = vec![0.0f64; 2 * KC.div_ceil(2) * MC];
+    let (mut ra, mut rb) = (Range::EMPTY, Range::EMPTY);
+    let mut pc = 0;
+    while pc < s.k {
+        let kc = KC.min(s.k - pc);
+        let kp = kc.div_ceil(2);
+        let mut ic = 0;
+        while ic < s.m {
+            let mc = MC.min(s.m - ic);
+            // SAFETY: rows ic..ic + mc, columns pc..pc + kc of a.
+            let block = Band {
+                pc,
+                kc,
+                ic,
+                mc,
+                jr: 0,
+            };
+            unsafe { pack_a_pairs(s, &block, &mut a2, &mut a_vals, &mut ra) };
+            let mut jr = 0;
+            while jr < full {
+                let band = Band { pc, kc, ic, mc, jr };
+                // SAFETY: columns jr..jr + 16 <= n of the band.
+                unsafe {
+                    pack_b::<B, NR, false>(s, &band, &mut packed, &mut []);
+                    let seen = pair_rows(&packed[..kc * NR], kc, &mut b2[..kp * NR]);
+                    rb = rb.join(seen);
+                }
+                let mut ir = ic;
+                while ir < ic + mc {
+                    let mr = MR.min(ic + mc - ir);
+                    let t = Tile {
+                        kc,
+                        a: a_vals[2 * (ir - ic) * kp..].as_ptr(),
+                        b: packed.as_ptr(),
+                        b2: b2.as_ptr(),
+                        a2: a2[(ir - ic) * kp..].as_ptr(),
+                        // SAFETY: rows ir.., columns jr.. of c and s.
+                        c: unsafe { s.c.offset(ir as isize * s.ldc + jr as isize) },
+                        ldc: s.ldc,
+                        s: unsafe { s.s.offset(ir as isize * s.lds + jr as isize) },
+                        lds: s.lds,
+                        first: pc == 0,
+                        last: pc + kc == s.k,
+                        f: inflation(s.k),
+                    };
+                    // SAFETY: the tile's rows and columns lie inside a, c and s.
+                    unsafe { tile_rows(mr, &t) };
+                    ir += MR;
+                }
+                jr += NR;
+            }
+            ic += mc;
+        }
+        pc += kc;
+    }
+    if !certified(ra, rb, s.k) {
+        return false;
+    }
+    if full < s.n {
+        let rest = Shape {
+            n: s.n - full,
+            b: s.b.wrapping_offset(full as isize * s.csb),
+            c: s.c.wrapping_add(full),
+            s: s.s.wrapping_add(full),
+            ..*s
+        };
+        edge(&rest);
+        let f = inflation(s.k);
+        for i in 0..s.m {
+            for j in 0..rest.n {
+                // SAFETY: row i < m, column full + j < n of s.
+                unsafe { *rest.s.offset(i as isize * s.lds + j as isize) *= f };
+            }
+        }
+    }
+    true
+}
+
+/// `|a|` of `block`'s rows `ic..ic + mc`, columns `pc..pc + kc`, rounded up to bf16 in pairs of
+/// consecutive columns (the low half the even one; an odd last column paired with 0), for the
+/// row tiles that will read them: the tile of rows `ic + t·MR ..` (`mr` of them) at
+/// `out[t·MR·kp ..]`, its row `i`'s pair `pp` at `pp·mr + i`; and the values themselves the
+/// same way in `vals`, two per pair (`vals[2·(pp·mr + i) + h]`, column `2pp + h`).
+///
+/// # Safety
+/// The window must lie inside `s.a`.
+#[inline(always)]
+unsafe fn pack_a_pairs<B>(
+    s: &Shape<B>,
+    block: &Band,
+    out: &mut [u32],
+    vals: &mut [f64],
+    range: &mut Range,
+) {
+    let Band { pc, kc, ic, mc, .. } = *block;
+    let kp = kc.div_ceil(2);
+    for i in 0..mc {
+        let (t, ti) = (i / MR, i % MR);
+        let mr = MR.min(mc - t * MR);
+        let tile = &mut out[t * MR * kp..t * MR * kp + mr * kp];
+        let tile_vals = &mut vals[2 * t * MR * kp..2 * (t * MR * kp + mr * kp)];
+        // SAFETY: row ic + i < m and columns pc..pc + kc <= k of a.
+        let row = unsafe { s.a.offset((ic + i) as isize * s.rsa + pc as isize * s.csa) };
+        let at = |p: usize| unsafe { *row.offset(p as isize * s.csa) };
+        for pp in 0..kp {
+            let lo = at(2 * pp);
+            let hi = if 2 * pp + 1 < kc { at(2 * pp + 1) } else { 0.0 };
+            let (l, h) = (up(lo), up(hi));
+            range.see(l);
+            range.see(h);
+            tile[pp * mr + ti] = l | (h << 16);
+            tile_vals[2 * (pp * mr + ti)] = lo;
+            tile_vals[2 * (pp * mr + ti) + 1] = hi;
+        }
+    }
+}
+
+/// A packed band tile of `b` (`kc` rows of 16): its `|b|` as bf16 pairs of consecutive rows, rounded
+/// up: `out[pp·16 + j]` holds rows `2pp` (low half) and `2pp + 1` (0 past the last). Returns
+/// their range.
+#[inline(always)]
+unsafe fn pair_rows(vals: &[f64], kc: usize, out: &mut [u32]) -> Range {
+    assert!(vals.len() >= kc * NR && out.len() >= kc.div_ceil(2) * NR);
+    unsafe {
+        let row = |p: usize| {
+            if p < kc {
+                let at = vals.as_ptr().add(p * NR);
+                (_mm512_loadu_pd(at), _mm512_loadu_pd(at.add(8)))
+            } else {
+                (_mm512_setzero_pd(), _mm512_setzero_pd())
+            }
+        };
+        let (mut lo, mut hi) = (_mm512_set1_epi32(-1), _mm512_setzero_si512());
+        for pp in 0..kc.div_ceil(2) {
+            let (l0, h0) = row(2 * pp);
+            let (l1, h1) = row(2 * pp + 1);
+            for bits in [up16(l0, h0), up16(l1, h1)] {
+                let nonzero = _mm512_test_epi32_mask(bits, bits);
+                lo = _mm512_mask_min_epu32(lo, nonzero, lo, bits);
+                hi = _mm512_max_epu32(hi, bits);
+            }
+            let pair = _mm512_or_si512(up16(l0, h0), _mm512_slli_epi32::<16>(up16(l1, h1)));
+            _mm512_storeu_si512(out.as_mut_ptr().add(pp * NR).cast(), pair);
+        }
+        Range {
+            lo: _mm512_reduce_min_epu32(lo),
+            hi: _mm512_reduce_max_epu32(hi),
+        }
+    }
+}
+
+/// One `mr × 16` tile over one band: `a` where it lies, the band's values packed in rows of
+/// 16 (`b`), its magnitudes in row pairs (`b2`) and the tile's `|a|` pairs (`a2`).
+struct Tile {
+    kc: usize,
+    /// The tile's values of `a` in pairs, as [`pack_a_pairs`] lays them out.
+    a: *const f64,
+    b: *const f64,
+    b2: *const u32,
+    a2: *const u32,
+    c: *mut f64,
+    ldc: isize,
+    s: *mut f64,
+    lds: isize,
+    first: bool,
+    last: bool,
+    f: f64,
+}
+
+#[inline(always)]
+unsafe fn tile_rows(mr: usize, t: &Tile) {
+    unsafe {
+        match mr {
+            1 => tile::<1>(t),
+            2 => tile::<2>(t),
+            3 => tile::<3>(t),
+            4 => tile::<4>(t),
+            5 => tile::<5>(t),
+            6 => tile::<6>(t),
+            _ => unreachable!("tile with {mr} rows, at most {MR}"),
+        }
+    }
+}
+
+/// `c[i, j] (=|+=) Σ_p a[i, p]·b[p, j]` in f64 fused multiply-adds in increasing `p` (the f64
+/// kernel's order and bits), and the magnitudes' f32 sums by `vdpbf16ps`, one row pair per
+/// instruction, widened and stored (`=`) or added (`+=`) into `s`, times `F` after the last
+/// band.
+#[inline(always)]
+unsafe fn tile<const R: usize>(t: &Tile) {
+    unsafe {
+        let mut acc = [[_mm512_setzero_pd(); 2]; R];
+        let mut mag = [_mm512_setzero_ps(); R];
+        let av = |i: usize, pp: usize, h: usize| *t.a.add(2 * (pp * R + i) + h);
+        let pairs = t.kc / 2;
+        for pp in 0..pairs {
+            let p = 2 * pp;
+            let row = |q: usize, h: usize| _mm512_loadu_pd(t.b.add(q * NR + 8 * h));
+            let (b00, b01, b10, b11) = (row(p, 0), row(p, 1), row(p + 1, 0), row(p + 1, 1));
+            let bm: __m512bh = std::mem::transmute(_mm512_loadu_si512(t.b2.add(pp * NR).cast()));
+            for (i, (x, m)) in acc.iter_mut().zip(mag.iter_mut()).enumerate() {
+                let a0 = _mm512_set1_pd(av(i, pp, 0));
+                x[0] = _mm512_fmadd_pd(a0, b00, x[0]);
+                x[1] = _mm512_fmadd_pd(a0, b01, x[1]);
+                let a1 = _mm512_set1_pd(av(i, pp, 1));
+                x[0] = _mm512_fmadd_pd(a1, b10, x[0]);
+                x[1] = _mm512_fmadd_pd(a1, b11, x[1]);
+                let am: __m512bh =
+                    std::mem::transmute(_mm512_set1_epi32(*t.a2.add(pp * R + i) as i32));
+                *m = _mm512_dpbf16_ps(*m, am, bm);
+            }
+        }
+        if t.kc % 2 == 1 {
+            let (p, pp) = (t.kc - 1, pairs);
+            let (b0, b1) = (
+                _mm512_loadu_pd(t.b.add(p * NR)),
+                _mm512_loadu_pd(t.b.add(p * NR + 8)),
+            );
+            let bm: __m512bh = std::mem::transmute(_mm512_loadu_si512(t.b2.add(pp * NR).cast()));
+            for (i, (x, m)) in acc.iter_mut().zip(mag.iter_mut()).enumerate() {
+                let a0 = _mm512_set1_pd(av(i, pp, 0));
+                x[0] = _mm512_fmadd_pd(a0, b0, x[0]);
+                x[1] = _mm512_fmadd_pd(a0, b1, x[1]);
+                let am: __m512bh =
+                    std::mem::transmute(_mm512_set1_epi32(*t.a2.add(pp * R + i) as i32));
+                *m = _mm512_dpbf16_ps(*m, am, bm);
+            }
+        }
+        for (i, (x, m)) in acc.iter().zip(&mag).enumerate() {
+            let c = t.c.offset(i as isize * t.ldc);
+            let s = t.s.offset(i as isize * t.lds);
+            for (h, v) in x.iter().enumerate() {
+                let at = c.add(8 * h);
+                let v = if t.first {
+                    *v
+                } else {
+                    _mm512_add_pd(_mm512_loadu_pd(at), *v)
+                };
+                _mm512_storeu_pd(at, v);
+            }
+            let halves = [
+                _mm512_cvtps_pd(_mm512_castps512_ps256(*m)),
+                _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+                    _mm512_castps_pd(*m),
+                ))),
+            ];
+            for (h, x) in halves.into_iter().enumerate() {
+                let at = s.add(8 * h);
+                let v = if t.first {
+                    x
+                } else {
+                    _mm512_add_pd(_mm512_loadu_pd(at), x)
+                };
+                let v = if t.last {
+                    _mm512_mul_pd(v, _mm512_set1_pd(t.f))
+                } else {
+                    v
+                };
+                _mm512_storeu_pd(at, v);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "bf16mag_tests.rs"]
+mod tests;

@@ -1,0 +1,345 @@
+use ndarray::{s, Array2, ArrayView2};
+
+use super::*;
+use crate::gemm::kernel::{gemm_magnitude_with, gemm_with, Isa};
+
+/// Whether this CPU runs the path (the tests below print one SKIPPED line and pass without it:
+/// the f64 path they stand beside is tested everywhere).
+fn here(test: &str) -> bool {
+    let ok = Isa::available().contains(&Isa::Avx512Bf16);
+    if !ok {
+        eprintln!("SKIPPED {test}: this CPU has no AVX-512 BF16 (the f64 magnitudes ran instead)");
+    }
+    ok
+}
+
+/// `Σ_p |a[i, p]|·|b[p, j]|` in f64, and the most it can be below the exact sum's
+/// relative: `γ(k, 2^-53)`.
+fn exact_magnitudes(a: ArrayView2<f64>, b: ArrayView2<f64>) -> (Array2<f64>, f64) {
+    let k = a.ncols();
+    let s = Array2::from_shape_fn((a.nrows(), b.ncols()), |(i, j)| {
+        (0..k).map(|p| (a[(i, p)] * b[(p, j)]).abs()).sum()
+    });
+    (s, gamma(k, 2f64.powi(-53)))
+}
+
+/// Runs the path on `a·b` (b as `bv`, any type or layout) and checks: the values are the
+/// f64 kernel's bits; every magnitude is at least the exact `S` and at most `S` times `over`
+/// (the rounding up of the operands) times `F²` (the f32 sums may round up as much as `F`
+/// covers them rounding down), and the f64 sum's own error.
+fn check_against<B: Operand>(
+    a: ArrayView2<f64>,
+    b: ArrayView2<f64>,
+    bv: ArrayView2<B>,
+    over: f64,
+    what: &str,
+) {
+    let (m, n) = (a.nrows(), b.ncols());
+    let k = a.ncols();
+    let mut want = Array2::zeros((m, n));
+    gemm_with(Isa::Avx512, a, b, want.view_mut());
+    let (mut c, mut s) = (
+        Array2::from_elem((m, n), f64::NAN),
+        Array2::from_elem((m, n), f64::NAN),
+    );
+    gemm_magnitude_with(Isa::Avx512Bf16, a, bv, c.view_mut(), s.view_mut());
+    assert_eq!(
+        c.mapv(f64::to_bits),
+        want.mapv(f64::to_bits),
+        "{what}: values"
+    );
+    let (exact, g) = exact_magnitudes(a, b);
+    let f = inflation(k);
+    for ((i, j), &x) in s.indexed_iter() {
+        let e = exact[(i, j)];
+        assert!(
+            x >= e * (1.0 + g),
+            "{what} ({i}, {j}): {x:e} below S = {e:e}"
+        );
+        assert!(
+            x <= e * (1.0 + g) * over * f * f,
+            "{what} ({i}, {j}): {x:e} too far above S = {e:e}"
+        );
+        assert_eq!(
+            x == 0.0,
+            e == 0.0,
+            "{what} ({i}, {j}): zero iff every product is"
+        );
+    }
+}
+
+/// Magnitudes of order 1 spread over a few binades, with exact zeros, in bf16 (`cut`) or not.
+fn values(rows: usize, cols: usize, seed: u64, cut: bool) -> Array2<f64> {
+    Array2::from_shape_fn((rows, cols), |(i, j)| {
+        let h = (i as u64 * 0x9e37_79b9 + j as u64 * 0x85eb_ca6b + seed * 0xc2b2_ae35) % 1_000_003;
+        if h.is_multiple_of(17) {
+            return 0.0;
+        }
+        let x = ((h as f64) * 0.618_033_988_75).fract() * 2.0 - 1.0;
+        let x = x * 2f64.powi((h % 7) as i32 - 3);
+        if cut {
+            f64::from(half::bf16::from_f64(x))
+        } else {
+            x
+        }
+    })
+}
+
+/// The largest factor rounding two operands up to bf16 can add: `(1 + 2^-7)²`.
+const UP: f64 = (1.0 + 1.0 / 128.0) * (1.0 + 1.0 / 128.0);
+
+#[test]
+fn magnitudes_bound_the_sum_from_above_and_closely() {
+    if !here("magnitudes_bound_the_sum_from_above_and_closely") {
+        return;
+    }
+    // Odd depths (a pair padded with 0), across KC (256) and MC (256), column tails that the
+    // f64 path computes (n % 16), a single row and column.
+    let shapes = [
+        (1, 1, 1),
+        (7, 3, 16),
+        (13, 257, 49),
+        (260, 61, 33),
+        (6, 600, 32),
+        (5, 2, 15),
+    ];
+    for (m, k, n) in shapes {
+        for cut in [false, true] {
+            let (a, b) = (values(m, k, 1, cut), values(k, n, 2, cut));
+            let over = if cut { 1.0 } else { UP };
+            let what = format!("{m}x{k}x{n} bf16={cut}");
+            check_against(a.view(), b.view(), b.view(), over, &what);
+            // b transposed (dgrad's layout), and held in f32 and bf16.
+            let bt = b.t().as_standard_layout().into_owned();
+            check_against(
+                a.view(),
+                b.view(),
+                bt.t(),
+                over,
+                &(what.clone() + " transposed"),
+            );
+            let b32 = b.mapv(|x| x as f32);
+            check_against(
+                a.view(),
+                b32.mapv(f64::from).view(),
+                b32.view(),
+                over,
+                &(what.clone() + " f32"),
+            );
+            if cut {
+                let b16 = b.mapv(half::bf16::from_f64);
+                check_against(a.view(), b.view(), b16.view(), 1.0, &(what + " bf16 held"));
+            }
+        }
+    }
+}
+
+/// Sums whose f32 rounding is large: 2048 terms just above 1 in bf16, where each step loses
+/// its low bits. Without the factor `F` (or with `|x|` rounded to nearest instead of up) the
+/// magnitudes fall below `S`.
+#[test]
+fn long_sums_need_the_inflation() {
+    if !here("long_sums_need_the_inflation") {
+        return;
+    }
+    let k = 2048;
+    let a = Array2::from_shape_fn((6, k), |(i, p)| 1.0 + ((i + 3 * p) % 5) as f64 / 128.0);
+    let b = Array2::from_shape_fn((k, 16), |(p, j)| 1.0 + ((p * 7 + j) % 3) as f64 / 128.0);
+    check_against(a.view(), b.view(), b.view(), 1.0, "long");
+    // Just above a bf16: rounded up, never to nearest.
+    let a = a.mapv(|x| x * (1.0 + 2f64.powi(-20)));
+    check_against(a.view(), b.view(), b.view(), UP, "long, not bf16");
+}
+
+/// Operands outside step 2's range go to the f64 path: the magnitudes are then its bits.
+#[test]
+fn out_of_range_operands_take_the_f64_path() {
+    if !here("out_of_range_operands_take_the_f64_path") {
+        return;
+    }
+    let base = values(9, 40, 3, false);
+    let b = values(40, 32, 4, false);
+    let tiny = base.mapv(|x| x * 1e-20); // products with b near 1e-20: in range
+    let cases = [
+        ("products under 2^-126", tiny.clone(), b.mapv(|x| x * 1e-20)),
+        ("subnormal in f32", base.mapv(|x| x * 1e-40), b.clone()),
+        (
+            "sums past f32",
+            base.mapv(|x| x * 1e20),
+            b.mapv(|x| x * 1e19),
+        ),
+        (
+            "an infinity",
+            {
+                let mut x = base.clone();
+                x[(2, 3)] = f64::INFINITY;
+                x
+            },
+            b.clone(),
+        ),
+        ("a NaN", base.clone(), {
+            let mut x = b.clone();
+            x[(5, 31)] = f64::NAN;
+            x
+        }),
+    ];
+    for (what, a, b) in cases {
+        let zeros = || Array2::<f64>::zeros((9, 32));
+        let (mut c, mut s, mut c64, mut s64) = (zeros(), zeros(), zeros(), zeros());
+        gemm_magnitude_with(
+            Isa::Avx512Bf16,
+            a.view(),
+            b.view(),
+            c.view_mut(),
+            s.view_mut(),
+        );
+        gemm_magnitude_with(
+            Isa::Avx512,
+            a.view(),
+            b.view(),
+            c64.view_mut(),
+            s64.view_mut(),
+        );
+        assert_eq!(
+            c.mapv(f64::to_bits),
+            c64.mapv(f64::to_bits),
+            "{what}: values"
+        );
+        assert_eq!(
+            s.mapv(f64::to_bits),
+            s64.mapv(f64::to_bits),
+            "{what}: magnitudes"
+        );
+    }
+    // In range again: the path itself (not the f64 bits, which it does not reproduce).
+    let (mut c, mut s) = (Array2::zeros((9, 32)), Array2::zeros((9, 32)));
+    let mut s64 = s.clone();
+    gemm_magnitude_with(
+        Isa::Avx512Bf16,
+        tiny.view(),
+        b.view(),
+        c.view_mut(),
+        s.view_mut(),
+    );
+    gemm_magnitude_with(
+        Isa::Avx512,
+        tiny.view(),
+        b.view(),
+        c.view_mut(),
+        s64.view_mut(),
+    );
+    assert_ne!(s, s64, "in range, the bf16 path ran");
+    check_against(tiny.view(), b.view(), b.view(), UP, "tiny but in range");
+}
+
+#[test]
+fn certification_limits() {
+    let r = |lo: f64, hi: f64| Range {
+        lo: up(lo),
+        hi: up(hi),
+    };
+    let one = r(1.0, 1.0);
+    assert!(certified(one, one, 1000));
+    assert!(
+        certified(Range::EMPTY, one, 1000),
+        "all zero: nothing to flush"
+    );
+    // 2^-63 · 2^-63 = 2^-126: the smallest product kept; one binade less is refused.
+    assert!(certified(
+        r(2f64.powi(-63), 1.0),
+        r(2f64.powi(-63), 1.0),
+        10
+    ));
+    assert!(!certified(
+        r(2f64.powi(-64), 1.0),
+        r(2f64.powi(-63), 1.0),
+        10
+    ));
+    // A subnormal input (bf16 has f32's exponent range) is refused whatever it multiplies.
+    assert!(!certified(
+        r(2f64.powi(-127), 1.0),
+        r(1.0, 2f64.powi(100)),
+        10
+    ));
+    // k·max·max < 2^127.
+    assert!(certified(one, r(1.0, 2f64.powi(100)), 1 << 20));
+    assert!(!certified(r(1.0, 2f64.powi(64)), r(1.0, 2f64.powi(63)), 1));
+    assert!(!certified(one, r(1.0, f64::INFINITY), 1));
+    assert!(!certified(one, r(1.0, f64::NAN), 1));
+    // (k + 1)·2^-23 <= 1/2.
+    assert!(certified(one, one, (1 << 22) - 1));
+    assert!(!certified(one, one, 1 << 22));
+}
+
+#[test]
+fn rounding_up_to_bf16() {
+    for x in [
+        0.0,
+        1.0,
+        -1.5,
+        3.0e38,
+        2f64.powi(-126),
+        1e-3,
+        -7.25,
+        65280.0,
+    ] {
+        let b = half::bf16::from_f64(x);
+        if f64::from(b) == x.abs() || f64::from(b) == -x.abs() {
+            assert_eq!(up(x), u32::from(b.to_bits() & 0x7fff), "{x} is a bf16");
+        }
+    }
+    for x in [
+        1.0 + 2f64.powi(-30),
+        1.0 + 2f64.powi(-9),
+        0.1,
+        -0.3,
+        1e-39,
+        3.3e38,
+    ] {
+        let v = f64::from(f32::from_bits(up(x) << 16));
+        assert!(v >= x.abs(), "{x}: {v} below");
+        // The next bf16 down is below |x|: the smallest bf16 at or above.
+        let below = f64::from(f32::from_bits((up(x) - 1) << 16));
+        assert!(below < x.abs(), "{x}: {below} also at or above");
+    }
+    assert_eq!(up(f64::INFINITY), 0x7f80);
+    assert!(up(f64::NAN) > 0x7f80);
+    assert_eq!(up(1e39), 0x7f80, "past f32: infinity");
+    // The stored types agree with the f64 rule.
+    for x in [0.1f32, -2.5, 1e-39, 3.4e38, 1.0 + f32::EPSILON] {
+        assert_eq!(x.bf16_up(), up(f64::from(x)), "f32 {x}");
+    }
+    for x in [0.1f32, -2.5, 1e-39] {
+        let b = half::bf16::from_f32(x);
+        assert_eq!(b.bf16_up(), up(f64::from(b)), "bf16 {x}");
+    }
+}
+
+/// A column window of a wider `s` (the f64 path computes into a copy): still bounded, and the
+/// columns beside it untouched.
+#[test]
+fn strided_magnitudes_window() {
+    if !here("strided_magnitudes_window") {
+        return;
+    }
+    let (a, b) = (values(9, 300, 5, false), values(300, 18, 6, false));
+    let mut c = Array2::zeros((9, 18));
+    let mut wide = Array2::from_elem((9, 36), -1.0);
+    gemm_magnitude_with(
+        Isa::Avx512Bf16,
+        a.view(),
+        b.view(),
+        c.view_mut(),
+        wide.slice_mut(s![.., ..;2]),
+    );
+    let (exact, g) = exact_magnitudes(a.view(), b.view());
+    for ((i, j), &e) in exact.indexed_iter() {
+        let x = wide[(i, 2 * j)];
+        let f = inflation(300);
+        assert!(
+            x >= e * (1.0 + g) && x <= e * (1.0 + g) * UP * f * f,
+            "({i}, {j})"
+        );
+    }
+    assert!(wide.slice(s![.., 1..;2]).iter().all(|v| *v == -1.0));
+}
