@@ -63,7 +63,11 @@ unsafe fn up16(lo: __m512d, hi: __m512d) -> __m512i {
             _mm512_cvt_roundpd_ps::<UP>(_mm512_abs_pd(lo)),
             _mm512_cvt_roundpd_ps::<UP>(_mm512_abs_pd(hi)),
         );
-        let f = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(l), h);
+        // The upper half through f64 lanes: `insertf64x4` is AVX-512F (`insertf32x8` needs DQ).
+        let f = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+            _mm512_castps_pd(_mm512_castps256_ps512(l)),
+            _mm256_castps_pd(h),
+        ));
         _mm512_srli_epi32::<16>(_mm512_add_epi32(
             _mm512_castps_si512(f),
             _mm512_set1_epi32(0xffff),
