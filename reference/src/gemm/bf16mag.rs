@@ -36,7 +36,9 @@
 //! Column tiles narrower than 16 at the right edge are computed by the f64 path and scaled by
 //! the same `F`, which covers its `γ(k, 2^-53)`: the whole `s` is an upper bound of `S`. The
 //! values `c` are the f64 kernel's, bit for bit (the same fused multiply-adds in the same
-//! order).
+//! order). Products under 8 rows or 256 columns ([`pays`]: fast verification's sampled rows
+//! and columns, an expert of a few rows) take the f64 path whole, f64 magnitudes included:
+//! there the copies this path makes cost more than the multiply-adds it saves.
 
 use std::arch::x86_64::*;
 
@@ -126,6 +128,22 @@ fn certified(a: Range, b: Range, k: usize) -> bool {
                 && b.lo >= min_normal
                 && value(a.lo) * value(b.lo) >= 2f64.powi(-126)
                 && k as f64 * value(a.hi) * value(b.hi) < 2f64.powi(127)))
+}
+
+/// Whether an `m × n` product is worth the path: its copies (each row of `a` rounded and
+/// paired once per band, each band tile of `b` once per block of rows) cost more than the
+/// f64 magnitudes' extra multiply-adds they save unless they are shared by enough column tiles
+/// (`n`) and rows (`m`). Fast verification's sampled rows and columns (a few dozen) stay on
+/// the f64 path, where this path had made them slower.
+///
+/// In this crate's unit tests the path runs whatever the shape, so that their small products
+/// exercise it; [`worth_it`] is the rule itself.
+pub(super) fn pays(m: usize, n: usize) -> bool {
+    cfg!(test) || worth_it(m, n)
+}
+
+fn worth_it(m: usize, n: usize) -> bool {
+    m >= 8 && n >= 256
 }
 
 /// `F` of step 4 for `k` products.

@@ -4,7 +4,8 @@ use super::*;
 use crate::gemm::kernel::{gemm_magnitude_with, gemm_with, Isa};
 
 /// Whether this CPU runs the path (the tests below print one SKIPPED line and pass without it:
-/// the f64 path they stand beside is tested everywhere).
+/// the f64 path they stand beside is tested everywhere). In unit tests it runs whatever the
+/// shape ([`pays`]).
 fn here(test: &str) -> bool {
     let ok = Isa::available().contains(&Isa::Avx512Bf16);
     if !ok {
@@ -230,6 +231,14 @@ fn out_of_range_operands_take_the_f64_path() {
     );
     assert_ne!(s, s64, "in range, the bf16 path ran");
     check_against(tiny.view(), b.view(), b.view(), UP, "tiny but in range");
+}
+
+#[test]
+fn only_wide_products_take_the_path_outside_tests() {
+    assert!(pays(1, 1), "unit tests run it on every shape");
+    assert!(worth_it(8, 256) && worth_it(4096, 7168));
+    // Fast verification's sampled columns (a few dozen) and rows, and an expert of 7 rows.
+    assert!(!worth_it(4096, 40) && !worth_it(7, 2048) && !worth_it(40, 255));
 }
 
 #[test]
