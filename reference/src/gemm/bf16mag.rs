@@ -53,7 +53,20 @@ const MR: usize = 6;
 /// Columns of the register tile.
 const NR: usize = 16;
 
-use super::operand::bf16_up as up;
+/// `|x|` rounded up to bf16, as its 16 bits in the low half (see the module doc, step 1): to
+/// f32 upwards, then the low 16 bits carried into the top 16. A NaN gives bits above
+/// `0x7f80`; an infinity, or a value past bf16's largest, `0x7f80`.
+#[inline(always)]
+fn up(x: f64) -> u32 {
+    let x = x.abs();
+    let f = x as f32; // to nearest
+    let f = if f64::from(f) < x {
+        f32::from_bits(f.to_bits() + 1)
+    } else {
+        f
+    };
+    (f.to_bits() + 0xffff) >> 16
+}
 
 /// [`up`] of 16 values, `lo` the first 8 and `hi` the last 8, each in the low half of its
 /// lane: the conversion to f32 rounds upwards itself.

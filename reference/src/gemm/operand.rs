@@ -7,22 +7,11 @@
 pub trait Operand: Copy + Send + Sync + 'static {
     /// The value as f64 (exactly).
     fn wide(self) -> f64;
-
-    /// `|x|` rounded up to bf16, as its 16 bits in the low half (a NaN gives bits above
-    /// `0x7f80`, an infinity or a value past bf16's largest `0x7f80`): what the bf16 magnitudes
-    /// of [`super::isa::Isa::Avx512Bf16`] multiply.
-    fn bf16_up(self) -> u32;
 }
 impl Operand for f32 {
     #[inline(always)]
     fn wide(self) -> f64 {
         f64::from(self)
-    }
-    /// The low 16 bits carried into the top 16 (branch-free; a NaN's payload may carry into
-    /// the sign, which still reads above `0x7f80`).
-    #[inline(always)]
-    fn bf16_up(self) -> u32 {
-        ((self.to_bits() & 0x7fff_ffff) + 0xffff) >> 16
     }
 }
 impl Operand for f64 {
@@ -30,35 +19,13 @@ impl Operand for f64 {
     fn wide(self) -> f64 {
         self
     }
-    #[inline(always)]
-    fn bf16_up(self) -> u32 {
-        bf16_up(self)
-    }
 }
 
-/// `|x|` rounded up to bf16 ([`Operand::bf16_up`]) from f64: to f32 upwards, then the low 16
-/// bits carried into the top 16.
-#[inline(always)]
-pub fn bf16_up(x: f64) -> u32 {
-    let x = x.abs();
-    let f = x as f32; // to nearest
-    let f = if f64::from(f) < x {
-        f32::from_bits(f.to_bits() + 1)
-    } else {
-        f
-    };
-    (f.to_bits() + 0xffff) >> 16
-}
 impl Operand for half::bf16 {
     /// The bits shifted into an f32's upper half (a bf16 is the top half of an f32): exact,
     /// branch-free and vectorised, where `half`'s conversion checks for NaN value by value.
     #[inline(always)]
     fn wide(self) -> f64 {
         f64::from(super::weights::bf16_to_f32(self))
-    }
-    /// Exact: the sign bit cleared.
-    #[inline(always)]
-    fn bf16_up(self) -> u32 {
-        u32::from(self.to_bits() & 0x7fff)
     }
 }
