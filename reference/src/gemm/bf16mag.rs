@@ -19,8 +19,9 @@
 //!    guarantee none of that happens: every non-zero `x̄ >= 2^-126` (normal),
 //!    `min ā·min b̄ >= 2^-126` over the non-zero ones (no product flushed),
 //!    `k·max ā·max b̄ < 2^127` (no sum overflows), nothing infinite or NaN, and
-//!    `(k + 1)·2^-23 <= 1/2`. Otherwise the whole product is computed again on the
-//!    [`super::isa::Isa::Avx512`] path, f64 magnitudes included.
+//!    `(k + 1)·2^-23 <= 1/2`; and the thread does not flush subnormals (MXCSR's FTZ and DAZ
+//!    off, their default: the rounding of `b` obeys them). Otherwise the whole product is
+//!    computed on the [`super::isa::Isa::Avx512`] path instead, f64 magnitudes included.
 //! 3. The sums: within a `KC`-deep band, in f32, each step rounded once (round to nearest
 //!    even; any faithful rounding, `u <= 2^-23`, is assumed, so a CPU that rounds a pair's two
 //!    products once or twice is covered); the band's sum is widened exactly and the bands added
@@ -173,6 +174,9 @@ pub fn inflation(k: usize) -> f64 {
 /// AVX-512 BF16.
 #[target_feature(enable = "avx512f,avx512bf16,fma")]
 pub(super) unsafe fn run<B: Operand>(s: &Shape<B>, edge: impl FnOnce(&Shape<B>)) -> bool {
+    if flushes_subnormals() {
+        return false;
+    }
     let full = s.n - s.n % NR;
     let mut packed = vec![0.0f64; KC * NR];
     let mut b2 = vec![0u32; KC.div_ceil(2) * NR];
@@ -253,6 +257,22 @@ pub(super) unsafe fn run<B: Operand>(s: &Shape<B>, edge: impl FnOnce(&Shape<B>))
         }
     }
     true
+}
+
+/// Whether this thread's SSE control word flushes subnormal results to zero or reads
+/// subnormal inputs as zero (FTZ, DAZ; off by default, set by code built with `-ffast-math`
+/// in a host process): the conversion to f32 that rounds `b` up obeys them, and would turn a
+/// value in f32's subnormal range into 0, which the ranges take for an exact zero. The path
+/// is then not taken.
+fn flushes_subnormals() -> bool {
+    let mut csr: u32 = 0;
+    // SAFETY: `stmxcsr` stores the 32-bit control word at the given address, nothing else.
+    unsafe {
+        std::arch::asm!("stmxcsr [{}]", in(reg) &mut csr, options(nostack, preserves_flags));
+    }
+    const FTZ: u32 = 1 << 15;
+    const DAZ: u32 = 1 << 6;
+    csr & (FTZ | DAZ) != 0
 }
 
 /// `|a|` of `block`'s rows `ic..ic + mc`, columns `pc..pc + kc`, rounded up to bf16 in pairs of

@@ -282,36 +282,22 @@ fn certification_limits() {
 
 #[test]
 fn rounding_up_to_bf16() {
-    for x in [
-        0.0,
-        1.0,
-        -1.5,
-        3.0e38,
-        2f64.powi(-126),
-        1e-3,
-        -7.25,
-        65280.0,
-    ] {
+    let (tiny, inf) = (2f64.powi(-126), f64::INFINITY);
+    for x in [0.0, 1.0, -1.5, 3.0e38, tiny, 1e-3, -7.25, 65280.0] {
         let b = half::bf16::from_f64(x);
         if f64::from(b) == x.abs() || f64::from(b) == -x.abs() {
             assert_eq!(up(x), u32::from(b.to_bits() & 0x7fff), "{x} is a bf16");
         }
     }
-    for x in [
-        1.0 + 2f64.powi(-30),
-        1.0 + 2f64.powi(-9),
-        0.1,
-        -0.3,
-        1e-39,
-        3.3e38,
-    ] {
+    let (p30, p9) = (1.0 + 2f64.powi(-30), 1.0 + 2f64.powi(-9));
+    for x in [p30, p9, 0.1, -0.3, 1e-39, 3.3e38] {
         let v = f64::from(f32::from_bits(up(x) << 16));
         assert!(v >= x.abs(), "{x}: {v} below");
         // The next bf16 down is below |x|: the smallest bf16 at or above.
         let below = f64::from(f32::from_bits((up(x) - 1) << 16));
         assert!(below < x.abs(), "{x}: {below} also at or above");
     }
-    assert_eq!(up(f64::INFINITY), 0x7f80);
+    assert_eq!(up(inf), 0x7f80);
     assert!(up(f64::NAN) > 0x7f80);
     assert_eq!(up(1e39), 0x7f80, "past f32: infinity");
 }
@@ -352,23 +338,10 @@ fn rounding_up_sixteen_at_a_time() {
     if !here("rounding_up_sixteen_at_a_time") {
         return;
     }
+    let (p30, tiny, inf) = (1.0 + 2f64.powi(-30), 2f64.powi(-126), f64::INFINITY);
     let xs: [f64; 16] = [
-        0.0,
-        -0.0,
-        1.0,
-        1.0 + 2f64.powi(-30),
-        0.1,
-        -0.3,
-        1e-39,
-        3.3e38,
-        f64::INFINITY,
-        -1e39,
-        65280.0,
-        2f64.powi(-126),
-        -1.5,
-        1e-300,
-        1e-3,
-        3.0e38,
+        0.0, -0.0, 1.0, p30, 0.1, -0.3, 1e-39, 3.3e38, inf, -1e39, 65280.0, tiny, -1.5, 1e-300,
+        1e-3, 3.0e38,
     ];
     // SAFETY: the CPU has AVX-512 (checked by `here`), and the loads read 8 values each.
     let got: [u32; 16] = unsafe {
@@ -379,4 +352,131 @@ fn rounding_up_sixteen_at_a_time() {
         std::mem::transmute(v)
     };
     assert_eq!(got, xs.map(up));
+}
+
+/// An operand out of range anywhere is seen, however far from the last tile: a subnormal or a
+/// NaN in the first band's first column tile of the first row block, on a product with
+/// several bands (k > 256) and row blocks (m > 256).
+#[test]
+fn the_ranges_cover_every_band_tile_and_block() {
+    if !here("the_ranges_cover_every_band_tile_and_block") {
+        return;
+    }
+    let (a, b) = (values(260, 300, 7, true), values(300, 48, 8, true));
+    let poisoned = [
+        ("subnormal b", a.clone(), {
+            let mut x = b.clone();
+            x[(0, 0)] = 1e-40;
+            x
+        }),
+        ("NaN b", a.clone(), {
+            let mut x = b.clone();
+            x[(1, 2)] = f64::NAN;
+            x
+        }),
+        (
+            "subnormal a",
+            {
+                let mut x = a.clone();
+                x[(0, 1)] = 1e-40;
+                x
+            },
+            b.clone(),
+        ),
+    ];
+    for (what, a, b) in poisoned {
+        let zeros = || Array2::<f64>::zeros((260, 48));
+        let (mut c, mut s, mut c64, mut s64) = (zeros(), zeros(), zeros(), zeros());
+        gemm_magnitude_with(
+            Isa::Avx512Bf16,
+            a.view(),
+            b.view(),
+            c.view_mut(),
+            s.view_mut(),
+        );
+        gemm_magnitude_with(
+            Isa::Avx512,
+            a.view(),
+            b.view(),
+            c64.view_mut(),
+            s64.view_mut(),
+        );
+        assert_eq!(
+            s.mapv(f64::to_bits),
+            s64.mapv(f64::to_bits),
+            "{what}: the f64 path ran"
+        );
+    }
+}
+
+/// Where every product is 0 (a zero row of `a`, a zero column of `b`, inside full tiles) the
+/// magnitude is exactly 0, and nowhere else.
+#[test]
+fn exact_zeros_stay_zero() {
+    if !here("exact_zeros_stay_zero") {
+        return;
+    }
+    let (mut a, mut b) = (values(13, 301, 9, true), values(301, 32, 10, true));
+    a.row_mut(2).fill(0.0);
+    b.column_mut(3).fill(0.0);
+    b.column_mut(20).fill(-0.0);
+    check_against(a.view(), b.view(), b.view(), 1.0, "zero row and columns");
+    let (mut c, mut s) = (Array2::zeros((13, 32)), Array2::zeros((13, 32)));
+    gemm_magnitude_with(
+        Isa::Avx512Bf16,
+        a.view(),
+        b.view(),
+        c.view_mut(),
+        s.view_mut(),
+    );
+    for ((i, j), &x) in s.indexed_iter() {
+        assert_eq!(x == 0.0, i == 2 || j == 3 || j == 20, "({i}, {j}): {x:e}");
+    }
+}
+
+/// A thread that flushes subnormals (MXCSR's FTZ and DAZ, as code built with `-ffast-math`
+/// sets them) takes the f64 path: there the rounding of `b` would turn a value in f32's
+/// subnormal range into 0 and drop its product.
+#[test]
+fn a_thread_that_flushes_subnormals_takes_the_f64_path() {
+    if !here("a_thread_that_flushes_subnormals_takes_the_f64_path") {
+        return;
+    }
+    let a = values(9, 40, 11, true).mapv(|x| x * 1e20);
+    let mut b = values(40, 32, 12, true);
+    b[(4, 5)] = 1e-39; // f32 subnormal; times 1e20, far from underflow in f64
+    let zeros = || Array2::<f64>::zeros((9, 32));
+    let (mut c, mut s, mut c64, mut s64) = (zeros(), zeros(), zeros(), zeros());
+    let mut old: u32 = 0;
+    // SAFETY: the control word is read, FTZ and DAZ set for this thread, and restored below.
+    unsafe {
+        std::arch::asm!("stmxcsr [{}]", in(reg) &mut old, options(nostack, preserves_flags));
+        let flushing = old | (1 << 15) | (1 << 6);
+        std::arch::asm!("ldmxcsr [{}]", in(reg) &flushing, options(nostack, preserves_flags));
+    }
+    assert!(flushes_subnormals());
+    gemm_magnitude_with(
+        Isa::Avx512Bf16,
+        a.view(),
+        b.view(),
+        c.view_mut(),
+        s.view_mut(),
+    );
+    gemm_magnitude_with(
+        Isa::Avx512,
+        a.view(),
+        b.view(),
+        c64.view_mut(),
+        s64.view_mut(),
+    );
+    // SAFETY: the control word read above, back.
+    unsafe {
+        std::arch::asm!("ldmxcsr [{}]", in(reg) &old, options(nostack, preserves_flags));
+    }
+    assert!(!flushes_subnormals());
+    assert_eq!(s.mapv(f64::to_bits), s64.mapv(f64::to_bits));
+    assert!(
+        s[(0, 5)] >= (a[(0, 4)] * 1e-39).abs(),
+        "the subnormal's product counted"
+    );
 }
