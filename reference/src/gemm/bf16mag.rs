@@ -183,6 +183,7 @@ pub(super) unsafe fn run<B: Operand>(s: &Shape<B>, edge: impl FnOnce(&Shape<B>))
     let mut a2 = vec![0u32; KC.div_ceil(2) * MC];
     let mut a_vals = vec![0.0f64; 2 * KC.div_ceil(2) * MC];
     let (mut ra, mut rb) = (Range::EMPTY, Range::EMPTY);
+    let f = inflation(s.k);
     let mut pc = 0;
     while pc < s.k {
         let kc = KC.min(s.k - pc);
@@ -224,7 +225,7 @@ pub(super) unsafe fn run<B: Operand>(s: &Shape<B>, edge: impl FnOnce(&Shape<B>))
                         lds: s.lds,
                         first: pc == 0,
                         last: pc + kc == s.k,
-                        f: inflation(s.k),
+                        f,
                     };
                     // SAFETY: the tile's rows and columns lie inside a, c and s.
                     unsafe { tile_rows(mr, &t) };
@@ -248,7 +249,6 @@ pub(super) unsafe fn run<B: Operand>(s: &Shape<B>, edge: impl FnOnce(&Shape<B>))
             ..*s
         };
         edge(&rest);
-        let f = inflation(s.k);
         for i in 0..s.m {
             for j in 0..rest.n {
                 // SAFETY: row i < m, column full + j < n of s.
@@ -265,14 +265,19 @@ pub(super) unsafe fn run<B: Operand>(s: &Shape<B>, edge: impl FnOnce(&Shape<B>))
 /// value in f32's subnormal range into 0, which the ranges take for an exact zero. The path
 /// is then not taken.
 fn flushes_subnormals() -> bool {
+    const FTZ: u32 = 1 << 15;
+    const DAZ: u32 = 1 << 6;
+    control_word() & (FTZ | DAZ) != 0
+}
+
+/// This thread's SSE control word (MXCSR).
+fn control_word() -> u32 {
     let mut csr: u32 = 0;
     // SAFETY: `stmxcsr` stores the 32-bit control word at the given address, nothing else.
     unsafe {
         std::arch::asm!("stmxcsr [{}]", in(reg) &mut csr, options(nostack, preserves_flags));
     }
-    const FTZ: u32 = 1 << 15;
-    const DAZ: u32 = 1 << 6;
-    csr & (FTZ | DAZ) != 0
+    csr
 }
 
 /// `|a|` of `block`'s rows `ic..ic + mc`, columns `pc..pc + kc`, rounded up to bf16 in pairs of

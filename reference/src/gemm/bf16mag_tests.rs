@@ -24,6 +24,36 @@ fn exact_magnitudes(a: ArrayView2<f64>, b: ArrayView2<f64>) -> (Array2<f64>, f64
     (s, gamma(k, 2f64.powi(-53)))
 }
 
+/// `isa`'s values and magnitudes of `a·b`.
+fn product<B: Operand>(
+    isa: Isa,
+    a: ArrayView2<f64>,
+    b: ArrayView2<B>,
+) -> (Array2<f64>, Array2<f64>) {
+    let nan = || Array2::from_elem((a.nrows(), b.ncols()), f64::NAN);
+    let (mut c, mut s) = (nan(), nan());
+    gemm_magnitude_with(isa, a, b, c.view_mut(), s.view_mut());
+    (c, s)
+}
+
+/// The path gives the f64 path's bits, values and magnitudes: it handed the product over.
+fn assert_f64_path(a: ArrayView2<f64>, b: ArrayView2<f64>, what: &str) {
+    let bits = |(c, s): (Array2<f64>, Array2<f64>)| (c.mapv(f64::to_bits), s.mapv(f64::to_bits));
+    let (got, want) = (
+        bits(product(Isa::Avx512Bf16, a, b)),
+        bits(product(Isa::Avx512, a, b)),
+    );
+    assert_eq!(got.0, want.0, "{what}: values");
+    assert_eq!(got.1, want.1, "{what}: magnitudes");
+}
+
+/// `x` with the element at `at` replaced by `v`.
+fn with(x: &Array2<f64>, at: (usize, usize), v: f64) -> Array2<f64> {
+    let mut x = x.clone();
+    x[at] = v;
+    x
+}
+
 /// Runs the path on `a·b` (b as `bv`, any type or layout) and checks: the values are the
 /// f64 kernel's bits; every magnitude is at least the exact `S` and at most `S` times `over`
 /// (the rounding up of the operands) times `F²` (the f32 sums may round up as much as `F`
@@ -39,11 +69,7 @@ fn check_against<B: Operand>(
     let k = a.ncols();
     let mut want = Array2::zeros((m, n));
     gemm_with(Isa::Avx512, a, b, want.view_mut());
-    let (mut c, mut s) = (
-        Array2::from_elem((m, n), f64::NAN),
-        Array2::from_elem((m, n), f64::NAN),
-    );
-    gemm_magnitude_with(Isa::Avx512Bf16, a, bv, c.view_mut(), s.view_mut());
+    let (c, s) = product(Isa::Avx512Bf16, a, bv);
     assert_eq!(
         c.mapv(f64::to_bits),
         want.mapv(f64::to_bits),
@@ -169,66 +195,15 @@ fn out_of_range_operands_take_the_f64_path() {
             base.mapv(|x| x * 1e20),
             b.mapv(|x| x * 1e19),
         ),
-        (
-            "an infinity",
-            {
-                let mut x = base.clone();
-                x[(2, 3)] = f64::INFINITY;
-                x
-            },
-            b.clone(),
-        ),
-        ("a NaN", base.clone(), {
-            let mut x = b.clone();
-            x[(5, 31)] = f64::NAN;
-            x
-        }),
+        ("an infinity", with(&base, (2, 3), f64::INFINITY), b.clone()),
+        ("a NaN", base.clone(), with(&b, (5, 31), f64::NAN)),
     ];
     for (what, a, b) in cases {
-        let zeros = || Array2::<f64>::zeros((9, 32));
-        let (mut c, mut s, mut c64, mut s64) = (zeros(), zeros(), zeros(), zeros());
-        gemm_magnitude_with(
-            Isa::Avx512Bf16,
-            a.view(),
-            b.view(),
-            c.view_mut(),
-            s.view_mut(),
-        );
-        gemm_magnitude_with(
-            Isa::Avx512,
-            a.view(),
-            b.view(),
-            c64.view_mut(),
-            s64.view_mut(),
-        );
-        assert_eq!(
-            c.mapv(f64::to_bits),
-            c64.mapv(f64::to_bits),
-            "{what}: values"
-        );
-        assert_eq!(
-            s.mapv(f64::to_bits),
-            s64.mapv(f64::to_bits),
-            "{what}: magnitudes"
-        );
+        assert_f64_path(a.view(), b.view(), what);
     }
     // In range again: the path itself (not the f64 bits, which it does not reproduce).
-    let (mut c, mut s) = (Array2::zeros((9, 32)), Array2::zeros((9, 32)));
-    let mut s64 = s.clone();
-    gemm_magnitude_with(
-        Isa::Avx512Bf16,
-        tiny.view(),
-        b.view(),
-        c.view_mut(),
-        s.view_mut(),
-    );
-    gemm_magnitude_with(
-        Isa::Avx512,
-        tiny.view(),
-        b.view(),
-        c.view_mut(),
-        s64.view_mut(),
-    );
+    let (_, s) = product(Isa::Avx512Bf16, tiny.view(), b.view());
+    let (_, s64) = product(Isa::Avx512, tiny.view(), b.view());
     assert_ne!(s, s64, "in range, the bf16 path ran");
     check_against(tiny.view(), b.view(), b.view(), UP, "tiny but in range");
 }
@@ -364,48 +339,12 @@ fn the_ranges_cover_every_band_tile_and_block() {
     }
     let (a, b) = (values(260, 300, 7, true), values(300, 48, 8, true));
     let poisoned = [
-        ("subnormal b", a.clone(), {
-            let mut x = b.clone();
-            x[(0, 0)] = 1e-40;
-            x
-        }),
-        ("NaN b", a.clone(), {
-            let mut x = b.clone();
-            x[(1, 2)] = f64::NAN;
-            x
-        }),
-        (
-            "subnormal a",
-            {
-                let mut x = a.clone();
-                x[(0, 1)] = 1e-40;
-                x
-            },
-            b.clone(),
-        ),
+        ("subnormal b", a.clone(), with(&b, (0, 0), 1e-40)),
+        ("NaN b", a.clone(), with(&b, (1, 2), f64::NAN)),
+        ("subnormal a", with(&a, (0, 1), 1e-40), b.clone()),
     ];
     for (what, a, b) in poisoned {
-        let zeros = || Array2::<f64>::zeros((260, 48));
-        let (mut c, mut s, mut c64, mut s64) = (zeros(), zeros(), zeros(), zeros());
-        gemm_magnitude_with(
-            Isa::Avx512Bf16,
-            a.view(),
-            b.view(),
-            c.view_mut(),
-            s.view_mut(),
-        );
-        gemm_magnitude_with(
-            Isa::Avx512,
-            a.view(),
-            b.view(),
-            c64.view_mut(),
-            s64.view_mut(),
-        );
-        assert_eq!(
-            s.mapv(f64::to_bits),
-            s64.mapv(f64::to_bits),
-            "{what}: the f64 path ran"
-        );
+        assert_f64_path(a.view(), b.view(), what);
     }
 }
 
@@ -421,14 +360,7 @@ fn exact_zeros_stay_zero() {
     b.column_mut(3).fill(0.0);
     b.column_mut(20).fill(-0.0);
     check_against(a.view(), b.view(), b.view(), 1.0, "zero row and columns");
-    let (mut c, mut s) = (Array2::zeros((13, 32)), Array2::zeros((13, 32)));
-    gemm_magnitude_with(
-        Isa::Avx512Bf16,
-        a.view(),
-        b.view(),
-        c.view_mut(),
-        s.view_mut(),
-    );
+    let (_, s) = product(Isa::Avx512Bf16, a.view(), b.view());
     for ((i, j), &x) in s.indexed_iter() {
         assert_eq!(x == 0.0, i == 2 || j == 3 || j == 20, "({i}, {j}): {x:e}");
     }
@@ -445,36 +377,22 @@ fn a_thread_that_flushes_subnormals_takes_the_f64_path() {
     let a = values(9, 40, 11, true).mapv(|x| x * 1e20);
     let mut b = values(40, 32, 12, true);
     b[(4, 5)] = 1e-39; // f32 subnormal; times 1e20, far from underflow in f64
-    let zeros = || Array2::<f64>::zeros((9, 32));
-    let (mut c, mut s, mut c64, mut s64) = (zeros(), zeros(), zeros(), zeros());
-    let mut old: u32 = 0;
-    // SAFETY: the control word is read, FTZ and DAZ set for this thread, and restored below.
-    unsafe {
-        std::arch::asm!("stmxcsr [{}]", in(reg) &mut old, options(nostack, preserves_flags));
-        let flushing = old | (1 << 15) | (1 << 6);
-        std::arch::asm!("ldmxcsr [{}]", in(reg) &flushing, options(nostack, preserves_flags));
-    }
+    let set = |csr: u32| {
+        // SAFETY: `ldmxcsr` loads the 32-bit control word from the given address: here this
+        // thread's own word with FTZ and DAZ set, then restored.
+        unsafe { std::arch::asm!("ldmxcsr [{}]", in(reg) &csr, options(nostack, preserves_flags)) }
+    };
+    let old = control_word();
+    set(old | (1 << 15) | (1 << 6));
     assert!(flushes_subnormals());
-    gemm_magnitude_with(
-        Isa::Avx512Bf16,
-        a.view(),
-        b.view(),
-        c.view_mut(),
-        s.view_mut(),
+    let (got, want) = (
+        product(Isa::Avx512Bf16, a.view(), b.view()),
+        product(Isa::Avx512, a.view(), b.view()),
     );
-    gemm_magnitude_with(
-        Isa::Avx512,
-        a.view(),
-        b.view(),
-        c64.view_mut(),
-        s64.view_mut(),
-    );
-    // SAFETY: the control word read above, back.
-    unsafe {
-        std::arch::asm!("ldmxcsr [{}]", in(reg) &old, options(nostack, preserves_flags));
-    }
+    set(old);
     assert!(!flushes_subnormals());
-    assert_eq!(s.mapv(f64::to_bits), s64.mapv(f64::to_bits));
+    let s = got.1;
+    assert_eq!(s.mapv(f64::to_bits), want.1.mapv(f64::to_bits));
     assert!(
         s[(0, 5)] >= (a[(0, 4)] * 1e-39).abs(),
         "the subnormal's product counted"
