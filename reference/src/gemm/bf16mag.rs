@@ -45,6 +45,7 @@ use std::arch::x86_64::*;
 
 use super::band::{pack_b, Band, Shape, KC, MC};
 use super::bound::gamma;
+pub(super) use super::operand::up;
 use super::operand::Operand;
 
 /// Rows of the register tile: 12 value accumulators (6 × 16 f64), 6 magnitude accumulators
@@ -54,25 +55,10 @@ const MR: usize = 6;
 /// Columns of the register tile.
 const NR: usize = 16;
 
-/// `|x|` rounded up to bf16, as its 16 bits in the low half (see the module doc, step 1): to
-/// f32 upwards, then the low 16 bits carried into the top 16. A NaN gives bits above
-/// `0x7f80`; an infinity, or a value past bf16's largest, `0x7f80`.
-#[inline(always)]
-fn up(x: f64) -> u32 {
-    let x = x.abs();
-    let f = x as f32; // to nearest
-    let f = if f64::from(f) < x {
-        f32::from_bits(f.to_bits() + 1)
-    } else {
-        f
-    };
-    (f.to_bits() + 0xffff) >> 16
-}
-
 /// [`up`] of 16 values, `lo` the first 8 and `hi` the last 8, each in the low half of its
 /// lane: the conversion to f32 rounds upwards itself.
 #[inline(always)]
-unsafe fn up16(lo: __m512d, hi: __m512d) -> __m512i {
+pub(super) unsafe fn up16(lo: __m512d, hi: __m512d) -> __m512i {
     const UP: i32 = _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC;
     unsafe {
         let (l, h) = (
@@ -94,21 +80,21 @@ unsafe fn up16(lo: __m512d, hi: __m512d) -> __m512i {
 /// The range of an operand's magnitudes rounded up to bf16, as bf16 bits (which order as
 /// the values do): gathered as they are packed. A NaN or an infinity makes `hi >= 0x7f80`.
 #[derive(Clone, Copy)]
-struct Range {
+pub(super) struct Range {
     /// Smallest non-zero (`u32::MAX` if none).
-    lo: u32,
+    pub(super) lo: u32,
     /// Largest.
-    hi: u32,
+    pub(super) hi: u32,
 }
 
 impl Range {
-    const EMPTY: Range = Range {
+    pub(super) const EMPTY: Range = Range {
         lo: u32::MAX,
         hi: 0,
     };
 
     #[inline(always)]
-    fn see(&mut self, bits: u32) {
+    pub(super) fn see(&mut self, bits: u32) {
         self.lo = if bits != 0 && bits < self.lo {
             bits
         } else {
@@ -117,7 +103,7 @@ impl Range {
         self.hi = if bits > self.hi { bits } else { self.hi };
     }
 
-    fn join(self, o: Range) -> Range {
+    pub(super) fn join(self, o: Range) -> Range {
         Range {
             lo: self.lo.min(o.lo),
             hi: self.hi.max(o.hi),
@@ -131,7 +117,7 @@ fn value(bits: u32) -> f64 {
 }
 
 /// Whether magnitudes from operands of ranges `a` and `b` over `k` products meet step 2.
-fn certified(a: Range, b: Range, k: usize) -> bool {
+pub(super) fn certified(a: Range, b: Range, k: usize) -> bool {
     let nothing = a.hi == 0 || b.hi == 0;
     let finite = a.hi < 0x7f80 && b.hi < 0x7f80;
     let min_normal = 0x0080; // 2^-126
@@ -264,7 +250,7 @@ pub(super) unsafe fn run<B: Operand>(s: &Shape<B>, edge: impl FnOnce(&Shape<B>))
 /// in a host process): the conversion to f32 that rounds `b` up obeys them, and would turn a
 /// value in f32's subnormal range into 0, which the ranges take for an exact zero. The path
 /// is then not taken.
-fn flushes_subnormals() -> bool {
+pub(super) fn flushes_subnormals() -> bool {
     const FTZ: u32 = 1 << 15;
     const DAZ: u32 = 1 << 6;
     control_word() & (FTZ | DAZ) != 0
@@ -323,7 +309,7 @@ unsafe fn pack_a_pairs<B>(
 /// up: `out[pp·16 + j]` holds rows `2pp` (low half) and `2pp + 1` (0 past the last). Returns
 /// their range.
 #[inline(always)]
-unsafe fn pair_rows(vals: &[f64], kc: usize, out: &mut [u32]) -> Range {
+pub(super) unsafe fn pair_rows(vals: &[f64], kc: usize, out: &mut [u32]) -> Range {
     assert!(vals.len() >= kc * NR && out.len() >= kc.div_ceil(2) * NR);
     unsafe {
         let row = |p: usize| {

@@ -3,15 +3,24 @@ use ndarray::{s, Array2, ArrayView2};
 use super::*;
 use crate::gemm::kernel::{gemm_magnitude_with, gemm_with, Isa};
 
-/// Whether this CPU runs the path (the tests below print one SKIPPED line and pass without it:
-/// the f64 path they stand beside is tested everywhere). In unit tests it runs whatever the
-/// shape ([`pays`]).
-fn here(test: &str) -> bool {
-    let ok = Isa::available().contains(&Isa::Avx512Bf16);
-    if !ok {
-        eprintln!("SKIPPED {test}: this CPU has no AVX-512 BF16 (the f64 magnitudes ran instead)");
+/// The paths with bf16 magnitudes this CPU runs: AVX-512 BF16 dot products, and AMX tiles
+/// ([`super::super::amx`]), which share this module's bound and rules. A missing one prints
+/// one SKIPPED line (the tests pass without it: the f64 path they stand beside is tested
+/// everywhere). In unit tests they run whatever the shape ([`pays`]).
+fn paths(test: &str) -> Vec<Isa> {
+    let wanted = [
+        (Isa::Avx512Bf16, "AVX-512 BF16"),
+        (Isa::Amx, "AMX-BF16 tiles, or the permission to use them"),
+    ];
+    let mut here = vec![];
+    for (isa, what) in wanted {
+        if Isa::available().contains(&isa) {
+            here.push(isa);
+        } else {
+            eprintln!("SKIPPED {test} on {isa:?}: this CPU has no {what} (the f64 magnitudes ran instead)");
+        }
     }
-    ok
+    here
 }
 
 /// `Σ_p |a[i, p]|·|b[p, j]|` in f64, and the most it can be below the exact sum's
@@ -36,13 +45,10 @@ fn product<B: Operand>(
     (c, s)
 }
 
-/// The path gives the f64 path's bits, values and magnitudes: it handed the product over.
-fn assert_f64_path(a: ArrayView2<f64>, b: ArrayView2<f64>, what: &str) {
+/// `isa` gives the f64 path's bits, values and magnitudes: it handed the product over.
+fn assert_f64_path<B: Operand>(isa: Isa, a: ArrayView2<f64>, b: ArrayView2<B>, what: &str) {
     let bits = |(c, s): (Array2<f64>, Array2<f64>)| (c.mapv(f64::to_bits), s.mapv(f64::to_bits));
-    let (got, want) = (
-        bits(product(Isa::Avx512Bf16, a, b)),
-        bits(product(Isa::Avx512, a, b)),
-    );
+    let (got, want) = (bits(product(isa, a, b)), bits(product(Isa::Avx512, a, b)));
     assert_eq!(got.0, want.0, "{what}: values");
     assert_eq!(got.1, want.1, "{what}: magnitudes");
 }
@@ -54,11 +60,12 @@ fn with(x: &Array2<f64>, at: (usize, usize), v: f64) -> Array2<f64> {
     x
 }
 
-/// Runs the path on `a·b` (b as `bv`, any type or layout) and checks: the values are the
+/// Runs `isa` on `a·b` (b as `bv`, any type or layout) and checks: the values are the
 /// f64 kernel's bits; every magnitude is at least the exact `S` and at most `S` times `over`
 /// (the rounding up of the operands) times `F²` (the f32 sums may round up as much as `F`
 /// covers them rounding down), and the f64 sum's own error.
 fn check_against<B: Operand>(
+    isa: Isa,
     a: ArrayView2<f64>,
     b: ArrayView2<f64>,
     bv: ArrayView2<B>,
@@ -69,7 +76,8 @@ fn check_against<B: Operand>(
     let k = a.ncols();
     let mut want = Array2::zeros((m, n));
     gemm_with(Isa::Avx512, a, b, want.view_mut());
-    let (c, s) = product(Isa::Avx512Bf16, a, bv);
+    let (c, s) = product(isa, a, bv);
+    let what = format!("{what} on {isa:?}");
     assert_eq!(
         c.mapv(f64::to_bits),
         want.mapv(f64::to_bits),
@@ -117,11 +125,9 @@ const UP: f64 = (1.0 + 1.0 / 128.0) * (1.0 + 1.0 / 128.0);
 
 #[test]
 fn magnitudes_bound_the_sum_from_above_and_closely() {
-    if !here("magnitudes_bound_the_sum_from_above_and_closely") {
-        return;
-    }
-    // Odd depths (a pair padded with 0), across KC (256) and MC (256), column tails that the
-    // f64 path computes (n % 16), a single row and column.
+    // Odd depths (a pair padded with 0), across KC (256) and MC (256), column tails (n % 16:
+    // the f64 path's on AVX-512 BF16, padded tiles on AMX), an odd number of column tiles, a
+    // single row and column.
     let shapes = [
         (1, 1, 1),
         (7, 3, 16),
@@ -130,32 +136,35 @@ fn magnitudes_bound_the_sum_from_above_and_closely() {
         (6, 600, 32),
         (5, 2, 15),
     ];
-    for (m, k, n) in shapes {
-        for cut in [false, true] {
-            let (a, b) = (values(m, k, 1, cut), values(k, n, 2, cut));
-            let over = if cut { 1.0 } else { UP };
-            let what = format!("{m}x{k}x{n} bf16={cut}");
-            check_against(a.view(), b.view(), b.view(), over, &what);
-            // b transposed (dgrad's layout), and held in f32 and bf16.
-            let bt = b.t().as_standard_layout().into_owned();
-            check_against(
-                a.view(),
-                b.view(),
-                bt.t(),
-                over,
-                &(what.clone() + " transposed"),
-            );
-            let b32 = b.mapv(|x| x as f32);
-            check_against(
-                a.view(),
-                b32.mapv(f64::from).view(),
-                b32.view(),
-                over,
-                &(what.clone() + " f32"),
-            );
-            if cut {
-                let b16 = b.mapv(half::bf16::from_f64);
-                check_against(a.view(), b.view(), b16.view(), 1.0, &(what + " bf16 held"));
+    for isa in paths("magnitudes_bound_the_sum_from_above_and_closely") {
+        for (m, k, n) in shapes {
+            for cut in [false, true] {
+                let (a, b) = (values(m, k, 1, cut), values(k, n, 2, cut));
+                let over = if cut { 1.0 } else { UP };
+                let what = format!("{m}x{k}x{n} bf16={cut}");
+                let (av, bv) = (a.view(), b.view());
+                check_against(isa, av, bv, bv, over, &what);
+                // b transposed (dgrad's layout), held in f64, f32 and bf16, both ways.
+                let bt = b.t().as_standard_layout().into_owned();
+                check_against(isa, av, bv, bt.t(), over, &format!("{what} transposed"));
+                let (b32, b32t) = (b.mapv(|x| x as f32), bt.mapv(|x| x as f32));
+                let b32v = b32.mapv(f64::from);
+                check_against(
+                    isa,
+                    av,
+                    b32v.view(),
+                    b32.view(),
+                    over,
+                    &format!("{what} f32"),
+                );
+                let what_t = format!("{what} f32 transposed");
+                check_against(isa, av, b32v.view(), b32t.t(), over, &what_t);
+                if cut {
+                    let (b16, b16t) = (b.mapv(half::bf16::from_f64), bt.mapv(half::bf16::from_f64));
+                    check_against(isa, av, bv, b16.view(), 1.0, &format!("{what} bf16 held"));
+                    let what_t = format!("{what} bf16 held transposed");
+                    check_against(isa, av, bv, b16t.t(), 1.0, &what_t);
+                }
             }
         }
     }
@@ -166,24 +175,20 @@ fn magnitudes_bound_the_sum_from_above_and_closely() {
 /// magnitudes fall below `S`.
 #[test]
 fn long_sums_need_the_inflation() {
-    if !here("long_sums_need_the_inflation") {
-        return;
-    }
     let k = 2048;
     let a = Array2::from_shape_fn((6, k), |(i, p)| 1.0 + ((i + 3 * p) % 5) as f64 / 128.0);
     let b = Array2::from_shape_fn((k, 16), |(p, j)| 1.0 + ((p * 7 + j) % 3) as f64 / 128.0);
-    check_against(a.view(), b.view(), b.view(), 1.0, "long");
     // Just above a bf16: rounded up, never to nearest.
-    let a = a.mapv(|x| x * (1.0 + 2f64.powi(-20)));
-    check_against(a.view(), b.view(), b.view(), UP, "long, not bf16");
+    let above = a.mapv(|x| x * (1.0 + 2f64.powi(-20)));
+    for isa in paths("long_sums_need_the_inflation") {
+        check_against(isa, a.view(), b.view(), b.view(), 1.0, "long");
+        check_against(isa, above.view(), b.view(), b.view(), UP, "long, not bf16");
+    }
 }
 
 /// Operands outside step 2's range go to the f64 path: the magnitudes are then its bits.
 #[test]
 fn out_of_range_operands_take_the_f64_path() {
-    if !here("out_of_range_operands_take_the_f64_path") {
-        return;
-    }
     let base = values(9, 40, 3, false);
     let b = values(40, 32, 4, false);
     let tiny = base.mapv(|x| x * 1e-20); // products with b near 1e-20: in range
@@ -198,14 +203,23 @@ fn out_of_range_operands_take_the_f64_path() {
         ("an infinity", with(&base, (2, 3), f64::INFINITY), b.clone()),
         ("a NaN", base.clone(), with(&b, (5, 31), f64::NAN)),
     ];
-    for (what, a, b) in cases {
-        assert_f64_path(a.view(), b.view(), what);
+    for isa in paths("out_of_range_operands_take_the_f64_path") {
+        for (what, a, b) in &cases {
+            assert_f64_path(isa, a.view(), b.view(), &format!("{what} on {isa:?}"));
+        }
+        // In range again: the path itself (not the f64 bits, which it does not reproduce).
+        let (_, s) = product(isa, tiny.view(), b.view());
+        let (_, s64) = product(Isa::Avx512, tiny.view(), b.view());
+        assert_ne!(s, s64, "in range, {isa:?} ran");
+        check_against(
+            isa,
+            tiny.view(),
+            b.view(),
+            b.view(),
+            UP,
+            "tiny but in range",
+        );
     }
-    // In range again: the path itself (not the f64 bits, which it does not reproduce).
-    let (_, s) = product(Isa::Avx512Bf16, tiny.view(), b.view());
-    let (_, s64) = product(Isa::Avx512, tiny.view(), b.view());
-    assert_ne!(s, s64, "in range, the bf16 path ran");
-    check_against(tiny.view(), b.view(), b.view(), UP, "tiny but in range");
 }
 
 #[test]
@@ -281,36 +295,35 @@ fn rounding_up_to_bf16() {
 /// columns beside it untouched.
 #[test]
 fn strided_magnitudes_window() {
-    if !here("strided_magnitudes_window") {
-        return;
-    }
     let (a, b) = (values(9, 300, 5, false), values(300, 18, 6, false));
-    let mut c = Array2::zeros((9, 18));
-    let mut wide = Array2::from_elem((9, 36), -1.0);
-    gemm_magnitude_with(
-        Isa::Avx512Bf16,
-        a.view(),
-        b.view(),
-        c.view_mut(),
-        wide.slice_mut(s![.., ..;2]),
-    );
     let (exact, g) = exact_magnitudes(a.view(), b.view());
-    for ((i, j), &e) in exact.indexed_iter() {
-        let x = wide[(i, 2 * j)];
-        let f = inflation(300);
-        assert!(
-            x >= e * (1.0 + g) && x <= e * (1.0 + g) * UP * f * f,
-            "({i}, {j})"
+    for isa in paths("strided_magnitudes_window") {
+        let mut c = Array2::zeros((9, 18));
+        let mut wide = Array2::from_elem((9, 36), -1.0);
+        gemm_magnitude_with(
+            isa,
+            a.view(),
+            b.view(),
+            c.view_mut(),
+            wide.slice_mut(s![.., ..;2]),
         );
+        for ((i, j), &e) in exact.indexed_iter() {
+            let x = wide[(i, 2 * j)];
+            let f = inflation(300);
+            assert!(
+                x >= e * (1.0 + g) && x <= e * (1.0 + g) * UP * f * f,
+                "({i}, {j}) on {isa:?}"
+            );
+        }
+        assert!(wide.slice(s![.., 1..;2]).iter().all(|v| *v == -1.0));
     }
-    assert!(wide.slice(s![.., 1..;2]).iter().all(|v| *v == -1.0));
 }
 
 /// The vector rounding ([`up16`], packing `b`) gives the scalar rule's bits ([`up`], packing
 /// `a`), infinities and values past bf16 included.
 #[test]
 fn rounding_up_sixteen_at_a_time() {
-    if !here("rounding_up_sixteen_at_a_time") {
+    if !paths("rounding_up_sixteen_at_a_time").contains(&Isa::Avx512Bf16) {
         return;
     }
     let (p30, tiny, inf) = (1.0 + 2f64.powi(-30), 2f64.powi(-126), f64::INFINITY);
@@ -334,17 +347,31 @@ fn rounding_up_sixteen_at_a_time() {
 /// several bands (k > 256) and row blocks (m > 256).
 #[test]
 fn the_ranges_cover_every_band_tile_and_block() {
-    if !here("the_ranges_cover_every_band_tile_and_block") {
-        return;
-    }
-    let (a, b) = (values(260, 300, 7, true), values(300, 48, 8, true));
+    // 49 columns: three whole column tiles and a tail.
+    let (a, b) = (values(260, 300, 7, true), values(300, 49, 8, true));
     let poisoned = [
+        (
+            "NaN b in the column tail",
+            a.clone(),
+            with(&b, (3, 48), f64::NAN),
+        ),
         ("subnormal b", a.clone(), with(&b, (0, 0), 1e-40)),
         ("NaN b", a.clone(), with(&b, (1, 2), f64::NAN)),
         ("subnormal a", with(&a, (0, 1), 1e-40), b.clone()),
     ];
-    for (what, a, b) in poisoned {
-        assert_f64_path(a.view(), b.view(), what);
+    for isa in paths("the_ranges_cover_every_band_tile_and_block") {
+        for (what, a, b) in &poisoned {
+            if isa == Isa::Avx512Bf16 && what.contains("tail") {
+                // There the tail's 1 column is the f64 path's already (NaN in that column
+                // only), the full tiles' bounds the bf16 path's.
+                continue;
+            }
+            let what = format!("{what} on {isa:?}");
+            assert_f64_path(isa, a.view(), b.view(), &what);
+            // b held in bf16 and transposed (dgrad's weight), read 16 pairs at a time on AMX.
+            let b16t = b.t().as_standard_layout().mapv(half::bf16::from_f64);
+            assert_f64_path(isa, a.view(), b16t.t(), &format!("{what}, bf16 transposed"));
+        }
     }
 }
 
@@ -352,17 +379,27 @@ fn the_ranges_cover_every_band_tile_and_block() {
 /// magnitude is exactly 0, and nowhere else.
 #[test]
 fn exact_zeros_stay_zero() {
-    if !here("exact_zeros_stay_zero") {
-        return;
-    }
     let (mut a, mut b) = (values(13, 301, 9, true), values(301, 32, 10, true));
     a.row_mut(2).fill(0.0);
     b.column_mut(3).fill(0.0);
     b.column_mut(20).fill(-0.0);
-    check_against(a.view(), b.view(), b.view(), 1.0, "zero row and columns");
-    let (_, s) = product(Isa::Avx512Bf16, a.view(), b.view());
-    for ((i, j), &x) in s.indexed_iter() {
-        assert_eq!(x == 0.0, i == 2 || j == 3 || j == 20, "({i}, {j}): {x:e}");
+    for isa in paths("exact_zeros_stay_zero") {
+        check_against(
+            isa,
+            a.view(),
+            b.view(),
+            b.view(),
+            1.0,
+            "zero row and columns",
+        );
+        let (_, s) = product(isa, a.view(), b.view());
+        for ((i, j), &x) in s.indexed_iter() {
+            assert_eq!(
+                x == 0.0,
+                i == 2 || j == 3 || j == 20,
+                "({i}, {j}) on {isa:?}: {x:e}"
+            );
+        }
     }
 }
 
@@ -371,9 +408,6 @@ fn exact_zeros_stay_zero() {
 /// subnormal range into 0 and drop its product.
 #[test]
 fn a_thread_that_flushes_subnormals_takes_the_f64_path() {
-    if !here("a_thread_that_flushes_subnormals_takes_the_f64_path") {
-        return;
-    }
     let a = values(9, 40, 11, true).mapv(|x| x * 1e20);
     let mut b = values(40, 32, 12, true);
     b[(4, 5)] = 1e-39; // f32 subnormal; times 1e20, far from underflow in f64
@@ -382,19 +416,21 @@ fn a_thread_that_flushes_subnormals_takes_the_f64_path() {
         // thread's own word with FTZ and DAZ set, then restored.
         unsafe { std::arch::asm!("ldmxcsr [{}]", in(reg) &csr, options(nostack, preserves_flags)) }
     };
-    let old = control_word();
-    set(old | (1 << 15) | (1 << 6));
-    assert!(flushes_subnormals());
-    let (got, want) = (
-        product(Isa::Avx512Bf16, a.view(), b.view()),
-        product(Isa::Avx512, a.view(), b.view()),
-    );
-    set(old);
-    assert!(!flushes_subnormals());
-    let s = got.1;
-    assert_eq!(s.mapv(f64::to_bits), want.1.mapv(f64::to_bits));
-    assert!(
-        s[(0, 5)] >= (a[(0, 4)] * 1e-39).abs(),
-        "the subnormal's product counted"
-    );
+    for isa in paths("a_thread_that_flushes_subnormals_takes_the_f64_path") {
+        let old = control_word();
+        set(old | (1 << 15) | (1 << 6));
+        assert!(flushes_subnormals());
+        let (got, want) = (
+            product(isa, a.view(), b.view()),
+            product(Isa::Avx512, a.view(), b.view()),
+        );
+        set(old);
+        assert!(!flushes_subnormals());
+        let s = got.1;
+        assert_eq!(s.mapv(f64::to_bits), want.1.mapv(f64::to_bits), "{isa:?}");
+        assert!(
+            s[(0, 5)] >= (a[(0, 4)] * 1e-39).abs(),
+            "the subnormal's product counted on {isa:?}"
+        );
+    }
 }

@@ -12,6 +12,10 @@ pub enum Isa {
     /// [`Isa::Avx512`] for the values; the magnitudes by AVX-512 BF16 dot products, a certified
     /// upper bound a little above `Σ|a|·|b|` (see [`super::bf16mag`]), not its f64 sums.
     Avx512Bf16,
+    /// [`Isa::Avx512`] for the values (its values-only register tile); the magnitudes by AMX
+    /// BF16 tiles, the same certified upper bound as [`Isa::Avx512Bf16`]'s (see
+    /// [`super::amx`]) at a few percent of the values' cost.
+    Amx,
 }
 
 impl Isa {
@@ -33,6 +37,9 @@ impl Isa {
                     paths.push(Isa::Avx512);
                     if has!("avx512bf16") {
                         paths.push(Isa::Avx512Bf16);
+                        if super::amx::available() {
+                            paths.push(Isa::Amx);
+                        }
                     }
                 }
             }

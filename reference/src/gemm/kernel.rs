@@ -34,13 +34,17 @@
 //! and 2 × 8. The tile loops are plain Rust over fixed-size arrays that the
 //! compiler vectorises inside `#[target_feature]` functions.
 //!
-//! Where the CPU also has AVX-512 BF16 ([`Isa::Avx512Bf16`], the widest path when present),
-//! the values are the same, but the magnitudes come from bf16 dot products summed in f32
-//! ([`super::bf16mag`], written with intrinsics): not the f64 sums, but a certified upper
-//! bound of `Σ|a|·|b|` at most about `2γ(k + 1, 2^-23)` above it (5e-4 at K = 2048, 2e-3 at
-//! DeepSeek-V3's 7168), at a quarter of the f64 magnitudes' multiply-adds. An error bound
-//! grows with its magnitude, so it stays a bound. Operands whose magnitudes could underflow or
-//! overflow in f32 fall back to the f64 sums, call by call.
+//! Where the CPU also has AVX-512 BF16 ([`Isa::Avx512Bf16`]), the values are the same, but
+//! the magnitudes come from bf16 dot products summed in f32 ([`super::bf16mag`], written with
+//! intrinsics): not the f64 sums, but a certified upper bound of `Σ|a|·|b|` at most about
+//! `2γ(k + 1, 2^-23)` above it (5e-4 at K = 2048, 2e-3 at DeepSeek-V3's 7168), at a quarter of
+//! the f64 magnitudes' multiply-adds. An error bound grows with its magnitude, so it stays a
+//! bound. Operands whose magnitudes could underflow or overflow in f32 fall back to the f64
+//! sums, call by call. Where the process may also use AMX tiles ([`Isa::Amx`], the widest path
+//! when present), the same bound comes from `tdpbf16ps` ([`super::amx`]) after the values,
+//! which then run alone on the 8 × 24 tile: the magnitudes add a quarter of the values' time
+//! where the sums are long (fwd, dgrad) and about two thirds where they are short (wgrad, whose
+//! outputs cost most to store), against 0.7 to 1.1 on the dot products.
 
 use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 
@@ -93,8 +97,8 @@ pub fn gemm_with<B: Operand>(
 ///
 /// Both sums run in the order of [`gemm`], with the same tiles: `c` is bit for bit what
 /// [`gemm`] returns, and `s` what [`gemm`] returns for `|a|` and `|b|` (the absolute values are
-/// taken in registers; `|x|` is exact), except on [`Isa::Avx512Bf16`], where `s` is a
-/// certified upper bound a little above that sum (see the module doc).
+/// taken in registers; `|x|` is exact), except on [`Isa::Avx512Bf16`] and [`Isa::Amx`], where
+/// `s` is a certified upper bound a little above that sum (see the module doc).
 ///
 /// # Panics
 /// If the shapes disagree.
@@ -134,14 +138,14 @@ pub fn gemm_magnitude_with<B: Operand>(
 }
 
 /// What [`gemm_magnitude_with`] returns on `isa` for an element whose sums of `k` magnitudes
-/// are exact in f32 and f64 (small integers): the sum itself, or on [`Isa::Avx512Bf16`] the
-/// sum times `F(k)` rounded once. For tests that compare the kernel's magnitudes with sums
+/// are exact in f32 and f64 (small integers): the sum itself, or on [`Isa::Avx512Bf16`] and
+/// [`Isa::Amx`] the sum times `F(k)` rounded once. For tests that compare the kernel's magnitudes with sums
 /// computed otherwise (in unit tests the bf16 path runs whatever the shape).
 #[cfg(test)]
 pub(crate) fn exact_sum_as_reported(isa: Isa, sum: f64, k: usize) -> f64 {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Bf16 => sum * super::bf16mag::inflation(k),
+        Isa::Avx512Bf16 | Isa::Amx => sum * super::bf16mag::inflation(k),
         _ => sum,
     }
 }
@@ -252,6 +256,20 @@ fn run<B: Operand>(
                 let edge = |s: &Shape<B>| body_avx512_magnitude(s);
                 if !super::bf16mag::pays(m, n) || !super::bf16mag::run(&shape, edge) {
                     body_avx512_magnitude(&shape);
+                }
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Amx, false) => body_avx512(&shape),
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Amx, true) => {
+                // The values alone on the widest f64 tile, then the magnitudes beside them.
+                if !super::bf16mag::pays(m, n) {
+                    body_avx512_magnitude(&shape);
+                } else {
+                    body_avx512(&shape);
+                    if !super::amx::run(&shape) {
+                        body_avx512_magnitude(&shape);
+                    }
                 }
             }
             #[cfg(not(target_arch = "x86_64"))]

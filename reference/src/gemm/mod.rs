@@ -24,6 +24,8 @@
 //! See [`bound`]: `|ŷ - y| <= γ(n, u_acc)·(1+u_out)·Σ|a·b| + u_out·|y| + η_out/2 + …` per
 //! element, with `n` the reduction depth of that element.
 
+#[cfg(target_arch = "x86_64")]
+mod amx;
 mod band;
 #[cfg(target_arch = "x86_64")]
 pub mod bf16mag;
