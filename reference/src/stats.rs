@@ -467,6 +467,10 @@ pub fn worst_slice<'a, S: 'a, L: 'a>(
         })
 }
 
+#[path = "stats_bounded.rs"]
+mod bounded;
+pub(crate) use bounded::{zero_ratio, Held, Linear};
+
 #[cfg(test)]
 #[path = "stats_tests.rs"]
 mod tests;

@@ -154,16 +154,16 @@ impl ErrorBound {
     /// 1e-50 written in a float64 output file fails.
     #[inline]
     pub fn at(&self, magnitude: f64, value: f64) -> f64 {
-        // Both sides computed and one selected (no branch, so a loop over a row vectorises);
-        // the formula's NaN for a vacuous bound times a zero magnitude is never selected.
-        let b = self.coeff_value * value.abs()
-            + self.floor
-            + self.coeff_magnitude * magnitude
-            + self.underflow;
-        if magnitude == 0.0 {
-            0.0
-        } else {
-            b
+        self.linear().at(magnitude, value)
+    }
+
+    /// The bound as the statistics compute it for a row at a time ([`crate::stats`]).
+    pub(crate) fn linear(&self) -> crate::stats::Linear {
+        crate::stats::Linear {
+            value: self.coeff_value,
+            floor: self.floor,
+            magnitude: self.coeff_magnitude,
+            underflow: self.underflow,
         }
     }
 

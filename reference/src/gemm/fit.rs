@@ -43,14 +43,15 @@ impl Fit {
     }
 
     /// Whether the outputs still fit some format: once they fit none, [`Fit::push`] only
-    /// counts non-zero outputs, which [`Fit::count_nonzero`] does for a whole row.
+    /// counts non-zero outputs, which [`Fit::count`] takes for a whole row.
     pub(super) fn looking(&self) -> bool {
         self.got.iter().any(|&g| g)
     }
 
-    /// [`Fit::push`] for outputs `got` once [`Fit::looking`] is false.
-    pub(super) fn count_nonzero(&mut self, got: &[f64]) {
-        self.nonzero += got.iter().filter(|x| x.is_finite() && **x != 0.0).count();
+    /// [`Fit::push`] for outputs of which `nonzero` are finite and not zero, once
+    /// [`Fit::looking`] is false.
+    pub(super) fn count(&mut self, nonzero: usize) {
+        self.nonzero += nonzero;
     }
 
     #[inline]

@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use super::bound::ErrorBound;
 use super::fit::Fit;
-use super::held::OutView2;
+use super::held::{OutView, OutView2};
 use crate::format::Format;
-use crate::stats::{lane_max, ElementStats, StatsAcc, WorstElement, LANES};
+use crate::stats::{ElementStats, Held, StatsAcc, WorstElement};
 
 /// Which rows an element belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -60,29 +60,7 @@ impl GroupStats {
     }
 }
 
-/// `|want| / bound` for one element, as [`super::PassReport::zero_ratio`] takes its maximum (full
-/// and fast verification alike): 0 where `want` is 0 or not finite, the smallest normal where
-/// the bound is infinite or NaN (vacuous: zeros would pass, by no margin anyone should rely
-/// on), +inf where it is 0 (zeros fail unless `want` is 0).
-///
-/// Every case is computed and one selected, without branches, so that a loop over a row
-/// vectorises (the judge calls it for every element of a full verification).
-#[inline(always)]
-pub(crate) fn zero_ratio(want: f64, bound: f64) -> f64 {
-    let w = want.abs();
-    let q = w / bound;
-    let by_bound = if bound > 0.0 { q } else { f64::INFINITY };
-    let by_bound = if bound.is_infinite() || bound.is_nan() {
-        f64::MIN_POSITIVE
-    } else {
-        by_bound
-    };
-    if w == 0.0 || !w.is_finite() {
-        0.0
-    } else {
-        by_bound
-    }
-}
+pub(crate) use crate::stats::zero_ratio;
 
 /// Accumulates one group's statistics, and the bound's teeth ([`PassReport::zero_ratio`]).
 pub(super) struct Acc {
@@ -103,9 +81,9 @@ impl Acc {
     }
 
     /// Judges the rows `first..first + want.nrows()` of `got` against a block of the
-    /// reference (`want`, `mag` are the block's rows): each element's bound, the bound's
-    /// teeth and the output fit, then the statistics a row at a time through
-    /// [`StatsAcc::push_slice`].
+    /// reference (`want`, `mag` are the block's rows), a row at a time: the output fit, then
+    /// each element's bound, the statistics and the bound's teeth in one sweep
+    /// ([`StatsAcc::push_bounded`]).
     pub(super) fn push_rows(
         &mut self,
         first: usize,
@@ -114,79 +92,71 @@ impl Acc {
         mag: ArrayView2<f64>,
         bound: &ErrorBound,
     ) {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the processor has AVX2 (checked just above).
-            unsafe { self.push_rows_avx2(first, got, want, mag, bound) };
-            return;
-        }
-        self.judge_rows(first, got, want, mag, bound);
-    }
-
-    /// [`Acc::judge_rows`] compiled for AVX2 (the crate is built for baseline x86-64).
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn push_rows_avx2(
-        &mut self,
-        first: usize,
-        got: OutView2<'_>,
-        want: ArrayView2<f64>,
-        mag: ArrayView2<f64>,
-        bound: &ErrorBound,
-    ) {
-        self.judge_rows(first, got, want, mag, bound)
-    }
-
-    /// [`Acc::push_rows`]' work: per row, the bounds and the teeth in branch-free loops (the
-    /// teeth's maximum in eight lanes: no ratio is NaN), the fit, the statistics.
-    #[inline(always)]
-    fn judge_rows(
-        &mut self,
-        first: usize,
-        got: OutView2<'_>,
-        want: ArrayView2<f64>,
-        mag: ArrayView2<f64>,
-        bound: &ErrorBound,
-    ) {
         let group = self.group;
-        let mut bounds = Vec::with_capacity(want.ncols());
-        let mut ratios = Vec::with_capacity(want.ncols());
         let mut widened = Vec::with_capacity(want.ncols());
         for (i, (w, s)) in want.outer_iter().zip(mag.outer_iter()).enumerate() {
             let row = first + i;
-            let g = got.row_f64(row, &mut widened);
             let (w, s) = (contiguous(w), contiguous(s));
             let zero = |xs: &[f64]| xs.iter().fold(true, |z, &x| z & (x == 0.0));
             // A row with a non-zero magnitude up front (nearly every row) is not scanned.
             let maybe = s.first() == Some(&0.0);
-            if maybe && zero(&s) && zero(&w) && zero(g) {
-                // An exact zero where the answer is exactly zero (an empty expert's wgrad):
-                // bounds 0, teeth 0 (no change), what judging element by element gives.
-                if self.fit.looking() {
-                    self.fit.push_zeros();
+            if maybe && zero(&s) && zero(&w) {
+                let g = got.row_f64(row, &mut widened);
+                if zero(g) {
+                    // An exact zero where the answer is exactly zero (an empty expert's
+                    // wgrad): bounds 0, teeth 0 (no change), what judging element by element
+                    // gives.
+                    if self.fit.looking() {
+                        self.fit.push_zeros();
+                    }
+                    self.acc.push_zeros(|col| GemmAt { group, row, col }, g, &w);
+                    continue;
                 }
-                self.acc.push_zeros(|col| GemmAt { group, row, col }, g, &w);
-                continue;
             }
-            bounds.clear();
-            bounds.extend(w.iter().zip(s.iter()).map(|(&y, &m)| bound.at(m, y)));
-            ratios.clear();
-            ratios.extend(w.iter().zip(&bounds).map(|(&y, &b)| zero_ratio(y, b)));
-            let mut lanes = [self.teeth; LANES];
-            lane_max(&mut lanes, &ratios);
-            self.teeth = lanes
-                .iter()
-                .fold(self.teeth, |t, &z| if z > t { z } else { t });
-            if self.fit.looking() {
+            // The first rows, until the outputs stop fitting a narrower format: the fit looks
+            // at every element (and counts the non-zeros itself); after that, the sweep counts.
+            let looking = self.fit.looking();
+            if looking {
+                let g = got.row_f64(row, &mut widened);
                 for (&x, &y) in g.iter().zip(w.iter()) {
                     self.fit.push(x, y);
                 }
-            } else {
-                self.fit.count_nonzero(g);
             }
-            self.acc
-                .push_slice(|col| GemmAt { group, row, col }, g, &w, &bounds);
+            // An f32 row where it lies (widened in the sweep's registers), else in f64.
+            let nonzero = match got {
+                OutView::F32(a) => match a.row(row).to_slice() {
+                    Some(g) => self.sweep(row, g, &w, &s, bound),
+                    None => self.sweep(row, got.row_f64(row, &mut widened), &w, &s, bound),
+                },
+                OutView::F64(_) => self.sweep(row, got.row_f64(row, &mut widened), &w, &s, bound),
+            };
+            if !looking {
+                self.fit.count(nonzero);
+            }
         }
+    }
+
+    /// One row judged in one sweep ([`StatsAcc::push_bounded`]): the statistics and the
+    /// teeth; returns how many outputs are finite and not zero.
+    fn sweep<G: Held>(
+        &mut self,
+        row: usize,
+        got: &[G],
+        want: &[f64],
+        mag: &[f64],
+        bound: &ErrorBound,
+    ) -> usize {
+        let group = self.group;
+        let swept = self.acc.push_bounded(
+            |col| GemmAt { group, row, col },
+            got,
+            want,
+            mag,
+            bound.linear(),
+            self.teeth,
+        );
+        self.teeth = swept.teeth;
+        swept.nonzero
     }
 
     /// The group's statistics, its `max |want| / bound` and what its outputs fit.
