@@ -233,7 +233,7 @@ pub fn sizes_of(spec: &GemmSpec) -> Vec<usize> {
 ///
 /// The values are those of one ChaCha8 stream read in order — the group sizes, `lhs` row by
 /// row, the experts' scales, `rhs` expert by expert, `dout` — but the long arrays are filled
-/// in parallel: each value takes one `u64` of the stream (two 32-bit words), so a chunk
+/// in parallel: each value takes one 32-bit word of the stream ([`unit_range`]), so a chunk
 /// starting at value `i` seeks to its word position instead of drawing everything before it.
 /// A test checks the result against drawing the stream sequentially.
 pub fn generate(spec: &GemmSpec) -> GroupedGemmCase {
@@ -255,7 +255,7 @@ pub fn generate_with(spec: &GemmSpec, weights: Format) -> GroupedGemmCase {
         per: usize::MAX,
     };
     fill(&rng, at, slice(&mut lhs), &unscaled, dtype, value);
-    rng.set_word_pos(at + 2 * (m * k) as u128);
+    rng.set_word_pos(at + (m * k) as u128);
     let scales: Vec<f64> = (0..g)
         .map(|_| 2f64.powi(rng.random_range(-6..=6)))
         .collect();
@@ -277,7 +277,7 @@ pub fn generate_with(spec: &GemmSpec, weights: Format) -> GroupedGemmCase {
         Weights::F32(w)
     };
     let mut dout = ndarray::Array2::<f32>::zeros((m, n));
-    let at = at + 2 * (g * k * n) as u128;
+    let at = at + (g * k * n) as u128;
     fill(&rng, at, slice(&mut dout), &unscaled, dtype, value);
     GroupedGemmCase {
         lhs,
@@ -314,11 +314,11 @@ struct Scales<'a> {
     per: usize,
 }
 
-/// `out[i] = store(round_to(x_i · scales.of[i / scales.per], format))` where `x_i`, uniform
-/// in (-1, 1), is the value drawn from `rng`'s stream at word position `start + 2i`; in
-/// parallel chunks, each seeking to its start. The stream's words are drawn in bulk (the same
-/// words as one `u64` at a time), in batches that never straddle a change of scale, and each
-/// batch is rounded by [`round_slice`] (`round_to`'s bits, vectorised).
+/// `out[i] = store(round_to(x_i · scales.of[i / scales.per], format))` where `x_i` =
+/// [`unit_range`] of the word at position `start + i` of `rng`'s stream; in parallel chunks,
+/// each seeking to its start. The stream's words are drawn in bulk (the same words as one
+/// `next_u32` at a time), in batches that never straddle a change of scale, and each batch is
+/// rounded by [`round_slice`] (`round_to`'s bits, vectorised).
 fn fill<T: Send>(
     rng: &ChaCha8Rng,
     start: u128,
@@ -339,8 +339,8 @@ fn fill<T: Send>(
         |(_, part)| part.len(),
         |(first, part)| {
             let mut r = rng.clone();
-            r.set_word_pos(start + 2 * first as u128);
-            let (mut words, mut xs, mut ys) = ([0u64; WORDS], [0f64; WORDS], [0f64; WORDS]);
+            r.set_word_pos(start + first as u128);
+            let (mut words, mut xs, mut ys) = ([0u32; WORDS], [0f64; WORDS], [0f64; WORDS]);
             let mut done = 0;
             while done < part.len() {
                 let i = first + done;
@@ -362,19 +362,21 @@ fn fill<T: Send>(
     );
 }
 
-/// rand's `random_range(-1.0..1.0)` for f64 from the `u64` it draws: the top 52 bits as a
-/// value in `[1, 2)`, minus 1, times the range's width 2, plus its low end -1 (each step
-/// exact or rounded as rand rounds it; a test checks the two agree).
+/// A value uniform on `[-1, 1)` from one 32-bit word: its top 24 bits `t` as `t·2^-23 - 1`
+/// (exact in f64), a grid of 2^-23, as fine as an f32 near 1 and finer than a bf16 or an f16
+/// anywhere their values are not tiny. One word a value rather than the 64 bits of rand's
+/// `random_range` for f64: drawing the stream is most of the work of making a case (a
+/// DeepSeek-V3 case has 7.5 G values).
 #[inline(always)]
-fn unit_range(w: u64) -> f64 {
-    let one_two = f64::from_bits((w >> 12) | 1.0f64.to_bits());
-    (one_two - 1.0) * 2.0 + -1.0
+fn unit_range(w: u32) -> f64 {
+    f64::from(w >> 8) * 2f64.powi(-23) - 1.0
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use moecheck_reference::format::round_to;
+    use rand::RngCore;
 
     fn spec() -> GemmSpec {
         GemmSpec {
@@ -414,7 +416,7 @@ mod tests {
         let (m, k, n, g) = (spec.rows(), spec.hidden, spec.ffn, spec.experts);
         let dtype = spec.dtype;
         let value = |scale: f64, rng: &mut ChaCha8Rng| -> f32 {
-            let x: f64 = rng.random_range(-1.0..1.0);
+            let x = unit_range(rng.next_u32());
             round_to(x * scale, dtype, Overflow::Ieee) as f32
         };
         let lhs = ndarray::Array2::from_shape_simple_fn((m, k), || value(1.0, &mut rng));
@@ -460,18 +462,26 @@ mod tests {
         }
     }
 
-    /// The bulk words and formula give rand's own draws, word for word.
+    /// The values lie in [-1, 1) on the 2^-23 grid, reach both ends of the words, and are
+    /// spread over the range; the bulk draw gives the words one at a time would.
     #[test]
-    fn unit_range_is_rands_random_range() {
+    fn unit_range_covers_minus_one_to_one() {
+        assert_eq!(unit_range(0), -1.0);
+        assert_eq!(unit_range(u32::MAX), 1.0 - 2f64.powi(-23));
+        assert_eq!(unit_range(1 << 31), 0.0);
         let mut a = ChaCha8Rng::seed_from_u64(3);
         let mut b = a.clone();
-        let mut words = [0u64; 1000];
+        let mut words = [0u32; 4000];
         b.fill(&mut words[..]);
+        let mut halves = [0usize; 2];
         for w in words {
-            let x: f64 = a.random_range(-1.0..1.0);
-            assert_eq!(x.to_bits(), unit_range(w).to_bits());
+            assert_eq!(w, a.next_u32());
+            let x = unit_range(w);
+            assert!((-1.0..1.0).contains(&x) && (x * 2f64.powi(23)).fract() == 0.0);
+            halves[usize::from(x >= 0.0)] += 1;
         }
         assert_eq!(a.get_word_pos(), b.get_word_pos());
+        assert!(halves.iter().all(|&h| h > 1800), "{halves:?}");
     }
 
     #[test]
