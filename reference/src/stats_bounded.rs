@@ -137,7 +137,7 @@ mod avx512 {
 
     impl<L> StatsAcc<L> {
         /// [`StatsAcc::push_bounded`]'s sweep, [`CHUNK`] elements at a time in eight-lane
-        /// vectors: the bounds, the differences, the failures, the ratios, the ULP distances
+        /// vectors: the bounds, the differences, the failures, the ULP distances
         /// (`inv`), the maxima (per lane: nothing is NaN when the chunk is finite), the teeth
         /// and `calc_diff`'s sums (each element into its lane, see [`StatsAcc`]), every
         /// operation the one [`StatsAcc::push`] does, in its order (no fused multiply-adds).
@@ -169,7 +169,7 @@ mod avx512 {
             fn finite(x: __m512d) -> __mmask8 {
                 _mm512_cmp_pd_mask::<_CMP_LT_OQ>(_mm512_abs_pd(x), _mm512_set1_pd(f64::INFINITY))
             }
-            let (mut bounds, mut ratios) = ([0.0f64; CHUNK], [0.0f64; CHUNK]);
+            let mut bounds = [0.0f64; CHUNK];
             let mut teeth = v(start);
             let mut nonzero = 0;
             let whole = got.len() - got.len() % LANES;
@@ -183,7 +183,15 @@ mod avx512 {
                 // SAFETY: eight values each.
                 let (mut xy, mut sq) =
                     unsafe { (_mm512_loadu_pd(x.as_ptr()), _mm512_loadu_pd(q.as_ptr())) };
-                let (mut e_max, mut u_max, mut r_max) = (zero, zero, zero);
+                let (mut e_max, mut u_max) = (zero, zero);
+                // Whether an element may beat the worst ratio so far, `m`: its ratio `e / b`
+                // rounded is above `m` only if `e > m·b` exactly, so only if `e` exceeds
+                // `m·b·(1 - 2^-50)` computed (each of its two roundings is under 2^-52), or
+                // the bound is NaN and `e` is not 0 (ratio +inf). No division for the others;
+                // a chunk holding one is looked through with the ratios computed exactly.
+                let m = v(self.stats.max_bound_ratio);
+                let below = v(1.0 - 2f64.powi(-50));
+                let mut beats = self.stats.worst.is_none();
                 let (mut all_finite, mut failed) = (true, 0u32);
                 for c in (0..n).step_by(LANES) {
                     let i = first + c;
@@ -215,8 +223,10 @@ mod avx512 {
                     // The ratio: e / b where b > 0, else 0 (e = 0) or +inf.
                     let positive = _mm512_cmp_pd_mask::<_CMP_GT_OQ>(b, zero);
                     let not_exact = _mm512_cmp_pd_mask::<_CMP_NEQ_UQ>(e, zero);
-                    let r = _mm512_mask_blend_pd(not_exact, zero, inf);
-                    let r = _mm512_mask_blend_pd(positive, r, _mm512_div_pd(e, b));
+                    let above = _mm512_mul_pd(_mm512_mul_pd(m, b), below);
+                    let nan_bound = _mm512_cmp_pd_mask::<_CMP_UNORD_Q>(b, b);
+                    beats |=
+                        (_mm512_cmp_pd_mask::<_CMP_GT_OQ>(e, above) | (nan_bound & not_exact)) != 0;
                     // The teeth (`zero_ratio`).
                     let aw = abs(w);
                     let z = _mm512_mask_blend_pd(positive, inf, _mm512_div_pd(aw, b));
@@ -229,13 +239,11 @@ mod avx512 {
                     teeth = _mm512_max_pd(z, teeth);
                     e_max = _mm512_max_pd(e, e_max);
                     u_max = _mm512_max_pd(u, u_max);
-                    r_max = _mm512_max_pd(r, r_max);
                     xy = _mm512_add_pd(xy, _mm512_mul_pd(g, w));
                     sq = _mm512_add_pd(sq, _mm512_add_pd(_mm512_mul_pd(g, g), _mm512_mul_pd(w, w)));
                     // SAFETY: elements c..c + 8 <= CHUNK of the chunk's buffers.
                     unsafe {
                         _mm512_storeu_pd(bounds.as_mut_ptr().add(c), b);
-                        _mm512_storeu_pd(ratios.as_mut_ptr().add(c), r);
                     }
                 }
                 if !all_finite {
@@ -266,12 +274,20 @@ mod avx512 {
                 if u_top > st.max_ulp {
                     st.max_ulp = u_top;
                 }
-                let chunk_worst = _mm512_reduce_max_pd(r_max);
-                if st.worst.is_none() || chunk_worst > st.max_bound_ratio {
-                    for c in 0..n {
-                        if st.worst.is_none() || ratios[c] > st.max_bound_ratio {
-                            let i = first + c;
-                            st.max_bound_ratio = ratios[c];
+                if beats {
+                    for (c, &b) in bounds[..n].iter().enumerate() {
+                        let i = first + c;
+                        let (g, w): (f64, f64) = (got[i].into(), want[i]);
+                        let e = (g - w).abs();
+                        let ratio = if b > 0.0 {
+                            e / b
+                        } else if e == 0.0 {
+                            0.0
+                        } else {
+                            f64::INFINITY
+                        };
+                        if st.worst.is_none() || ratio > st.max_bound_ratio {
+                            st.max_bound_ratio = ratio;
                             st.worst = Some(WorstElement {
                                 at: at(i),
                                 got: got[i].into(),

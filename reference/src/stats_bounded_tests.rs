@@ -104,7 +104,7 @@ fn swept<G: Held>(
 /// teeth and the non-zero outputs; for f32 and f64 outputs (the vector sweep, and the passes
 /// for a format without inverse ULPs), rows whose length is not a multiple of eight, and
 /// chunks holding a NaN, an infinite output, an infinite reference, a vacuous (infinite)
-/// bound or a zero magnitude.
+/// bound, a NaN bound (the worst: its ratio is +inf) or a zero magnitude.
 #[test]
 fn a_sweep_is_judging_element_by_element() {
     let (inf, nan) = (f64::INFINITY, f64::NAN);
@@ -115,6 +115,7 @@ fn a_sweep_is_judging_element_by_element() {
         (150, 3.0, inf, 3.0),
         (170, 0.5, 0.5, inf),
         (171, 0.75, 0.5, inf),
+        (300, 0.5, 0.25, nan),
         (190, 1.0, 0.0, 0.0),
     ];
     for (n, cut) in [(203, 67), (64, 64), (8, 3), (0, 0), (333, 200)] {
@@ -179,4 +180,41 @@ fn a_vacuous_bound_has_the_smallest_teeth() {
         0,
         "every error is within an infinite bound"
     );
+}
+
+/// The worst element is the one element by element judging finds, where nothing but it could
+/// beat the worst so far: a ratio one ULP above the worst of an earlier chunk, a NaN bound
+/// (ratio +inf) after a huge finite ratio, and a run where every output is exact (the first
+/// element is the worst, with ratio 0). The bound here is the magnitude itself, so ratios
+/// are set exactly.
+#[test]
+fn the_worst_is_found_however_close() {
+    let bound = Linear {
+        value: 0.0,
+        floor: 0.0,
+        magnitude: 1.0,
+        underflow: 0.0,
+    };
+    let runs: [&[(usize, f64, f64)]; 3] = [
+        &[(3, 2.0, 4.0), (130, 2.0, 4.0 - 2f64.powi(-50))],
+        &[(3, 1e6 + 1.0, 1.0), (200, 1.5, f64::NAN)],
+        &[],
+    ];
+    for (r, specials) in runs.iter().enumerate() {
+        let (mut got, want, mut aux) = (vec![1.0; 256], vec![1.0; 256], vec![1.0; 256]);
+        for &(i, g, x) in specials.iter() {
+            (got[i], aux[i]) = (g, x);
+        }
+        let mut one = StatsAcc::new(Format::F32);
+        for i in 0..256 {
+            one.push(|| i, got[i], want[i], bound.at(aux[i], want[i]));
+        }
+        let one = one.finish();
+        let mut swept = StatsAcc::new(Format::F32);
+        swept.push_bounded(|i| i, &got, &want, &aux, bound, 0.0);
+        let swept = swept.finish();
+        let worst = [130, 200, 0][r];
+        assert_eq!(one.worst.as_ref().map(|w| w.at), Some(worst), "run {r}");
+        assert_eq!(format!("{swept:?}"), format!("{one:?}"), "run {r}");
+    }
 }
