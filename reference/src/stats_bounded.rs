@@ -184,13 +184,14 @@ mod avx512 {
                 let (mut xy, mut sq) =
                     unsafe { (_mm512_loadu_pd(x.as_ptr()), _mm512_loadu_pd(q.as_ptr())) };
                 let (mut e_max, mut u_max) = (zero, zero);
-                // Whether an element may beat the worst ratio so far, `m`: its ratio `e / b`
-                // rounded is above `m` only if `e > m·b` exactly, so only if `e` exceeds
-                // `m·b·(1 - 2^-50)` computed (each of its two roundings is under 2^-52), or
-                // the bound is NaN and `e` is not 0 (ratio +inf). No division for the others;
-                // a chunk holding one is looked through with the ratios computed exactly.
+                // Whether an element may beat the worst ratio so far, `m`: an exact element
+                // (ratio 0) never does; where the bound is not above 0 (NaN included) the
+                // ratio is +inf; otherwise `e / b` rounded is above `m` only if `e > m·b`
+                // exactly, and then `e >= fl(m·b)` (rounding is monotone, `e` a float; an
+                // `m·b` past the largest float leaves `e / b` below `m`). No division for the
+                // others; a chunk holding one is looked through with the ratios computed
+                // exactly.
                 let m = v(self.stats.max_bound_ratio);
-                let below = v(1.0 - 2f64.powi(-50));
                 let mut beats = self.stats.worst.is_none();
                 let (mut all_finite, mut failed) = (true, 0u32);
                 for c in (0..n).step_by(LANES) {
@@ -220,13 +221,12 @@ mod avx512 {
                     nonzero += counted.count_ones() as usize;
                     all_finite &= finite(g) & finite(w) & finite(e) == 0xff;
                     failed += (!_mm512_cmp_pd_mask::<_CMP_LE_OQ>(e, b)).count_ones();
-                    // The ratio: e / b where b > 0, else 0 (e = 0) or +inf.
+                    // Whether it may beat the worst so far (above): its ratio is e / b where
+                    // b > 0, else 0 (e = 0) or +inf.
                     let positive = _mm512_cmp_pd_mask::<_CMP_GT_OQ>(b, zero);
                     let not_exact = _mm512_cmp_pd_mask::<_CMP_NEQ_UQ>(e, zero);
-                    let above = _mm512_mul_pd(_mm512_mul_pd(m, b), below);
-                    let nan_bound = _mm512_cmp_pd_mask::<_CMP_UNORD_Q>(b, b);
-                    beats |=
-                        (_mm512_cmp_pd_mask::<_CMP_GT_OQ>(e, above) | (nan_bound & not_exact)) != 0;
+                    let reach = _mm512_cmp_pd_mask::<_CMP_GE_OQ>(e, _mm512_mul_pd(m, b));
+                    beats |= (not_exact & (reach | !positive)) != 0;
                     // The teeth (`zero_ratio`).
                     let aw = abs(w);
                     let z = _mm512_mask_blend_pd(positive, inf, _mm512_div_pd(aw, b));

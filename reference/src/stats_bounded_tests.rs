@@ -184,9 +184,11 @@ fn a_vacuous_bound_has_the_smallest_teeth() {
 
 /// The worst element is the one element by element judging finds, where nothing but it could
 /// beat the worst so far: a ratio one ULP above the worst of an earlier chunk, a NaN bound
-/// (ratio +inf) after a huge finite ratio, and a run where every output is exact (the first
-/// element is the worst, with ratio 0). The bound here is the magnitude itself, so ratios
-/// are set exactly.
+/// (ratio +inf) after a huge finite ratio, a run where every output is exact (the first
+/// element is the worst, with ratio 0), a ratio of 1 whose bound times the worst so far
+/// underflows (rounding a subnormal product up by far more than a relative margin would
+/// cover), and a bound of -inf (ratio +inf) after exact elements. The bound here is the
+/// magnitude itself, so ratios are set exactly.
 #[test]
 fn the_worst_is_found_however_close() {
     let bound = Linear {
@@ -195,15 +197,18 @@ fn the_worst_is_found_however_close() {
         magnitude: 1.0,
         underflow: 0.0,
     };
-    let runs: [&[(usize, f64, f64)]; 3] = [
-        &[(3, 2.0, 4.0), (130, 2.0, 4.0 - 2f64.powi(-50))],
-        &[(3, 1e6 + 1.0, 1.0), (200, 1.5, f64::NAN)],
+    let tiny = f64::from_bits(1); // 2^-1074
+    let runs: [&[(usize, f64, f64, f64)]; 5] = [
+        &[(3, 2.0, 1.0, 4.0), (130, 2.0, 1.0, 4.0 - 2f64.powi(-50))],
+        &[(3, 1e6 + 1.0, 1.0, 1.0), (200, 1.5, 1.0, f64::NAN)],
         &[],
+        &[(3, 1.75, 1.0, 1.0), (100, 0.0, tiny, tiny)],
+        &[(100, 2.0, 1.0, f64::NEG_INFINITY)],
     ];
     for (r, specials) in runs.iter().enumerate() {
-        let (mut got, want, mut aux) = (vec![1.0; 256], vec![1.0; 256], vec![1.0; 256]);
-        for &(i, g, x) in specials.iter() {
-            (got[i], aux[i]) = (g, x);
+        let (mut got, mut want, mut aux) = (vec![1.0; 256], vec![1.0; 256], vec![1.0; 256]);
+        for &(i, g, w, x) in specials.iter() {
+            (got[i], want[i], aux[i]) = (g, w, x);
         }
         let mut one = StatsAcc::new(Format::F32);
         for i in 0..256 {
@@ -213,7 +218,7 @@ fn the_worst_is_found_however_close() {
         let mut swept = StatsAcc::new(Format::F32);
         swept.push_bounded(|i| i, &got, &want, &aux, bound, 0.0);
         let swept = swept.finish();
-        let worst = [130, 200, 0][r];
+        let worst = [130, 200, 0, 100, 100][r];
         assert_eq!(one.worst.as_ref().map(|w| w.at), Some(worst), "run {r}");
         assert_eq!(format!("{swept:?}"), format!("{one:?}"), "run {r}");
     }

@@ -344,7 +344,11 @@ fn rounding_up_sixteen_at_a_time() {
 
 /// An operand out of range anywhere is seen, however far from the last tile: a subnormal or a
 /// NaN in the first band's first column tile of the first row block, on a product with
-/// several bands (k > 256) and row blocks (m > 256).
+/// several bands (k > 256) and row blocks (m > 256), in the column tail, and in `a`'s second
+/// band and row block past the columns packed 16 at a time; with `b` as it lies, held in bf16
+/// and transposed, and transposed in f64 (AMX's three ways of packing it), and `a` read down
+/// its columns (packed one value at a time); and in `b`'s second band past the pairs packed
+/// 16 at a time.
 #[test]
 fn the_ranges_cover_every_band_tile_and_block() {
     // 49 columns: three whole column tiles and a tail.
@@ -358,6 +362,8 @@ fn the_ranges_cover_every_band_tile_and_block() {
         ("subnormal b", a.clone(), with(&b, (0, 0), 1e-40)),
         ("NaN b", a.clone(), with(&b, (1, 2), f64::NAN)),
         ("subnormal a", with(&a, (0, 1), 1e-40), b.clone()),
+        ("subnormal a, late", with(&a, (258, 297), 1e-40), b.clone()),
+        ("subnormal b, late", a.clone(), with(&b, (290, 5), 1e-40)),
     ];
     for isa in paths("the_ranges_cover_every_band_tile_and_block") {
         for (what, a, b) in &poisoned {
@@ -369,8 +375,17 @@ fn the_ranges_cover_every_band_tile_and_block() {
             let what = format!("{what} on {isa:?}");
             assert_f64_path(isa, a.view(), b.view(), &what);
             // b held in bf16 and transposed (dgrad's weight), read 16 pairs at a time on AMX.
-            let b16t = b.t().as_standard_layout().mapv(half::bf16::from_f64);
+            let bt = b.t().as_standard_layout().into_owned();
+            let b16t = bt.mapv(half::bf16::from_f64);
             assert_f64_path(isa, a.view(), b16t.t(), &format!("{what}, bf16 transposed"));
+            assert_f64_path(isa, a.view(), bt.t(), &format!("{what}, transposed"));
+            let at = a.t().as_standard_layout().into_owned();
+            assert_f64_path(
+                isa,
+                at.t(),
+                b.view(),
+                &format!("{what}, a down its columns"),
+            );
         }
     }
 }
