@@ -376,14 +376,7 @@ impl<L> StatsAcc<L> {
             lane_max(&mut e_max, &err[..n]);
             lane_max(&mut u_max, &ulps[..n]);
             lane_max(&mut r_max, &ratio[..n]);
-            // The sums' lanes rotated so that the chunk's element `i` lands in lane
-            // `i % LANES` of `xy` and `sq` (its lane by count is `(first + i) % LANES`).
-            let first = self.stats.elements % LANES;
-            let (mut xy, mut sq) = ([0.0f64; LANES], [0.0f64; LANES]);
-            for l in 0..LANES {
-                xy[l] = self.sum_xy[(first + l) % LANES];
-                sq[l] = self.sum_sq[(first + l) % LANES];
-            }
+            let (mut xy, mut sq) = self.chunk_lanes();
             let (mut gc, mut wc) = (g.chunks_exact(LANES), w.chunks_exact(LANES));
             for (gl, wl) in (&mut gc).zip(&mut wc) {
                 for l in 0..LANES {
@@ -395,22 +388,9 @@ impl<L> StatsAcc<L> {
                 xy[l] += x * y;
                 sq[l] += x * x + y * y;
             }
-            for l in 0..LANES {
-                self.sum_xy[(first + l) % LANES] = xy[l];
-                self.sum_sq[(first + l) % LANES] = sq[l];
-            }
+            let top = |m: [f64; LANES]| m.iter().fold(0.0f64, |t, &x| if x > t { x } else { t });
+            self.commit_chunk(n, failed, (xy, sq), top(e_max), top(u_max));
             let st = &mut self.stats;
-            st.elements += n;
-            st.checked += n;
-            st.failed += failed;
-            for l in 0..LANES {
-                if e_max[l] > st.max_abs_err {
-                    st.max_abs_err = e_max[l];
-                }
-                if u_max[l] > st.max_ulp {
-                    st.max_ulp = u_max[l];
-                }
-            }
             let chunk_worst = r_max.iter().fold(0.0f64, |m, &r| if r > m { r } else { m });
             if st.worst.is_none() || chunk_worst > st.max_bound_ratio {
                 for i in 0..n {
@@ -425,6 +405,46 @@ impl<L> StatsAcc<L> {
                     }
                 }
             }
+        }
+    }
+
+    /// `calc_diff`'s sums rotated so that element `i` of a chunk judged next lands in lane
+    /// `i % LANES` (its lane by count is `(elements + i) % LANES`, see [`StatsAcc`]).
+    #[inline(always)]
+    fn chunk_lanes(&self) -> ([f64; LANES], [f64; LANES]) {
+        let first = self.stats.elements % LANES;
+        (
+            std::array::from_fn(|l| self.sum_xy[(first + l) % LANES]),
+            std::array::from_fn(|l| self.sum_sq[(first + l) % LANES]),
+        )
+    }
+
+    /// A chunk of `n` finite elements judged: its `failed`, its sums (lanes as
+    /// [`StatsAcc::chunk_lanes`] gave them), and its largest error and ULP distance (kept
+    /// where above the slice's so far). The worst element is the caller's.
+    #[inline(always)]
+    fn commit_chunk(
+        &mut self,
+        n: usize,
+        failed: usize,
+        (xy, sq): ([f64; LANES], [f64; LANES]),
+        max_err: f64,
+        max_ulp: f64,
+    ) {
+        let first = self.stats.elements % LANES;
+        for l in 0..LANES {
+            self.sum_xy[(first + l) % LANES] = xy[l];
+            self.sum_sq[(first + l) % LANES] = sq[l];
+        }
+        let st = &mut self.stats;
+        st.elements += n;
+        st.checked += n;
+        st.failed += failed;
+        if max_err > st.max_abs_err {
+            st.max_abs_err = max_err;
+        }
+        if max_ulp > st.max_ulp {
+            st.max_ulp = max_ulp;
         }
     }
 

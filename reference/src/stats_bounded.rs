@@ -175,11 +175,7 @@ mod avx512 {
             let whole = got.len() - got.len() % LANES;
             for first in (0..whole).step_by(CHUNK) {
                 let n = CHUNK.min(whole - first);
-                let rot = self.stats.elements % LANES;
-                let (x, q): ([f64; LANES], [f64; LANES]) = (
-                    std::array::from_fn(|l| self.sum_xy[(rot + l) % LANES]),
-                    std::array::from_fn(|l| self.sum_sq[(rot + l) % LANES]),
-                );
+                let (x, q) = self.chunk_lanes();
                 // SAFETY: eight values each.
                 let (mut xy, mut sq) =
                     unsafe { (_mm512_loadu_pd(x.as_ptr()), _mm512_loadu_pd(q.as_ptr())) };
@@ -259,21 +255,9 @@ mod avx512 {
                     _mm512_storeu_pd(x.as_mut_ptr(), xy);
                     _mm512_storeu_pd(q.as_mut_ptr(), sq);
                 }
-                for l in 0..LANES {
-                    self.sum_xy[(rot + l) % LANES] = x[l];
-                    self.sum_sq[(rot + l) % LANES] = q[l];
-                }
-                let st = &mut self.stats;
-                st.elements += n;
-                st.checked += n;
-                st.failed += failed as usize;
                 let (e_top, u_top) = (_mm512_reduce_max_pd(e_max), _mm512_reduce_max_pd(u_max));
-                if e_top > st.max_abs_err {
-                    st.max_abs_err = e_top;
-                }
-                if u_top > st.max_ulp {
-                    st.max_ulp = u_top;
-                }
+                self.commit_chunk(n, failed as usize, (x, q), e_top, u_top);
+                let st = &mut self.stats;
                 if beats {
                     for (c, &b) in bounds[..n].iter().enumerate() {
                         let i = first + c;

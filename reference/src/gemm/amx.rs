@@ -36,7 +36,7 @@ use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
 use super::band::{Shape, KC, MC};
-use super::bf16mag::{certified, flushes_subnormals, inflation, Range};
+use super::bf16mag::{band_sum, certified, flushes_subnormals, inflation, Range};
 use super::operand::Operand;
 use pack::{pack_a_rows, pack_b_band};
 
@@ -346,18 +346,7 @@ impl Out {
                     for (r, x) in x.iter().enumerate().take(n) {
                         let at = s.s.offset((i + r0 + r) as isize * s.lds + j as isize);
                         for (h, &x) in x.iter().enumerate() {
-                            let p = at.add(8 * h);
-                            let v = if self.first {
-                                x
-                            } else {
-                                _mm512_add_pd(_mm512_loadu_pd(p), x)
-                            };
-                            let v = if self.last {
-                                _mm512_mul_pd(v, _mm512_set1_pd(self.f))
-                            } else {
-                                v
-                            };
-                            _mm512_storeu_pd(p, v);
+                            band_sum(at.add(8 * h), x, self.first, self.last, self.f);
                         }
                     }
                 }

@@ -435,20 +435,32 @@ unsafe fn tile<const R: usize>(t: &Tile) {
                 ))),
             ];
             for (h, x) in halves.into_iter().enumerate() {
-                let at = s.add(8 * h);
-                let v = if t.first {
-                    x
-                } else {
-                    _mm512_add_pd(_mm512_loadu_pd(at), x)
-                };
-                let v = if t.last {
-                    _mm512_mul_pd(v, _mm512_set1_pd(t.f))
-                } else {
-                    v
-                };
-                _mm512_storeu_pd(at, v);
+                band_sum(s.add(8 * h), x, t.first, t.last, t.f);
             }
         }
+    }
+}
+
+/// Eight magnitudes' band sums `x` into `s`: stored (the `first` band) or added to what is
+/// there, and times `f` after the `last` (step 4). Both bf16 paths store their sums so.
+///
+/// # Safety
+/// `s` must hold eight values; the CPU must have AVX-512F.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(super) unsafe fn band_sum(s: *mut f64, x: __m512d, first: bool, last: bool, f: f64) {
+    unsafe {
+        let v = if first {
+            x
+        } else {
+            _mm512_add_pd(_mm512_loadu_pd(s), x)
+        };
+        let v = if last {
+            _mm512_mul_pd(v, _mm512_set1_pd(f))
+        } else {
+            v
+        };
+        _mm512_storeu_pd(s, v);
     }
 }
 
