@@ -11,8 +11,8 @@
 //!   in f64, twice this), what the check holds per core while it widens one expert at a time
 //!   (`gemm_bytes` spells it out per verification mode), and what the emulated kernel holds
 //!   beside its outputs; plus 256 MiB. A case checked in shards of experts
-//!   ([`gemm_bytes_sharded`]) counts the whole inputs and its largest shard as a case of its
-//!   own. Measured in the README's end-to-end runs (release builds, two cores): 64 experts,
+//!   ([`gemm_bytes_sharded`]) counts its largest shard as a case of its own (each shard's
+//!   inputs are made for it; the whole case's are never held). Measured in the README's end-to-end runs (release builds, two cores): 64 experts,
 //!   M = 4096, K = 2048, N = 1024, three passes, 0.88 GiB (reference) to 1.03 GiB (emulate,
 //!   fast); DeepSeek-V3's forward pass (256 experts, M = 32768, K = 7168, N = 2048),
 //!   emulate, full, 8.49 GiB; its three passes in shards, the README's table.
@@ -207,10 +207,11 @@ fn input_bytes(size: GemmSize, dtype: Format) -> u64 {
 }
 
 /// [`gemm_bytes`] for a case checked a shard of consecutive experts at a time
-/// (`moecheck_reference::gemm::shard`, `shards` its plan): the whole case's inputs, and what
-/// the largest shard holds while it runs and is checked (its experts, its rows, and for the
-/// last one the tail rows), counted as [`gemm_bytes`] counts a whole case. One shard is the
-/// whole case.
+/// (`moecheck_reference::gemm::shard`, `shards` its plan): what the largest shard holds
+/// while it is made, run and checked (its experts, its rows, and for the last one the tail
+/// rows), counted as [`gemm_bytes`] counts a whole case. The whole case's inputs are never
+/// held: each shard's are made on their own (`pipeline::Generate::shards`). One shard is
+/// the whole case.
 pub fn gemm_bytes_sharded(
     size: GemmSize,
     passes: Passes,
@@ -244,7 +245,7 @@ fn sharded_on(
         })
         .max()
         .unwrap_or(0);
-    input_bytes(size, formats.dtype).saturating_add(largest)
+    largest
 }
 
 /// The share of the available memory a case checked in shards is planned to need: the
@@ -296,6 +297,17 @@ pub fn fewest_shards(groups: usize, fits: impl Fn(usize) -> bool) -> Option<usiz
     Some(hi)
 }
 
+/// What one shard of a grouped GEMM that does not fit whole is planned to hold at most
+/// ([`gemm_bytes_sharded`] of its plan), unless its largest expert alone holds more: the
+/// memory a shard uses is touched for the first time once and reused by the shards after
+/// it, and first touches cost more than the arithmetic on them on these machines, by an
+/// amount that varies from hour to hour (the kernel clears each fresh page, and the host
+/// backs it). DeepSeek-V3's three passes, `--impl emulate`, two cores (release builds,
+/// 2026-12-05): `--verify full` in 8 shards 68.1 s with 23.8 s of system time (3.1 GiB
+/// peak), in 24 shards 66.5 s with 0.9 s (1.4 GiB); `--verify fast` in 16, 29 and 64 shards
+/// 48.7, 50.0 and 51.5 s, in 60 (what this gives) 51.7 s.
+pub const GEMM_SHARD_BYTES: u64 = 2 << 30;
+
 /// What one shard of an FP8 case is planned to hold at most ([`fp8_gemm_bytes`] of its
 /// experts): its references are held whole, and memory touched for the first time costs
 /// more than the arithmetic on it here (the kernel clears each fresh page), so an FP8 case
@@ -309,8 +321,10 @@ pub const FP8_SHARD_BYTES: u64 = 512 << 20;
 /// [`fp8_gemm_bytes`]) would leave every core but one idle.
 pub const FP8_EXPERTS_PER_CORE: usize = 2;
 
-/// Whether no number of shards can make a case of `size` fit the guard: its inputs alone,
-/// which every shard's run holds whole, are above [`USABLE`] of `available`.
+/// Whether a case of `size` is refused whatever its shards: its inputs alone are above
+/// [`USABLE`] of `available`. A run in shards does not hold them, but it allocates them
+/// (untouched) for the whole case's description, which the kernel may refuse beyond its
+/// memory; and an FP8 case's shards are cut from its whole inputs.
 pub fn inputs_too_large(size: GemmSize, dtype: Format, available: Option<u64>) -> bool {
     !fits(input_bytes(size, dtype), available)
 }

@@ -53,7 +53,7 @@ fn estimates_cover_the_measured_peaks() {
 }
 
 #[test]
-fn shards_hold_the_inputs_once_and_the_largest_shard() {
+fn shards_hold_only_the_largest_shard() {
     use moecheck_reference::gemm::shard::plan_sizes;
     let ds = GemmSize {
         m: 32768,
@@ -69,25 +69,26 @@ fn shards_hold_the_inputs_once_and_the_largest_shard() {
     };
     let whole = gemm_bytes_on(2, ds, Passes::ALL, Verify::Full, BF16_F32);
     assert_eq!(full(&even, 1), whole);
+    // lhs and dout in f32, 256 bf16 weights of 7168 x 2048: 8.73 GB, never held whole in
+    // shards: each halving of the shards' size takes about half of the estimate.
     let inputs = input_bytes(ds, Format::Bf16);
-    // lhs and dout in f32, 256 bf16 weights of 7168 x 2048: 8.73 GB.
     assert_eq!(inputs, (32768 * (7168 + 2048)) * 4 + 256 * 7168 * 2048 * 2);
-    // Each halving of the shards' size takes about half of what is not the inputs.
     for p in [2, 4, 8, 16] {
-        let (a, b) = (full(&even, p) - inputs, full(&even, 2 * p) - inputs);
+        let (a, b) = (full(&even, p), full(&even, 2 * p));
         assert!(b < a && b as f64 > a as f64 * 0.4, "{p}: {a} -> {b}");
     }
-    // Sixteen shards of DeepSeek-V3's three passes fit in 16 GiB with the whole inputs.
+    // Sixteen shards of DeepSeek-V3's three passes: a sixteenth of the inputs and outputs,
+    // and what the check and the emulation hold beside them (2.1 GiB measured, fast).
     let sixteen = full(&even, 16);
-    assert!(sixteen < 16 << 30 && sixteen > inputs, "{sixteen}");
+    assert!(sixteen < whole / 8 && sixteen > inputs / 16, "{sixteen}");
     // One hot expert with half the rows: its shard is counted with them.
     let mut hot = vec![64; 256];
     hot[100] = 16384;
     hot[0] = 128;
     assert_eq!(hot.iter().sum::<usize>(), 32768);
     assert!(full(&hot, 16) > sixteen + 4 * 16384 * (7168 + 2048) as u64);
-    // One expert a shard: an expert and its rows beside the inputs.
-    assert!(full(&even, 256) < inputs + 2_000_000_000);
+    // One expert a shard: an expert and its rows.
+    assert!(full(&even, 256) < 1_000_000_000);
 }
 
 #[test]

@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 
+use moecheck_reference::gemm::shard::Shard;
 use moecheck_reference::op::{verify_against, Implementation, Op, Verdict, Verified};
 use moecheck_reference::protocol::Protocol;
 use moecheck_reference::report::{Implemented, Reported, RunInfo};
@@ -54,6 +55,26 @@ pub trait Generate<O: Op> {
         &self,
         precision: &dyn Fn(&O::Case) -> O::Precision,
     ) -> anyhow::Result<Generated<O>>;
+
+    /// Where the generator can make any shard of experts of its case on its own: a run in
+    /// shards then makes one shard's inputs at a time and never holds the whole case's.
+    /// `None` (the default): the whole case is made and each shard copied out of it.
+    fn shards(&self) -> Option<Box<dyn ShardSource<O> + '_>> {
+        None
+    }
+}
+
+/// A case made a shard of experts at a time ([`Generate::shards`]).
+pub trait ShardSource<O: Op> {
+    /// The whole case's shapes, group sizes, formats and contracts, with what the run asks:
+    /// what the shards are planned on and the report describes. Its arrays are allocated
+    /// zeroed and never written, so the memory is not touched (not resident), and nothing
+    /// may read their values: they are not the case's.
+    fn header(&self) -> anyhow::Result<Generated<O>>;
+
+    /// Experts `shard`'s case on its own, made directly: the values the whole case holds
+    /// there, what `Sharded::shard` would copy out of it.
+    fn shard(&self, shard: &Shard) -> O::Case;
 }
 
 /// One finished run: the case, the reference, and the check of the implementation.

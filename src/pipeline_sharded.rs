@@ -16,9 +16,10 @@ use crate::progress::Progress;
 use crate::registry::Backends;
 
 /// [`crate::pipeline::run`] for a grouped GEMM checked `parts` shards of consecutive experts
-/// at a time ([`moecheck_reference::gemm::shard`]): the whole case is generated, then each shard is
-/// cut from it, run by `imp`, checked and dropped with its outputs, and the shards' reports
-/// are merged into the whole case's. Only for an implementation that is
+/// at a time ([`moecheck_reference::gemm::shard`]): each shard's case is made (by the
+/// generator on its own where it can, [`Generate::shards`], so the whole case's inputs are
+/// never held; otherwise cut from the whole case), run by `imp`, checked and dropped with
+/// its inputs and outputs, and the shards' reports are merged into the whole case's. Only for an implementation that is
 /// [`Implementation::shardable`]; nothing is dumped (no shard's outputs are kept).
 ///
 /// An implementation that fails on a shard fails the run, naming the shard; the shards after
@@ -59,7 +60,16 @@ fn in_shards<O: Backends + Sharded>(
     run_whole: bool,
 ) -> anyhow::Result<Run<O>> {
     let progress = Progress::new(generator.work());
-    let generated = prepare(generator, Some(imp), &progress)?;
+    // A kernel run on the whole case needs it whole; a model run a shard at a time needs one
+    // shard's inputs at a time, made directly where the generator can.
+    let source = if run_whole { None } else { generator.shards() };
+    let generated = match &source {
+        Some(source) => {
+            progress.stage("planning the case's shards");
+            source.header()?
+        }
+        None => prepare(generator, Some(imp), &progress)?,
+    };
     let (case, ask) = (&generated.case, generated.ask);
     let precision = imp.precision(case);
     let whole = if run_whole {
@@ -105,7 +115,18 @@ fn in_shards<O: Backends + Sharded>(
                 break;
             }
         };
-        let sub = O::shard(case, s);
+        let sub = match &source {
+            // Made here rather than cut from a whole case: checked as `prepare` checks one.
+            Some(source) => {
+                let sub = source.shard(s);
+                O::validate(&sub, ask).with_context(|| format!("generated case, {s}"))?;
+                if let Err(reason) = imp.supports(&sub, ask) {
+                    bail!("{reason}");
+                }
+                sub
+            }
+            None => O::shard(case, s),
+        };
         let start = Instant::now();
         let expected = O::expected(&sub, ask).with_context(|| format!("generated case, {s}"))?;
         reference_seconds += start.elapsed().as_secs_f64();

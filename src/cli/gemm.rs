@@ -267,9 +267,19 @@ impl GemmFlags {
                     })
                 }
             }
-            Estimate::Gemm(_) => memory::shards_for(available, self.experts, |p| {
-                self.need(check, Some(&sizes), p)
-            }),
+            // Shards of at most memory::GEMM_SHARD_BYTES, or of what the largest expert
+            // holds alone when that is more (a hot expert), or as few as fit.
+            Estimate::Gemm(_) => {
+                let need = |p| self.need(check, Some(&sizes), p);
+                let budget = memory::GEMM_SHARD_BYTES.max(need(self.experts.max(1)));
+                let small = memory::fewest_shards(self.experts, |p| need(p) <= budget)
+                    .unwrap_or(self.experts.max(1));
+                if memory::fits(need(small), available) {
+                    small
+                } else {
+                    memory::shards_for(available, self.experts, need)
+                }
+            }
         });
         // The refusal names the shards, which a user may change.
         self.guard(self.need(check, Some(&sizes), parts))

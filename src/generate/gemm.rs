@@ -12,16 +12,20 @@
 //! experts, so a scale or expert mix-up cannot hide), rounded to nearest-even in the dtype.
 //! `dout` on tail rows is non-zero, so an implementation that lets it leak into `drhs` fails.
 
+use std::ops::Range;
+
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use half::bf16;
 use moecheck_reference::format::{round_slice, Format, Overflow};
+use moecheck_reference::gemm::shard::Shard;
 use moecheck_reference::gemm::weights::bf16_of;
 use moecheck_reference::gemm::{Gemm, GemmFast, GroupedGemmCase, Passes, TailContract, Weights};
+use moecheck_reference::op::Op;
 
 use super::ParamError;
-use crate::pipeline::{Generate, Generated};
+use crate::pipeline::{Generate, Generated, ShardSource};
 
 /// How kept rows are spread over the non-empty experts (`--routing`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -145,6 +149,9 @@ impl Generate<Gemm> for GemmSpec {
         self.validate().map_err(|e| anyhow::anyhow!(e.as_flag()))?;
         Ok(Generated::once(generate(self), self.passes))
     }
+    fn shards(&self) -> Option<Box<dyn ShardSource<Gemm> + '_>> {
+        Some(Box::new(InShards::of(self)))
+    }
 }
 
 /// The same case, checked fast (`--verify fast`).
@@ -158,6 +165,54 @@ impl Generate<GemmFast> for GemmSpec {
     ) -> anyhow::Result<Generated<GemmFast>> {
         self.validate().map_err(|e| anyhow::anyhow!(e.as_flag()))?;
         Ok(Generated::once(generate(self), self.passes))
+    }
+    fn shards(&self) -> Option<Box<dyn ShardSource<GemmFast> + '_>> {
+        Some(Box::new(InShards::of(self)))
+    }
+}
+
+/// `spec`'s case made a shard of experts at a time ([`Generate::shards`]), in its own
+/// format (`spec.dtype`).
+struct InShards<'a> {
+    spec: &'a GemmSpec,
+    layout: Layout,
+}
+
+impl InShards<'_> {
+    fn of(spec: &GemmSpec) -> InShards<'_> {
+        InShards {
+            spec,
+            layout: Layout::of(spec),
+        }
+    }
+}
+
+/// For [`Gemm`] and [`GemmFast`], whose cases are the same.
+impl<O: Op<Case = GroupedGemmCase, Ask = Passes>> ShardSource<O> for InShards<'_> {
+    fn header(&self) -> anyhow::Result<Generated<O>> {
+        let spec = self.spec;
+        spec.validate().map_err(|e| anyhow::anyhow!(e.as_flag()))?;
+        let (m, k, n, g) = (spec.rows(), spec.hidden, spec.ffn, spec.experts);
+        // Zeroed allocations are fresh pages that nothing here writes.
+        let rhs = match spec.dtype {
+            Format::Bf16 => Weights::Bf16(bf16_zeros((g, k, n))),
+            _ => Weights::F32(ndarray::Array3::zeros((g, k, n))),
+        };
+        let header = GroupedGemmCase {
+            lhs: ndarray::Array2::zeros((m, k)),
+            rhs,
+            group_sizes: self.layout.sizes.clone(),
+            dout: Some(ndarray::Array2::zeros((m, n))),
+            dtype: spec.dtype,
+            out_dtype: spec.out_dtype,
+            tail: spec.tail,
+        };
+        Ok(Generated::once(header, spec.passes))
+    }
+
+    fn shard(&self, shard: &Shard) -> GroupedGemmCase {
+        let (experts, rows) = (shard.experts.clone(), shard.rows.clone());
+        make(self.spec, self.spec.dtype, &self.layout, experts, rows)
     }
 }
 
@@ -243,46 +298,90 @@ pub fn generate(spec: &GemmSpec) -> GroupedGemmCase {
 /// [`generate`] with the weights' values in `weights` (held in bf16 when that is bf16) and
 /// the rest in `spec.dtype`: the same stream, each value rounded to its own format.
 pub fn generate_with(spec: &GemmSpec, weights: Format) -> GroupedGemmCase {
-    let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
-    let sizes = group_sizes(spec, &mut rng);
-    let (m, k, n, g) = (spec.rows(), spec.hidden, spec.ffn, spec.experts);
+    let layout = Layout::of(spec);
+    make(spec, weights, &layout, 0..spec.experts, 0..spec.rows())
+}
+
+/// Where each array of `spec`'s case starts in its stream, and the experts' scales: what
+/// the whole case, or any shard of its experts, is filled from.
+struct Layout {
+    sizes: Vec<usize>,
+    /// The stream, to be cloned and set to a position.
+    rng: ChaCha8Rng,
+    lhs: u128,
+    scales: Vec<f64>,
+    rhs: u128,
+    dout: u128,
+}
+
+impl Layout {
+    /// The stream's order: the group sizes, `lhs` row by row, the experts' scales, `rhs`
+    /// expert by expert, `dout` row by row.
+    fn of(spec: &GemmSpec) -> Layout {
+        let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
+        let sizes = group_sizes(spec, &mut rng);
+        let (m, k, n, g) = (spec.rows(), spec.hidden, spec.ffn, spec.experts);
+        let lhs = rng.get_word_pos();
+        rng.set_word_pos(lhs + (m * k) as u128);
+        let scales: Vec<f64> = (0..g)
+            .map(|_| 2f64.powi(rng.random_range(-6..=6)))
+            .collect();
+        let rhs = rng.get_word_pos();
+        Layout {
+            sizes,
+            rng,
+            lhs,
+            scales,
+            rhs,
+            dout: rhs + (g * k * n) as u128,
+        }
+    }
+}
+
+/// Experts `experts` of `spec`'s case with rows `rows` of its `lhs` and `dout`: each value
+/// the one the whole case holds there (read from its own position in the stream).
+fn make(
+    spec: &GemmSpec,
+    weights: Format,
+    layout: &Layout,
+    experts: Range<usize>,
+    rows: Range<usize>,
+) -> GroupedGemmCase {
+    let (k, n) = (spec.hidden, spec.ffn);
+    let (m, g) = (rows.len(), experts.len());
     let dtype = spec.dtype;
     let value = |x: f64| x as f32;
-    let mut lhs = ndarray::Array2::<f32>::zeros((m, k));
-    let at = rng.get_word_pos();
     let unscaled = Scales {
         of: &[1.0],
         per: usize::MAX,
     };
-    fill(&rng, at, slice(&mut lhs), &unscaled, dtype, value);
-    rng.set_word_pos(at + (m * k) as u128);
-    let scales: Vec<f64> = (0..g)
-        .map(|_| 2f64.powi(rng.random_range(-6..=6)))
-        .collect();
-    let at = rng.get_word_pos();
+    let mut lhs = ndarray::Array2::<f32>::zeros((m, k));
+    let at = layout.lhs + (rows.start * k) as u128;
+    fill(&layout.rng, at, slice(&mut lhs), &unscaled, dtype, value);
     let per_expert = Scales {
-        of: &scales,
+        of: &layout.scales[experts.clone()],
         per: (k * n).max(1),
     };
+    let at = layout.rhs + (experts.start * k * n) as u128;
     // bf16 weights are made and held in bf16 (every value is one): half the bytes.
     let rhs = if weights == Format::Bf16 {
         let mut w = bf16_zeros((g, k, n));
-        fill(&rng, at, slice(&mut w), &per_expert, weights, |x| {
+        fill(&layout.rng, at, slice(&mut w), &per_expert, weights, |x| {
             bf16_of(x as f32)
         });
         Weights::Bf16(w)
     } else {
         let mut w = ndarray::Array3::<f32>::zeros((g, k, n));
-        fill(&rng, at, slice(&mut w), &per_expert, weights, value);
+        fill(&layout.rng, at, slice(&mut w), &per_expert, weights, value);
         Weights::F32(w)
     };
     let mut dout = ndarray::Array2::<f32>::zeros((m, n));
-    let at = at + (g * k * n) as u128;
-    fill(&rng, at, slice(&mut dout), &unscaled, dtype, value);
+    let at = layout.dout + (rows.start * n) as u128;
+    fill(&layout.rng, at, slice(&mut dout), &unscaled, dtype, value);
     GroupedGemmCase {
         lhs,
         rhs,
-        group_sizes: sizes,
+        group_sizes: layout.sizes[experts].to_vec(),
         dout: Some(dout),
         dtype,
         out_dtype: spec.out_dtype,
@@ -373,122 +472,5 @@ fn unit_range(w: u32) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use moecheck_reference::format::round_to;
-    use rand::RngCore;
-
-    fn spec() -> GemmSpec {
-        GemmSpec {
-            experts: 16,
-            tokens: 100,
-            topk: 2,
-            hidden: 8,
-            ffn: 4,
-            dtype: Format::Bf16,
-            out_dtype: Format::F32,
-            spread: Spread::Skewed,
-            empty: 3,
-            drop_frac: 0.1,
-            seed: 7,
-            tail: TailContract::Zero,
-            passes: Passes::ALL,
-        }
-    }
-
-    #[test]
-    fn sizes_respect_empty_and_drop() {
-        let s = spec();
-        let case = generate(&s);
-        assert!(case.group_sizes.iter().filter(|x| **x == 0).count() >= 3);
-        assert_eq!(case.group_sizes[0], 0);
-        assert_eq!(case.group_sizes[15], 0);
-        assert_eq!(case.rows_used(), 180);
-        case.validate(Passes::ALL).unwrap();
-        // What the memory guard plans shards with, before the case is made.
-        assert_eq!(sizes_of(&s), case.group_sizes);
-    }
-
-    /// The original, sequential generator: one stream drawn in order.
-    fn sequential(spec: &GemmSpec) -> GroupedGemmCase {
-        let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
-        let sizes = group_sizes(spec, &mut rng);
-        let (m, k, n, g) = (spec.rows(), spec.hidden, spec.ffn, spec.experts);
-        let dtype = spec.dtype;
-        let value = |scale: f64, rng: &mut ChaCha8Rng| -> f32 {
-            let x = unit_range(rng.next_u32());
-            round_to(x * scale, dtype, Overflow::Ieee) as f32
-        };
-        let lhs = ndarray::Array2::from_shape_simple_fn((m, k), || value(1.0, &mut rng));
-        let scales: Vec<f64> = (0..g)
-            .map(|_| 2f64.powi(rng.random_range(-6..=6)))
-            .collect();
-        let mut rhs = ndarray::Array3::<f32>::zeros((g, k, n));
-        for (e, mut w) in rhs.outer_iter_mut().enumerate() {
-            w.mapv_inplace(|_| value(scales[e], &mut rng));
-        }
-        let dout = ndarray::Array2::from_shape_simple_fn((m, n), || value(1.0, &mut rng));
-        GroupedGemmCase {
-            lhs,
-            rhs: Weights::narrowed(rhs, dtype),
-            group_sizes: sizes,
-            dout: Some(dout),
-            dtype,
-            out_dtype: spec.out_dtype,
-            tail: spec.tail,
-        }
-    }
-
-    /// Seeking chunk by chunk gives the sequential stream's values exactly, for arrays of
-    /// several parallel chunks and for empty ones, in every input format.
-    #[test]
-    fn parallel_generation_is_the_sequential_stream() {
-        for (tokens, hidden, ffn, dtype) in [
-            (100, 8, 4, Format::F32),
-            (3000, 700, 3, Format::F16),
-            // bf16 weights of several chunks, made in bf16.
-            (1, 1500, 1400, Format::Bf16),
-            (0, 5, 0, Format::Bf16),
-        ] {
-            let s = GemmSpec {
-                tokens,
-                hidden,
-                ffn,
-                dtype,
-                ..spec()
-            };
-            let (a, b) = (generate(&s), sequential(&s));
-            assert!(a == b, "{tokens} x {hidden} x {ffn} {dtype}");
-        }
-    }
-
-    /// The values lie in [-1, 1) on the 2^-23 grid, reach both ends of the words, and are
-    /// spread over the range; the bulk draw gives the words one at a time would.
-    #[test]
-    fn unit_range_covers_minus_one_to_one() {
-        assert_eq!(unit_range(0), -1.0);
-        assert_eq!(unit_range(u32::MAX), 1.0 - 2f64.powi(-23));
-        assert_eq!(unit_range(1 << 31), 0.0);
-        let mut a = ChaCha8Rng::seed_from_u64(3);
-        let mut b = a.clone();
-        let mut words = [0u32; 4000];
-        b.fill(&mut words[..]);
-        let mut halves = [0usize; 2];
-        for w in words {
-            assert_eq!(w, a.next_u32());
-            let x = unit_range(w);
-            assert!((-1.0..1.0).contains(&x) && (x * 2f64.powi(23)).fract() == 0.0);
-            halves[usize::from(x >= 0.0)] += 1;
-        }
-        assert_eq!(a.get_word_pos(), b.get_word_pos());
-        assert!(halves.iter().all(|&h| h > 1800), "{halves:?}");
-    }
-
-    #[test]
-    fn same_seed_same_case() {
-        assert_eq!(generate(&spec()), generate(&spec()));
-        let mut other = spec();
-        other.seed = 8;
-        assert_ne!(generate(&spec()), generate(&other));
-    }
-}
+#[path = "gemm_tests.rs"]
+mod tests;

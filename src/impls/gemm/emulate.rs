@@ -19,7 +19,6 @@ use moecheck_reference::op::{Implementation, RunError};
 
 use super::blocked::{blocked_gemm, Elem};
 use crate::impls::{model_name, PlantedBug};
-use moecheck_reference::gemm::stream::by_group_rows;
 use moecheck_reference::par::{self, map_by_cost};
 use ndarray::{s, Array2, Array3, ArrayView2, ArrayViewMut2, Axis};
 
@@ -204,8 +203,8 @@ impl Emulate {
 
     /// Each expert's rows of `all`, the output of `pass` (fwd's `out`, dgrad's `dlhs`): rows
     /// `written(g)` of group `g` (its M tiles) through [`Emulate::blocked_into`], rounded to the
-    /// output format; the experts in parallel, bf16 weights widened to f32 one expert at a
-    /// time. Columns past the last full K block stay unwritten under `PartialKTileIgnored`
+    /// output format; the experts in parallel, a large one in several items of rows
+    /// ([`Emulate::row_items`]), bf16 weights read where they lie. Columns past the last full K block stay unwritten under `PartialKTileIgnored`
     /// (dgrad), as do rows past the written ones.
     fn expert_rows(
         &self,
@@ -217,13 +216,15 @@ impl Emulate {
         let off = case.offsets();
         let (k, n) = (case.k(), case.n());
         let klim = self.k_limit(k);
-        by_group_rows(
-            all,
-            &off,
-            |g| (off[g + 1] - off[g]) * k * n,
-            |g, dst| {
+        let items = self.row_items(all, &off);
+        map_by_cost(
+            items,
+            |(_, _, rows)| rows.nrows() * k * n,
+            |(g, first, dst)| {
+                // The rows of this item the kernel writes.
                 let (lo, hi) = written(g);
-                if lo == hi {
+                let (lo, hi) = (lo.max(first), hi.min(first + dst.nrows()));
+                if lo >= hi {
                     return;
                 }
                 let w = case.rhs.expert(self.expert_of(&case.group_sizes, g));
@@ -235,7 +236,7 @@ impl Emulate {
                     }
                     Pass::Wgrad => unreachable!("wgrad writes drhs, not rows of the output"),
                 };
-                let mut dst = dst.slice_move(s![..hi - lo, ..cols]);
+                let mut dst = dst.slice_move(s![lo - first..hi - first, ..cols]);
                 // The weight where it lies: fwd reads `rhs_g[..klim, :]`, dgrad `rhs_g[..klim, :]ᵀ`.
                 fn right<T>(w: ArrayView2<'_, T>, klim: usize, pass: Pass) -> ArrayView2<'_, T> {
                     let w = w.slice_move(s![..klim, ..]);
@@ -256,6 +257,42 @@ impl Emulate {
                 self.round_out(&mut dst, case);
             },
         );
+    }
+
+    /// Rows per parallel item of a pass over `used` rows: a quarter of an even share per
+    /// core, in whole M tiles. An expert of many rows (a skewed routing's hottest expert
+    /// holds about a quarter of them) is then computed on every core rather than on one
+    /// while the others wait, and the others still take a few items each. No element's
+    /// arithmetic depends on it.
+    fn item_rows(&self, used: usize) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        let tile = self.tile_m.max(1);
+        used.div_ceil(4 * cores).div_ceil(tile).max(1) * tile
+    }
+
+    /// Each group's rows of `all` (the output of fwd or dgrad) in items of at most
+    /// [`Emulate::item_rows`] rows, each with its group and its first row; the tail rows
+    /// past the last group are not among them.
+    fn row_items<'a>(
+        &self,
+        mut all: ArrayViewMut2<'a, f32>,
+        off: &[usize],
+    ) -> Vec<(usize, usize, ArrayViewMut2<'a, f32>)> {
+        let groups = off.len() - 1;
+        let per = self.item_rows(off[groups]);
+        let mut items = Vec::new();
+        for g in 0..groups {
+            let (mut rows, rest) = all.split_at(Axis(0), off[g + 1] - off[g]);
+            all = rest;
+            let mut first = off[g];
+            while rows.nrows() > per {
+                let (head, tail) = rows.split_at(Axis(0), per);
+                items.push((g, first, head));
+                (first, rows) = (first + per, tail);
+            }
+            items.push((g, first, rows));
+        }
+        items
     }
 
     /// Which expert's weights group `g` reads (compacted under `GroupOffsetAfterEmpty`).
@@ -354,11 +391,25 @@ impl Implementation<Gemm> for Emulate {
                 }
                 rows
             };
-            // Each expert writes its own slice of drhs.
+            // Each expert writes its own slice of drhs, an expert of many rows in pieces of
+            // its K rows (each element's sum is over the expert's rows whatever the piece).
+            let per_item = self.item_rows(used);
+            let mut items = Vec::new();
+            for (g, mut w) in drhs.outer_iter_mut().enumerate() {
+                let pieces = (off[g + 1] - off[g]).div_ceil(per_item).max(1);
+                let per = k.div_ceil(pieces).max(1);
+                let mut first = 0;
+                while w.nrows() > per {
+                    let (head, rest) = w.split_at(Axis(0), per);
+                    items.push((g, first, head));
+                    (first, w) = (first + per, rest);
+                }
+                items.push((g, first, w));
+            }
             map_by_cost(
-                drhs.outer_iter_mut().enumerate().collect(),
-                |&(g, _)| (off[g + 1] - off[g]) * k * n,
-                |(g, mut dst)| {
+                items,
+                |&(g, _, ref w)| (off[g + 1] - off[g]) * w.nrows() * n,
+                |(g, first, mut dst)| {
                     let rows = rows_of(g);
                     let empty = off[g] == off[g + 1];
                     if empty && rows.is_empty() {
@@ -369,17 +420,22 @@ impl Implementation<Gemm> for Emulate {
                     }
                     // An empty expert that reads the tail writes every k; others stop at klim.
                     let cols = if empty { k } else { klim };
-                    let mut dst = dst.slice_mut(s![..cols, ..]);
+                    let end = (first + dst.nrows()).min(cols);
+                    if first >= end {
+                        return;
+                    }
+                    let mut dst = dst.slice_mut(s![..end - first, ..]);
                     let contiguous = rows.windows(2).all(|w| w[1] == w[0] + 1);
                     if contiguous {
                         // The expert's rows where they lie.
                         let r = rows.first().map_or(0..0, |&f| f..f + rows.len());
-                        let a = lhs.slice(s![r.clone(), ..cols]);
+                        let a = lhs.slice(s![r.clone(), first..end]);
                         self.blocked_into(a.t(), dout.slice(s![r, ..]), dst.view_mut());
                     } else {
                         let a = lhs.select(Axis(0), &rows);
                         let b = dout.select(Axis(0), &rows);
-                        self.blocked_into(a.slice(s![.., ..cols]).t(), b.view(), dst.view_mut());
+                        let a = a.slice(s![.., first..end]);
+                        self.blocked_into(a.t(), b.view(), dst.view_mut());
                     }
                     self.round_out(&mut dst, case);
                 },
