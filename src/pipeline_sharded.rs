@@ -19,8 +19,9 @@ use crate::registry::Backends;
 /// at a time ([`moecheck_reference::gemm::shard`]): each shard's case is made (by the
 /// generator on its own where it can, [`Generate::shards`], so the whole case's inputs are
 /// never held; otherwise cut from the whole case), run by `imp`, checked and dropped with
-/// its inputs and outputs, and the shards' reports are merged into the whole case's. Only for an implementation that is
-/// [`Implementation::shardable`]; nothing is dumped (no shard's outputs are kept).
+/// its inputs and outputs, and the shards' reports are merged into the whole case's. Only
+/// for an implementation that is [`Implementation::shardable`]; nothing is dumped (no
+/// shard's outputs are kept).
 ///
 /// An implementation that fails on a shard fails the run, naming the shard; the shards after
 /// it are not run.
