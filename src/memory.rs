@@ -22,8 +22,8 @@
 //!   end-to-end runs' 7.18 and 7.25 GiB); the guard counts 64. (Before the comparison with the
 //!   unquantised GEMM stopped copying every element, the peaks were 74 bytes per element,
 //!   above the 64 counted then.) A case checked in shards of experts
-//!   ([`fp8_gemm_bytes_sharded`]) counts its inputs as held ([`FP8_INPUTS`]) and its largest
-//!   shard as a case of its own.
+//!   ([`fp8_gemm_bytes_sharded`]) counts its largest shard as a case of its own, and its
+//!   whole inputs ([`FP8_INPUTS`]) where the shards are cut from them.
 //! * `moe`: about 100 bytes per expert-weight element and 600 per element of `x` (the
 //!   per-token copies of the layer's forward and backward), measured at 2048 tokens, hidden
 //!   512, 32 experts, ffn 256 (0.94 GB) and 8192 tokens, hidden 128, 8 experts, ffn 64
@@ -324,7 +324,8 @@ pub const FP8_EXPERTS_PER_CORE: usize = 2;
 /// Whether a case of `size` is refused whatever its shards: its inputs alone are above
 /// [`USABLE`] of `available`. A run in shards does not hold them, but it allocates them
 /// (untouched) for the whole case's description, which the kernel may refuse beyond its
-/// memory; and an FP8 case's shards are cut from its whole inputs.
+/// memory; and some cases' shards are cut from their whole inputs (an FP8 case under
+/// delayed scaling, a kernel run on the whole case).
 pub fn inputs_too_large(size: GemmSize, dtype: Format, available: Option<u64>) -> bool {
     !fits(input_bytes(size, dtype), available)
 }
@@ -342,9 +343,11 @@ pub fn fp8_gemm_bytes(m: usize, k: usize, n: usize, groups: usize) -> u64 {
 pub const FP8_INPUTS: Format = Format::Bf16;
 
 /// [`fp8_gemm_bytes`] for a case checked a shard of consecutive experts at a time (`shards`
-/// its plan): the whole case's inputs and the largest shard counted as a case of its own. One
-/// shard (or none planned) is the whole case.
-pub fn fp8_gemm_bytes_sharded(size: GemmSize, shards: &[Shard]) -> u64 {
+/// its plan): the largest shard counted as a case of its own, and the whole case's inputs
+/// when its shards are cut from them (`whole_inputs`: the generator cannot make a shard on
+/// its own, as under delayed scaling, whose scales come from the whole case). One shard (or
+/// none planned) is the whole case.
+pub fn fp8_gemm_bytes_sharded(size: GemmSize, shards: &[Shard], whole_inputs: bool) -> u64 {
     let GemmSize { m, k, n, groups } = size;
     if shards.len() <= 1 {
         return fp8_gemm_bytes(m, k, n, groups);
@@ -354,7 +357,12 @@ pub fn fp8_gemm_bytes_sharded(size: GemmSize, shards: &[Shard]) -> u64 {
         .map(|s| fp8_gemm_bytes(s.rows.len(), k, n, s.experts.len()))
         .max()
         .unwrap_or(0);
-    input_bytes(size, FP8_INPUTS).saturating_add(largest)
+    let inputs = if whole_inputs {
+        input_bytes(size, FP8_INPUTS)
+    } else {
+        0
+    };
+    inputs.saturating_add(largest)
 }
 
 /// [`fp8_gemm_bytes_sharded`] for an implementation that runs on the whole case (a kernel under
@@ -375,7 +383,7 @@ pub fn fp8_kernel_bytes_sharded(size: GemmSize, shards: &[Shard]) -> u64 {
         .saturating_add(elements(&[groups, k, n]))
         .saturating_mul(8);
     let weight_copies = elements(&[groups, k, n]).saturating_mul(12);
-    fp8_gemm_bytes_sharded(size, shards)
+    fp8_gemm_bytes_sharded(size, shards, true)
         .saturating_add(outputs)
         .saturating_add(weight_copies)
 }

@@ -174,11 +174,35 @@ fn a_whole_fp8_run_checked_in_shards_holds_the_outputs_once() {
     for p in [2, 16, 128] {
         assert_eq!(
             fp8_kernel_bytes_sharded(ds, &plan(p)),
-            fp8_gemm_bytes_sharded(ds, &plan(p)) + outputs + weight_copies,
+            fp8_gemm_bytes_sharded(ds, &plan(p), true) + outputs + weight_copies,
             "{p}"
         );
     }
     let h200 = Some(124_800 << 20);
     assert!(!fits(fp8_kernel_bytes_sharded(ds, &plan(8)), h200));
     assert!(fits(fp8_kernel_bytes_sharded(ds, &plan(16)), h200));
+}
+
+/// An FP8 case whose shards are made on their own holds its largest shard's check alone;
+/// one whose shards are cut from the whole case holds its inputs too (bf16 weights, f32
+/// `lhs` and `dout`: DeepSeek-V3's 8.7 GB); one shard is the whole estimate either way.
+#[test]
+fn fp8_shards_made_alone_hold_no_whole_inputs() {
+    use moecheck_reference::gemm::shard::plan_sizes;
+    let ds = GemmSize {
+        m: 32768,
+        k: 7168,
+        n: 2048,
+        groups: 256,
+    };
+    let plan = |p| plan_sizes(&[128; 256], ds.m, ds.k, ds.n, p);
+    let whole = fp8_gemm_bytes(ds.m, ds.k, ds.n, ds.groups);
+    for held in [false, true] {
+        assert_eq!(fp8_gemm_bytes_sharded(ds, &plan(1), held), whole);
+    }
+    let inputs = 2 * 256 * 7168 * 2048 + 4 * (32768 * 7168 + 32768 * 2048);
+    assert!(inputs > 8_600_000_000);
+    let shard = fp8_gemm_bytes(32768 / 64, ds.k, ds.n, 4);
+    assert_eq!(fp8_gemm_bytes_sharded(ds, &plan(64), false), shard);
+    assert_eq!(fp8_gemm_bytes_sharded(ds, &plan(64), true), shard + inputs);
 }

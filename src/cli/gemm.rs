@@ -175,7 +175,9 @@ impl GemmFlags {
             Estimate::Gemm(verify) => {
                 memory::gemm_bytes_sharded(size, self.passes, verify, self.formats(), &plan)
             }
-            Estimate::Fp8 => memory::fp8_gemm_bytes_sharded(size, &plan),
+            Estimate::Fp8 { whole_inputs } => {
+                memory::fp8_gemm_bytes_sharded(size, &plan, whole_inputs)
+            }
             Estimate::Fp8RunWhole => memory::fp8_kernel_bytes_sharded(size, &plan),
         }
     }
@@ -222,10 +224,10 @@ impl GemmFlags {
         let whole_need = self.need(check, None, 1);
         let held = match check {
             Estimate::Gemm(_) => self.dtype,
-            Estimate::Fp8 | Estimate::Fp8RunWhole => memory::FP8_INPUTS,
+            Estimate::Fp8 { .. } | Estimate::Fp8RunWhole => memory::FP8_INPUTS,
         };
         // An FP8 case is checked in small shards whenever it may be (memory::FP8_SHARD_BYTES).
-        let small = matches!(check, Estimate::Fp8 | Estimate::Fp8RunWhole);
+        let small = matches!(check, Estimate::Fp8 { .. } | Estimate::Fp8RunWhole);
         let at_once = match asked {
             Some(p) => p == 1,
             None => {
@@ -241,7 +243,7 @@ impl GemmFlags {
         // The group sizes are the seed's first draws: the shards are planned on them.
         let sizes = sizes_of(spec);
         let parts = asked.unwrap_or_else(|| match check {
-            Estimate::Fp8 | Estimate::Fp8RunWhole => {
+            Estimate::Fp8 { .. } | Estimate::Fp8RunWhole => {
                 let size = self.size();
                 let largest = |p| {
                     let plan = shard::plan_sizes(&sizes, size.m, size.k, size.n, p);
@@ -341,9 +343,13 @@ where
 {
     let imp = registry::build::<O>(&a.imp.choice(a.declared())).map_err(anyhow::Error::msg)?;
     // An FP8 implementation that is not run in shards (a kernel under test) runs on the whole
-    // case; its outputs may still be checked in shards.
+    // case; its outputs may still be checked in shards. Shards the generator cannot make on
+    // their own are cut from the whole case's inputs, held throughout.
     let estimate = match estimate {
-        Estimate::Fp8 if !imp.shardable() => Estimate::Fp8RunWhole,
+        Estimate::Fp8 { .. } if !imp.shardable() => Estimate::Fp8RunWhole,
+        Estimate::Fp8 { .. } => Estimate::Fp8 {
+            whole_inputs: spec.shards().is_none(),
+        },
         other => other,
     };
     let parts = a.shards(gemm, estimate, imp.as_ref(), case_whole)?;
@@ -356,7 +362,7 @@ where
     } else if parts > 1 {
         let what = match estimate {
             Estimate::Gemm(_) => "case",
-            Estimate::Fp8 | Estimate::Fp8RunWhole => "FP8 case",
+            Estimate::Fp8 { .. } | Estimate::Fp8RunWhole => "FP8 case",
         };
         eprintln!(
             "moecheck: checking the {what} in {parts} shards of consecutive experts, one shard's outputs held at a time ({} computes each expert on its own; the report is the whole case's)",
@@ -393,9 +399,11 @@ fn run_fp8(a: GemmFlags) -> anyhow::Result<ExitCode> {
         (None, None) => Verify::default_for(spec.gemm.work()),
     };
     let whole = spec.recipe.shard_local();
+    // Whether the inputs are held whole is the generator's to say (`check`).
+    let fp8 = Estimate::Fp8 { whole_inputs: true };
     match verify {
-        Verify::Full => check::<Fp8Gemm, _>(&a, &spec, &spec.gemm, Estimate::Fp8, whole),
-        Verify::Fast => check::<Fp8GemmFast, _>(&a, &spec, &spec.gemm, Estimate::Fp8, whole),
+        Verify::Full => check::<Fp8Gemm, _>(&a, &spec, &spec.gemm, fp8, whole),
+        Verify::Fast => check::<Fp8GemmFast, _>(&a, &spec, &spec.gemm, fp8, whole),
     }
 }
 
@@ -404,8 +412,9 @@ fn run_fp8(a: GemmFlags) -> anyhow::Result<ExitCode> {
 enum Estimate {
     /// The grouped GEMM under a verification mode.
     Gemm(Verify),
-    /// The FP8 grouped GEMM.
-    Fp8,
+    /// The FP8 grouped GEMM, its shards made on their own or (`whole_inputs`) cut from the
+    /// whole case's inputs.
+    Fp8 { whole_inputs: bool },
     /// The FP8 grouped GEMM of an implementation that is not run in shards (a kernel under
     /// test, or a model whose planted bug reads across experts): it runs on the whole case,
     /// whose outputs are held whole while they are checked a shard at a time.

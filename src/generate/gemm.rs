@@ -150,7 +150,7 @@ impl Generate<Gemm> for GemmSpec {
         Ok(Generated::once(generate(self), self.passes))
     }
     fn shards(&self) -> Option<Box<dyn ShardSource<Gemm> + '_>> {
-        Some(Box::new(InShards::of(self)))
+        Some(Box::new(InShards::with(self.clone(), self.dtype)))
     }
 }
 
@@ -167,38 +167,48 @@ impl Generate<GemmFast> for GemmSpec {
         Ok(Generated::once(generate(self), self.passes))
     }
     fn shards(&self) -> Option<Box<dyn ShardSource<GemmFast> + '_>> {
-        Some(Box::new(InShards::of(self)))
+        Some(Box::new(InShards::with(self.clone(), self.dtype)))
     }
 }
 
-/// `spec`'s case made a shard of experts at a time ([`Generate::shards`]), in its own
-/// format (`spec.dtype`).
-struct InShards<'a> {
-    spec: &'a GemmSpec,
+/// `spec`'s case made a shard of experts at a time ([`Generate::shards`]), its weights'
+/// values in `weights` (as [`generate_with`]) and the rest in `spec.dtype`.
+pub(crate) struct InShards {
+    spec: GemmSpec,
+    weights: Format,
     layout: Layout,
 }
 
-impl InShards<'_> {
-    fn of(spec: &GemmSpec) -> InShards<'_> {
+impl InShards {
+    pub(crate) fn with(spec: GemmSpec, weights: Format) -> InShards {
         InShards {
+            layout: Layout::of(&spec),
             spec,
-            layout: Layout::of(spec),
+            weights,
         }
     }
-}
 
-/// For [`Gemm`] and [`GemmFast`], whose cases are the same.
-impl<O: Op<Case = GroupedGemmCase, Ask = Passes>> ShardSource<O> for InShards<'_> {
-    fn header(&self) -> anyhow::Result<Generated<O>> {
-        let spec = self.spec;
+    pub(crate) fn spec(&self) -> &GemmSpec {
+        &self.spec
+    }
+
+    /// The group sizes of the whole case.
+    pub(crate) fn sizes(&self) -> &[usize] {
+        &self.layout.sizes
+    }
+
+    /// The whole case's shapes, group sizes, formats and contract ([`ShardSource::header`]):
+    /// its arrays are allocated zeroed and never written.
+    pub(crate) fn header_case(&self) -> anyhow::Result<GroupedGemmCase> {
+        let spec = &self.spec;
         spec.validate().map_err(|e| anyhow::anyhow!(e.as_flag()))?;
         let (m, k, n, g) = (spec.rows(), spec.hidden, spec.ffn, spec.experts);
         // Zeroed allocations are fresh pages that nothing here writes.
-        let rhs = match spec.dtype {
+        let rhs = match self.weights {
             Format::Bf16 => Weights::Bf16(bf16_zeros((g, k, n))),
             _ => Weights::F32(ndarray::Array3::zeros((g, k, n))),
         };
-        let header = GroupedGemmCase {
+        Ok(GroupedGemmCase {
             lhs: ndarray::Array2::zeros((m, k)),
             rhs,
             group_sizes: self.layout.sizes.clone(),
@@ -206,13 +216,24 @@ impl<O: Op<Case = GroupedGemmCase, Ask = Passes>> ShardSource<O> for InShards<'_
             dtype: spec.dtype,
             out_dtype: spec.out_dtype,
             tail: spec.tail,
-        };
-        Ok(Generated::once(header, spec.passes))
+        })
+    }
+
+    /// Experts `shard` of the case, made directly ([`ShardSource::shard`]).
+    pub(crate) fn case(&self, shard: &Shard) -> GroupedGemmCase {
+        let (experts, rows) = (shard.experts.clone(), shard.rows.clone());
+        make(&self.spec, self.weights, &self.layout, experts, rows)
+    }
+}
+
+/// For [`Gemm`] and [`GemmFast`], whose cases are the same.
+impl<O: Op<Case = GroupedGemmCase, Ask = Passes>> ShardSource<O> for InShards {
+    fn header(&self) -> anyhow::Result<Generated<O>> {
+        Ok(Generated::once(self.header_case()?, self.spec.passes))
     }
 
     fn shard(&self, shard: &Shard) -> GroupedGemmCase {
-        let (experts, rows) = (shard.experts.clone(), shard.rows.clone());
-        make(self.spec, self.spec.dtype, &self.layout, experts, rows)
+        self.case(shard)
     }
 }
 

@@ -138,7 +138,7 @@ fn shards_made_alone_are_the_whole_cases_shards() {
             ..spec()
         };
         let whole = generate(&s);
-        let source = InShards::of(&s);
+        let source = InShards::with(s.clone(), dtype);
         for parts in [1, 3, 16] {
             for shard in plan(&whole, parts) {
                 let made = ShardSource::<Gemm>::shard(&source, &shard);
