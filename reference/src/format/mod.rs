@@ -26,6 +26,6 @@ mod fp8;
 mod kind;
 mod round;
 
-pub use fp8::{decode_fp8, encode_fp8};
+pub use fp8::{decode_fp8, encode_fp8, encode_scaled};
 pub use kind::{pow2, Format, FormatInfo, Overflow, UnknownFormat};
 pub use round::{round_slice, round_to, ulp};

@@ -37,13 +37,14 @@
 
 use half::bf16;
 
+use super::bulk::decode_all;
 use super::case::{Fp8GemmCase, Fp8Recipe, ScalingKind};
 use super::files::Fp8Json;
 use super::gemm::{quantize_operands, reference_from_operands, Fp8Bound, Fp8Operands};
 use super::op::{fp8_precision, Fp8Gemm};
 use super::report::{Fp8Document, Fp8Extra};
 use super::scaling::Quantized;
-use crate::format::{decode_fp8, Format};
+use crate::format::Format;
 use crate::gemm::fast::{fast_compare_with_bound, fast_expected, FastExpected, FastReport};
 use crate::gemm::shard::{merge_fast, Shard, Sharded};
 use crate::gemm::{GemmFast, GemmOutputs, GroupedGemmCase, Pass, Passes, Precision, Weights};
@@ -70,13 +71,9 @@ impl Fp8Recipe {
 /// (every FP8 value is a bf16 value), the case's group sizes, output format and tail
 /// contract. Rows in no scope (the tail) are 0.
 pub fn decoded(case: &Fp8GemmCase, ops: &Fp8Operands) -> GroupedGemmCase {
-    let dec = |q: &Quantized| q.q.mapv(|b| decode_fp8(b, q.format) as f32);
+    let dec = |q: &Quantized| decode_all(&q.q, q.format, |v| v as f32);
     let (g, k, n) = case.gemm.rhs.dim();
-    let fmt = ops.rhs.format;
-    let rhs = ops
-        .rhs
-        .q
-        .mapv(|b| bf16::from_f64(decode_fp8(b, fmt)))
+    let rhs = decode_all(&ops.rhs.q, ops.rhs.format, bf16::from_f64)
         .into_shape_with_order((g, k, n))
         .expect("G·K rows");
     GroupedGemmCase {

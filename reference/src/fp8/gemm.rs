@@ -81,6 +81,16 @@ impl Fp8Operands {
 /// `rhs (G, K, N)` viewed as `(G·K, N)`.
 pub fn rhs_rows(rhs: &Weights) -> ndarray::Array2<f32> {
     let (g, k, n) = rhs.dim();
+    if let Weights::Bf16(w) = rhs {
+        if let Ok(w) = w.view().into_shape_with_order((g * k, n)) {
+            // Widened on every core, into memory first touched there.
+            let mut a = ndarray::Array2::<f32>::zeros((g * k, n));
+            crate::par::zip_rows(a.view_mut(), w, |mut a, w| {
+                a.zip_mut_with(&w, |a, w| *a = w.to_f32())
+            });
+            return a;
+        }
+    }
     // One copy (the widened array when held in bf16, a clone otherwise).
     let a = rhs.f32().into_owned();
     let a = if a.is_standard_layout() {

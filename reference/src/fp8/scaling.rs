@@ -12,7 +12,8 @@
 use ndarray::{s, Array2, ArrayView2, ArrayView3};
 use serde::{Deserialize, Serialize};
 
-use super::recipe::{amax, compute_scale, dequantize_f32, dequantize_value, quantize_value};
+use super::bulk::{quantize_scopes, scope_amaxes};
+use super::recipe::{amax, compute_scale, dequantize_f32, dequantize_value};
 use crate::format::{Format, Overflow};
 use crate::gemm::case::offsets;
 
@@ -160,10 +161,7 @@ pub fn quantize_rows(
     overflow: Overflow,
 ) -> Quantized {
     let off = scope.offsets(x.nrows());
-    let amaxes: Vec<Option<f32>> = off
-        .windows(2)
-        .map(|w| amax(x.slice(s![w[0]..w[1], ..]).iter().copied()))
-        .collect();
+    let amaxes = scope_amaxes(x, &off);
     let scales: Vec<f32> = amaxes
         .iter()
         .map(|a| a.map_or(1.0, |a| compute_scale(a, format, 0)))
@@ -182,9 +180,9 @@ pub fn quantize_rows_with_scales(
     overflow: Overflow,
 ) -> Quantized {
     let off = scope.offsets(x.nrows());
-    let amax_vals = off
-        .windows(2)
-        .map(|w| amax(x.slice(s![w[0]..w[1], ..]).iter().copied()).unwrap_or(0.0))
+    let amax_vals = scope_amaxes(x, &off)
+        .into_iter()
+        .map(|a| a.unwrap_or(0.0))
         .collect();
     quantize_with_scales(x, &off, scales, amax_vals, format, overflow)
 }
@@ -204,15 +202,7 @@ fn quantize_with_scales(
         x.nrows()
     );
     assert_eq!(scales.len() + 1, off.len(), "one scale per scope");
-    let mut q = Array2::<u8>::zeros(x.dim());
-    for (i, &sc) in scales.iter().enumerate() {
-        let (lo, hi) = (off[i], off[i + 1]);
-        crate::par::zip_rows(
-            q.slice_mut(s![lo..hi, ..]),
-            x.slice(s![lo..hi, ..]),
-            |mut q, x| q.zip_mut_with(&x, |b, &v| *b = quantize_value(v, sc, format, overflow)),
-        );
-    }
+    let q = quantize_scopes(x, off, scales, format, overflow);
     Quantized {
         format,
         overflow,

@@ -3,6 +3,7 @@
 //! with, and the column-wise copies for wgrad (the row-wise bytes sharing `scale_inv`).
 
 use moecheck_reference::format::{decode_fp8, encode_fp8, ulp, Format, Overflow};
+use moecheck_reference::fp8::bulk::{decode_all, quantize_scopes, scope_amaxes};
 use moecheck_reference::fp8::{
     amax, compute_scale, fp8_max, rhs_rows, scale_inv, ColumnWise, Fp8GemmCase, Fp8Operands,
     Quantized, Scope, ScopeKind,
@@ -83,9 +84,7 @@ impl EmulateFp8 {
     ) -> KernelOperand {
         let off = scope.offsets(x.nrows());
         let scopes = off.len() - 1;
-        let mut amaxes: Vec<Option<f32>> = (0..scopes)
-            .map(|i| amax(x.slice(s![off[i]..off[i + 1], ..]).iter().copied()))
-            .collect();
+        let mut amaxes = scope_amaxes(x, &off);
         if self.has(Fp8Bug::AmaxFromNeighbour) {
             for i in 0..scopes.saturating_sub(1) {
                 if amaxes[i].is_some() {
@@ -97,14 +96,20 @@ impl EmulateFp8 {
             Some(g) => g.clone(),
             None => amaxes.iter().map(|a| self.scale_of(*a, format)).collect(),
         };
-        let mut q = Array2::<u8>::zeros(x.dim());
-        for i in 0..scopes {
-            let sc = scales[i];
-            let rows = s![off[i]..off[i + 1], ..];
-            zip_rows(q.slice_mut(rows), x.slice(rows), |mut q, x| {
-                q.zip_mut_with(&x, |b, &v| *b = self.cast(v * sc, format, overflow))
-            });
-        }
+        let q = if self.has(Fp8Bug::Truncation) {
+            let mut q = Array2::<u8>::zeros(x.dim());
+            for i in 0..scopes {
+                let sc = scales[i];
+                let rows = s![off[i]..off[i + 1], ..];
+                zip_rows(q.slice_mut(rows), x.slice(rows), |mut q, x| {
+                    q.zip_mut_with(&x, |b, &v| *b = self.cast(v * sc, format, overflow))
+                });
+            }
+            q
+        } else {
+            // The recipe's cast (what `cast` does without the bug), on every core.
+            quantize_scopes(x, &off, &scales, format, overflow)
+        };
         let sinv: Vec<f32> = scales.iter().map(|s| scale_inv(*s)).collect();
         let read_sinv = if self.has(Fp8Bug::ScaleInvNotAdvanced) && group_layout {
             let compact: Vec<f32> = (0..scopes)
@@ -127,7 +132,7 @@ impl EmulateFp8 {
             scale_inv: read_sinv.clone(),
         };
         KernelOperand {
-            vals: q.mapv(|b| decode_fp8(b, format) as f32),
+            vals: decode_all(&q, format, |v| v as f32),
             q,
             format,
             offsets: off,
