@@ -92,13 +92,14 @@ pub struct GemmFlags {
     /// Machine-readable report on stdout, with a top-level "verdict".
     #[arg(long)]
     pub json: bool,
-    /// Check the case N shards of consecutive experts at a time, holding one shard's outputs
-    /// at a time (the in-process models, reference and emulate, only; a kernel under test runs
-    /// on the whole case, and with --dtype fp8 its outputs are then checked N shards at a
-    /// time, one shard's references held at once). The report is the whole case's.
+    /// Check the case N shards of consecutive experts at a time, holding one shard's inputs
+    /// and outputs at a time (the in-process models, reference and emulate, only; a kernel
+    /// under test runs on the whole case, and with --dtype fp8 its outputs are then checked N
+    /// shards at a time, one shard's references held at once). The report is the whole case's.
     /// [default: 1 when the case fits in memory, else the fewest shards estimated to need at
-    /// most half of the memory available, or else at most 85% of it; with --dtype fp8, shards
-    /// of about 512 MiB but at least two experts per core]
+    /// most 2 GiB each (or what the largest expert needs alone), or else at most half of the
+    /// memory available, or else at most 85% of it; with --dtype fp8, shards of about 512 MiB
+    /// but at least two experts per core]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub shards: Option<u64>,
     /// Run even when the case's estimated memory exceeds what this machine has available
