@@ -297,16 +297,25 @@ pub fn fewest_shards(groups: usize, fits: impl Fn(usize) -> bool) -> Option<usiz
     Some(hi)
 }
 
-/// What one shard of a grouped GEMM that does not fit whole is planned to hold at most
-/// ([`gemm_bytes_sharded`] of its plan), unless its largest expert alone holds more: the
+/// What one shard of a grouped GEMM is planned to hold at most ([`gemm_bytes_sharded`] of
+/// its plan), unless its largest expert alone holds more; a case estimated above it is
+/// checked in shards by default even when it would fit whole (an in-process model's). The
 /// memory a shard uses is touched for the first time once and reused by the shards after
 /// it, and first touches cost more than the arithmetic on them on these machines, by an
 /// amount that varies from hour to hour (the kernel clears each fresh page, and the host
 /// backs it). DeepSeek-V3's three passes, `--impl emulate`, two cores (release builds,
 /// 2026-12-05): `--verify full` in 8 shards 68.1 s with 23.8 s of system time (3.1 GiB
 /// peak), in 24 shards 66.5 s with 0.9 s (1.4 GiB); `--verify fast` in 16, 29 and 64 shards
-/// 48.7, 50.0 and 51.5 s, in 60 (what this gives) 51.7 s.
+/// 48.7, 50.0 and 51.5 s, in 60 (what this gives) 51.7 s. Its forward pass alone, fast
+/// (8.8 GiB whole, which fits): whole 32.8 s with 20.4 s of system time, in 8 shards 24.5 s
+/// (0.8 s, 1.9 GiB), in 32 shards 24.9 s (0.4 s, 0.8 GiB).
 pub const GEMM_SHARD_BYTES: u64 = 2 << 30;
+
+/// Whether a grouped GEMM estimated to need `need` bytes is checked whole by default: when it
+/// is no larger than one shard ([`GEMM_SHARD_BYTES`]) and fits in `available`.
+pub fn whole_by_default(need: u64, available: Option<u64>) -> bool {
+    need <= GEMM_SHARD_BYTES && fits(need, available)
+}
 
 /// What one shard of an FP8 case is planned to hold at most ([`fp8_gemm_bytes`] of its
 /// experts): its references are held whole, and memory touched for the first time costs

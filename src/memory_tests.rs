@@ -206,3 +206,29 @@ fn fp8_shards_made_alone_hold_no_whole_inputs() {
     assert_eq!(fp8_gemm_bytes_sharded(ds, &plan(64), false), shard);
     assert_eq!(fp8_gemm_bytes_sharded(ds, &plan(64), true), shard + inputs);
 }
+
+/// A case is checked whole by default only when it is at most one shard's 2 GiB and fits:
+/// the mid-size case (about 0.9 GiB) whole, DeepSeek-V3's forward pass (about 9 GiB, which
+/// fits in 24 GiB) in shards, and nothing whole that does not fit.
+#[test]
+fn only_a_case_of_one_shards_size_is_checked_whole_by_default() {
+    let machine = Some(24 << 30);
+    let size = |m, k, n, groups| GemmSize { m, k, n, groups };
+    let mid = gemm_bytes(
+        size(4096, 2048, 1024, 64),
+        Passes::ALL,
+        Verify::Full,
+        BF16_F32,
+    );
+    assert!(mid < GEMM_SHARD_BYTES && whole_by_default(mid, machine));
+    let fwd = gemm_bytes(
+        size(32768, 7168, 2048, 256),
+        Passes::FWD,
+        Verify::Fast,
+        BF16_F32,
+    );
+    assert!(fits(fwd, machine) && !whole_by_default(fwd, machine));
+    assert!(!whole_by_default(mid, Some(mid / 2)));
+    assert!(whole_by_default(GEMM_SHARD_BYTES, None));
+    assert!(!whole_by_default(GEMM_SHARD_BYTES + 1, None));
+}

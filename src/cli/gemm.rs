@@ -96,10 +96,10 @@ pub struct GemmFlags {
     /// and outputs at a time (the in-process models, reference and emulate, only; a kernel
     /// under test runs on the whole case, and with --dtype fp8 its outputs are then checked N
     /// shards at a time, one shard's references held at once). The report is the whole case's.
-    /// [default: 1 when the case fits in memory, else the fewest shards estimated to need at
-    /// most 2 GiB each (or what the largest expert needs alone), or else at most half of the
-    /// memory available, or else at most 85% of it; with --dtype fp8, shards of about 512 MiB
-    /// but at least two experts per core]
+    /// [default: 1 when the case is estimated to need at most 2 GiB, else the fewest shards
+    /// estimated to need at most 2 GiB each (or what the largest expert needs alone), or else
+    /// at most half of the memory available, or else at most 85% of it; with --dtype fp8,
+    /// shards of about 512 MiB but at least two experts per core]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub shards: Option<u64>,
     /// Run even when the case's estimated memory exceeds what this machine has available
@@ -220,8 +220,9 @@ impl GemmFlags {
         }
         let available = memory::available();
         // Checked whole, decided without planning (which draws every expert's size): when
-        // asked, when it must be, when the whole case fits, or when no number of shards
-        // could make it fit (the guard refuses it whole).
+        // asked, when it must be, when the whole case is small enough to be one shard
+        // (memory::GEMM_SHARD_BYTES) and fits, or when no number of shards could make it fit
+        // (the guard refuses it whole).
         let whole_need = self.need(check, None, 1);
         let held = match check {
             Estimate::Gemm(_) => self.dtype,
@@ -233,7 +234,7 @@ impl GemmFlags {
             Some(p) => p == 1,
             None => {
                 whole.is_some()
-                    || (!small && memory::fits(whole_need, available))
+                    || (!small && memory::whole_by_default(whole_need, available))
                     || memory::inputs_too_large(self.size(), held, available)
             }
         };
