@@ -8,6 +8,18 @@ const BF16_F64: Formats = Formats {
     dtype: Format::Bf16,
     out_dtype: Format::F64,
 };
+/// DeepSeek-V3's expert GEMM at 4096 tokens × top-8.
+const DS: GemmSize = GemmSize {
+    m: 32768,
+    k: 7168,
+    n: 2048,
+    groups: 256,
+};
+
+/// [`DS`] in `p` shards, its experts of 128 rows each.
+fn even_plan(p: usize) -> Vec<Shard> {
+    moecheck_reference::gemm::shard::plan_sizes(&[128; 256], DS.m, DS.k, DS.n, p)
+}
 
 #[test]
 fn estimates_cover_the_measured_peaks() {
@@ -41,10 +53,9 @@ fn estimates_cover_the_measured_peaks() {
     assert_eq!(fwd32 - fwd, 2 * 64 * 2048 * 1024 - 2 * 4 * 2048 * 1024);
     // DeepSeek-V3's forward pass ran at a 9.38 GB (8.74 GiB) peak, verified in full, and
     // at 9.12 GB (8.49 GiB) in the README's latest run.
-    let ds_size = size(32768, 7168, 2048, 256);
-    let ds = gemm_bytes_on(2, ds_size, Passes::FWD, Verify::Full, BF16_F32);
+    let ds = gemm_bytes_on(2, DS, Passes::FWD, Verify::Full, BF16_F32);
     // More cores hold more experts at once.
-    assert!(gemm_bytes_on(16, ds_size, Passes::FWD, Verify::Full, BF16_F32) > ds);
+    assert!(gemm_bytes_on(16, DS, Passes::FWD, Verify::Full, BF16_F32) > ds);
     assert!(ds > 9_390_000_000 && ds < 12_000_000_000, "{ds}");
     let m = moe_bytes(2048, 512, 32, 256, 0);
     assert!(m > 941_000_000 && m < 2_000_000_000, "{m}");
@@ -55,12 +66,7 @@ fn estimates_cover_the_measured_peaks() {
 #[test]
 fn shards_hold_only_the_largest_shard() {
     use moecheck_reference::gemm::shard::plan_sizes;
-    let ds = GemmSize {
-        m: 32768,
-        k: 7168,
-        n: 2048,
-        groups: 256,
-    };
+    let ds = DS;
     // Even experts of 128 rows each.
     let even = vec![128; 256];
     let full = |sizes: &[usize], p| {
@@ -156,31 +162,23 @@ fn the_guard_refuses_only_above_what_is_available() {
 /// shard is the whole estimate.
 #[test]
 fn a_whole_fp8_run_checked_in_shards_holds_the_outputs_once() {
-    use moecheck_reference::gemm::shard::plan_sizes;
-    let ds = GemmSize {
-        m: 32768,
-        k: 7168,
-        n: 2048,
-        groups: 256,
-    };
-    let plan = |p| plan_sizes(&[128; 256], ds.m, ds.k, ds.n, p);
     assert_eq!(
-        fp8_kernel_bytes_sharded(ds, &plan(1)),
-        fp8_gemm_bytes(ds.m, ds.k, ds.n, ds.groups)
+        fp8_kernel_bytes_sharded(DS, &even_plan(1)),
+        fp8_gemm_bytes(DS.m, DS.k, DS.n, DS.groups)
     );
-    assert!(fp8_gemm_bytes(ds.m, ds.k, ds.n, ds.groups) > 240 << 30);
+    assert!(fp8_gemm_bytes(DS.m, DS.k, DS.n, DS.groups) > 240 << 30);
     let outputs = 8 * (32768 * 2048 + 32768 * 7168 + 256 * 7168 * 2048);
     let weight_copies = 12 * 256 * 7168 * 2048;
     for p in [2, 16, 128] {
         assert_eq!(
-            fp8_kernel_bytes_sharded(ds, &plan(p)),
-            fp8_gemm_bytes_sharded(ds, &plan(p), true) + outputs + weight_copies,
+            fp8_kernel_bytes_sharded(DS, &even_plan(p)),
+            fp8_gemm_bytes_sharded(DS, &even_plan(p), true) + outputs + weight_copies,
             "{p}"
         );
     }
     let h200 = Some(124_800 << 20);
-    assert!(!fits(fp8_kernel_bytes_sharded(ds, &plan(8)), h200));
-    assert!(fits(fp8_kernel_bytes_sharded(ds, &plan(16)), h200));
+    assert!(!fits(fp8_kernel_bytes_sharded(DS, &even_plan(8)), h200));
+    assert!(fits(fp8_kernel_bytes_sharded(DS, &even_plan(16)), h200));
 }
 
 /// An FP8 case whose shards are made on their own holds its largest shard's check alone;
@@ -188,23 +186,18 @@ fn a_whole_fp8_run_checked_in_shards_holds_the_outputs_once() {
 /// `lhs` and `dout`: DeepSeek-V3's 8.7 GB); one shard is the whole estimate either way.
 #[test]
 fn fp8_shards_made_alone_hold_no_whole_inputs() {
-    use moecheck_reference::gemm::shard::plan_sizes;
-    let ds = GemmSize {
-        m: 32768,
-        k: 7168,
-        n: 2048,
-        groups: 256,
-    };
-    let plan = |p| plan_sizes(&[128; 256], ds.m, ds.k, ds.n, p);
-    let whole = fp8_gemm_bytes(ds.m, ds.k, ds.n, ds.groups);
+    let whole = fp8_gemm_bytes(DS.m, DS.k, DS.n, DS.groups);
     for held in [false, true] {
-        assert_eq!(fp8_gemm_bytes_sharded(ds, &plan(1), held), whole);
+        assert_eq!(fp8_gemm_bytes_sharded(DS, &even_plan(1), held), whole);
     }
     let inputs = 2 * 256 * 7168 * 2048 + 4 * (32768 * 7168 + 32768 * 2048);
     assert!(inputs > 8_600_000_000);
-    let shard = fp8_gemm_bytes(32768 / 64, ds.k, ds.n, 4);
-    assert_eq!(fp8_gemm_bytes_sharded(ds, &plan(64), false), shard);
-    assert_eq!(fp8_gemm_bytes_sharded(ds, &plan(64), true), shard + inputs);
+    let shard = fp8_gemm_bytes(32768 / 64, DS.k, DS.n, 4);
+    assert_eq!(fp8_gemm_bytes_sharded(DS, &even_plan(64), false), shard);
+    assert_eq!(
+        fp8_gemm_bytes_sharded(DS, &even_plan(64), true),
+        shard + inputs
+    );
 }
 
 /// A case is checked whole by default only when it is at most one shard's 2 GiB and fits:
@@ -221,12 +214,7 @@ fn only_a_case_of_one_shards_size_is_checked_whole_by_default() {
         BF16_F32,
     );
     assert!(mid < GEMM_SHARD_BYTES && whole_by_default(mid, machine));
-    let fwd = gemm_bytes(
-        size(32768, 7168, 2048, 256),
-        Passes::FWD,
-        Verify::Fast,
-        BF16_F32,
-    );
+    let fwd = gemm_bytes(DS, Passes::FWD, Verify::Fast, BF16_F32);
     assert!(fits(fwd, machine) && !whole_by_default(fwd, machine));
     assert!(!whole_by_default(mid, Some(mid / 2)));
     assert!(whole_by_default(GEMM_SHARD_BYTES, None));

@@ -112,7 +112,7 @@ pub fn encode_fp8(x: f64, format: Format, overflow: Overflow) -> u8 {
 pub fn encode_scaled(xs: &[f32], scale: f32, out: &mut [u8], format: Format, overflow: Overflow) {
     assert_eq!(xs.len(), out.len(), "encode_scaled: lengths");
     let (m, _, bias) = layout(format);
-    let max_bits = (fp8_max_f64(format) as f32).to_bits();
+    let max_bits = (format.info().max as f32).to_bits();
     let shift = 23 - m;
     let rebias = ((127 - bias) as u32) << m;
     let min_normal = ((127 + 1 - bias) as u32) << 23;
@@ -137,15 +137,6 @@ pub fn encode_scaled(xs: &[f32], scale: f32, out: &mut [u8], format: Format, ove
                 *o = encode_fp8((x * scale) as f64, format, overflow);
             }
         }
-    }
-}
-
-/// The largest finite value of an FP8 format.
-fn fp8_max_f64(format: Format) -> f64 {
-    match format {
-        Format::E4m3 => 448.0,
-        Format::E5m2 => 57344.0,
-        other => panic!("{other} is not an FP8 format (expected e4m3 or e5m2)"),
     }
 }
 
