@@ -223,16 +223,23 @@ mod avx512 {
                     let not_exact = _mm512_cmp_pd_mask::<_CMP_NEQ_UQ>(e, zero);
                     let reach = _mm512_cmp_pd_mask::<_CMP_GE_OQ>(e, _mm512_mul_pd(m, b));
                     beats |= (not_exact & (reach | !positive)) != 0;
-                    // The teeth (`zero_ratio`).
+                    // The teeth (`zero_ratio`), computed only where a lane's may be above
+                    // that lane's largest so far, `t`: as for the ratios above, `|w| / b`
+                    // rounded is above `t` only if `|w| >= fl(t·b)`; a lane whose teeth are
+                    // 0, +inf or the smallest normal is looked at whatever `t` is. Where no
+                    // lane may be, the maximum stays as it is, with no division.
                     let aw = abs(w);
-                    let z = _mm512_mask_blend_pd(positive, inf, _mm512_div_pd(aw, b));
                     let vacuous = !finite(b);
-                    let z = _mm512_mask_blend_pd(vacuous, z, v(f64::MIN_POSITIVE));
                     let nothing = _mm512_cmp_pd_mask::<_CMP_EQ_OQ>(aw, zero) | !finite(aw);
-                    let z = _mm512_mask_blend_pd(nothing, z, zero);
+                    let above = _mm512_cmp_pd_mask::<_CMP_GE_OQ>(aw, _mm512_mul_pd(teeth, b));
+                    if !nothing & (above | !positive | vacuous) != 0 {
+                        let z = _mm512_mask_blend_pd(positive, inf, _mm512_div_pd(aw, b));
+                        let z = _mm512_mask_blend_pd(vacuous, z, v(f64::MIN_POSITIVE));
+                        let z = _mm512_mask_blend_pd(nothing, z, zero);
+                        teeth = _mm512_max_pd(z, teeth);
+                    }
                     // ULPs: `e · inv.at(w)`.
                     let u = _mm512_mul_pd(e, inverse_ulp(inv, w));
-                    teeth = _mm512_max_pd(z, teeth);
                     e_max = _mm512_max_pd(e, e_max);
                     u_max = _mm512_max_pd(u, u_max);
                     xy = _mm512_add_pd(xy, _mm512_mul_pd(g, w));

@@ -2,9 +2,8 @@
 //! path: [`super::isa::Isa::Amx`].
 //!
 //! ## Why
-//! [`super::bf16mag`] takes 32 products per `vdpbf16ps`, but that instruction costs about two
-//! of the values' f64 fused multiply-adds (8 products each): its magnitudes still cost half as
-//! much as the values. `tdpbf16ps` multiplies a 16 × 32 tile of `|a|` by a 32 × 16 tile of
+//! [`super::bf16mag`] sums the magnitudes by f32 fused multiply-adds, 16 products each against
+//! the values' 8: they still cost half as much as the values. `tdpbf16ps` multiplies a 16 × 32 tile of `|a|` by a 32 × 16 tile of
 //! `|b|` into 16 × 16 f32 sums, 8192 products per instruction. Here the values are computed by
 //! the f64 kernel alone, with its widest register tile, and the magnitudes beside them cost a
 //! few percent of the values.
@@ -29,7 +28,8 @@
 //! On Linux a process must ask for the tile state before it uses it
 //! (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`); the path is offered only where
 //! the CPU has AMX-BF16, the operating system enables the tile state and the request is
-//! granted (asked once per process). Elsewhere the bf16 dot products or the f64 sums run.
+//! granted (asked once per process). Elsewhere the f32 sums of [`super::bf16mag`] or the f64
+//! sums run.
 
 use std::arch::asm;
 use std::arch::x86_64::*;

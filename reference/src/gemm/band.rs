@@ -118,13 +118,36 @@ pub(super) unsafe fn pack_b<B: Operand, const C: usize, const MAG: bool>(
             unsafe { *bp.offset(p as isize * s.ldb + j as isize * s.csb) }.wide()
         };
         let (full_p, full_j) = (kc - kc % 8, C - C % 8);
+        // A transposed bf16 view (dgrad's weight): eight columns' eight contiguous values
+        // transposed as 16-bit words in registers, then widened a row at a time.
+        #[cfg(target_arch = "x86_64")]
+        let words =
+            s.ldb == 1 && std::any::TypeId::of::<B>() == std::any::TypeId::of::<half::bf16>();
+        #[cfg(not(target_arch = "x86_64"))]
+        let words = false;
         for j0 in (0..full_j).step_by(8) {
             for p0 in (0..full_p).step_by(8) {
-                // Columns outside, so that each column's eight values are read in a row.
                 let mut t = [[0.0f64; 8]; 8];
-                for jj in 0..8 {
-                    for (pp, row) in t.iter_mut().enumerate() {
-                        row[jj] = get(p0 + pp, j0 + jj);
+                #[cfg(target_arch = "x86_64")]
+                if words {
+                    // SAFETY: rows pc + p0 .. + 8 of columns jr + j0 .. + 8 of the window, each
+                    // column's eight contiguous (unit row stride); B is bf16, 16 bits.
+                    let rows = unsafe {
+                        transpose_words(
+                            bp.offset(p0 as isize + j0 as isize * s.csb) as *const u16,
+                            s.csb,
+                        )
+                    };
+                    for (row, bits) in t.iter_mut().zip(rows) {
+                        *row = bits.map(|b| f64::from(f32::from_bits(u32::from(b) << 16)));
+                    }
+                }
+                if !words {
+                    // Columns outside, so that each column's eight values are read in a row.
+                    for jj in 0..8 {
+                        for (pp, row) in t.iter_mut().enumerate() {
+                            row[jj] = get(p0 + pp, j0 + jj);
+                        }
                     }
                 }
                 for (pp, row) in t.iter().enumerate() {
@@ -146,6 +169,59 @@ pub(super) unsafe fn pack_b<B: Operand, const C: usize, const MAG: bool>(
                 }
             }
         }
+    }
+}
+
+/// The 8 × 8 block of 16-bit words whose column `j` is the eight contiguous words at
+/// `at + j·stride`: row `p` of the result holds word `p` of every column.
+///
+/// # Safety
+/// The eight runs of eight words must be readable.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn transpose_words(at: *const u16, stride: isize) -> [[u16; 8]; 8] {
+    use std::arch::x86_64::*;
+    // SAFETY: SSE2 is part of x86-64; the loads read the caller's eight runs.
+    unsafe {
+        let c: [__m128i; 8] =
+            std::array::from_fn(|j| _mm_loadu_si128(at.offset(j as isize * stride).cast()));
+        // Pairs of columns interleaved by word, then by pairs of words, then by quadruples.
+        let w: [__m128i; 8] = std::array::from_fn(|i| {
+            let (x, y) = (c[2 * (i % 4)], c[2 * (i % 4) + 1]);
+            if i < 4 {
+                _mm_unpacklo_epi16(x, y)
+            } else {
+                _mm_unpackhi_epi16(x, y)
+            }
+        });
+        // w[0..4]: words 0-3 of column pairs (0,1) (2,3) (4,5) (6,7); w[4..8]: words 4-7.
+        let d: [__m128i; 8] = std::array::from_fn(|i| {
+            let h = 4 * (i / 4);
+            let (x, y) = if i % 4 < 2 {
+                (w[h], w[h + 1])
+            } else {
+                (w[h + 2], w[h + 3])
+            };
+            if i % 2 == 0 {
+                _mm_unpacklo_epi32(x, y)
+            } else {
+                _mm_unpackhi_epi32(x, y)
+            }
+        });
+        // d[h + 0/1]: words (0,1)/(2,3) of columns 0-3 (h = 0) or words (4,5)/(6,7) (h = 4);
+        // d[h + 2/3]: the same of columns 4-7.
+        let mut out = [[0u16; 8]; 8];
+        for (p, row) in out.iter_mut().enumerate() {
+            let (h, q) = (4 * (p / 4), (p % 4) / 2);
+            let (x, y) = (d[h + q], d[h + 2 + q]);
+            let r = if p % 2 == 0 {
+                _mm_unpacklo_epi64(x, y)
+            } else {
+                _mm_unpackhi_epi64(x, y)
+            };
+            _mm_storeu_si128(row.as_mut_ptr().cast(), r);
+        }
+        out
     }
 }
 

@@ -1,20 +1,28 @@
-//! The magnitudes `s = Σ_p |a[i, p]|·|b[p, j]|` of the f64 kernel ([`super::kernel`]) by
-//! AVX-512 BF16 dot products, beside the values in f64: [`super::isa::Isa::Avx512Bf16`].
+//! The magnitudes `s = Σ_p |a[i, p]|·|b[p, j]|` of the f64 kernel ([`super::kernel`]) summed
+//! in f32 from operands rounded up to bf16, beside the values in f64, in one register tile:
+//! [`super::isa::Isa::Avx512F32Mag`].
 //!
 //! ## Why
 //! A full check needs, for every element, the value `y = Σ a·b` and the magnitude `S` its bound
 //! scales with. In f64 the magnitudes cost as many fused multiply-adds as the values. A bound
-//! does not need `S` to 53 bits, only a certified upper bound of it a little above it:
-//! `vdpbf16ps` takes 32 bf16 products per instruction into 16 f32 sums, against 8 f64 products
-//! per `vfmadd`, so the magnitudes cost a quarter of the values instead of as much.
+//! does not need `S` to 53 bits, only a certified upper bound of it a little above it: an f32
+//! fused multiply-add takes 16 products against the f64 one's 8, so the magnitudes cost half
+//! of the values instead of as much. (This path first used `vdpbf16ps`, 32 bf16 products an
+//! instruction; on the Xeon the README's figures come from, under a hypervisor, it ran at
+//! under half the f32 multiply-adds' rate, no faster than the f64 sums, and the tile that
+//! carried it took 1.8 – 1.9 times the values alone, against about 1.5 now.) The operands
+//! are still rounded up to bf16: the ranges that certify the run (step 2) and the sums are then
+//! those of the AMX path ([`super::amx`]) and of that instruction, bit for bit.
 //!
 //! ## The upper bound, derived
 //! 1. Every `|x|` is rounded **up** to bf16 (to f32 upwards, then the low 16 bits carried into
 //!    the top 16). So each `x̄ >= |x|` and `S̄ = Σ ā·b̄ >= S`. For inputs held in bf16
 //!    (moecheck's bf16 cases) `x̄ = |x|`; otherwise `x̄ <= |x|·(1 + 2^-7)`.
 //! 2. A product of two bf16 has 16 significant bits, so it is exact in f32 unless it underflows
-//!    or overflows; every partial sum of non-negative terms lies between its largest term and
-//!    `S̄`. The instruction treats subnormal inputs and results as 0. So the run is kept only
+//!    or overflows (the fused multiply-add forms it exactly in any case); every partial sum of
+//!    non-negative terms lies between its largest term and `S̄`. A subnormal input or result
+//!    would be read or rounded with an absolute error, not a relative one (or flushed to 0
+//!    where MXCSR says so, as the dot-product instructions always do). So the run is kept only
 //!    when the operands' rounded magnitudes (their ranges are gathered while they are packed)
 //!    guarantee none of that happens: every non-zero `x̄ >= 2^-126` (normal),
 //!    `min ā·min b̄ >= 2^-126` over the non-zero ones (no product flushed),
@@ -22,9 +30,9 @@
 //!    `(k + 1)·2^-23 <= 1/2`; and the thread does not flush subnormals (MXCSR's FTZ and DAZ
 //!    off, their default: the rounding of `b` obeys them). Otherwise the whole product is
 //!    computed on the [`super::isa::Isa::Avx512`] path instead, f64 magnitudes included.
-//! 3. The sums: within a `KC`-deep band, in f32, each step rounded once (round to nearest
-//!    even; any faithful rounding, `u <= 2^-23`, is assumed, so a CPU that rounds a pair's two
-//!    products once or twice is covered); the band's sum is widened exactly and the bands added
+//! 3. The sums: within a `KC`-deep band, in f32, one fused multiply-add a product in
+//!    increasing `p`, each step rounded once (round to nearest even; any faithful rounding,
+//!    `u <= 2^-23`, is assumed); the band's sum is widened exactly and the bands added
 //!    in f64 (`u = 2^-53`). Each product meets at most `d = min(k, KC) + ceil(k/KC) - 1 <= k + 1`
 //!    roundings, each of a non-negative sum, so the computed `ŝ >= S̄·(1 - u)^d`, and
 //!    `S <= S̄ <= ŝ/(1 - u)^d <= ŝ·(1 + γ(k + 1, 2^-23))`.
@@ -48,10 +56,10 @@ use super::bound::gamma;
 pub(super) use super::operand::up;
 use super::operand::Operand;
 
-/// Rows of the register tile: 12 value accumulators (6 × 16 f64), 6 magnitude accumulators
-/// (6 × 16 f32), the band's two rows (4) and their magnitudes (1) and the broadcasts fit the
-/// 32 registers.
-const MR: usize = 6;
+/// Rows of the register tile: 16 value accumulators (8 × 16 f64), 8 magnitude accumulators
+/// (8 × 16 f32), a pair of the band's rows (4), their magnitudes (2) and a broadcast fit the
+/// 32 registers (6 rows, the tile the dot-product instruction had, ran about 10% slower).
+const MR: usize = 8;
 /// Columns of the register tile.
 const NR: usize = 16;
 
@@ -156,18 +164,20 @@ pub fn inflation(k: usize) -> f64 {
 /// the f64 path.
 ///
 /// # Safety
-/// As for the kernel's `body` (`s.s` not null); the CPU must have AVX-512F, FMA and
-/// AVX-512 BF16.
-#[target_feature(enable = "avx512f,avx512bf16,fma")]
+/// As for the kernel's `body` (`s.s` not null); the CPU must have AVX-512F and FMA.
+#[target_feature(enable = "avx512f,fma")]
 pub(super) unsafe fn run<B: Operand>(s: &Shape<B>, edge: impl FnOnce(&Shape<B>)) -> bool {
     if flushes_subnormals() {
         return false;
     }
     let full = s.n - s.n % NR;
-    let mut packed = vec![0.0f64; KC * NR];
-    let mut b2 = vec![0u32; KC.div_ceil(2) * NR];
-    let mut a2 = vec![0u32; KC.div_ceil(2) * MC];
-    let mut a_vals = vec![0.0f64; 2 * KC.div_ceil(2) * MC];
+    // Buffers for the widest band and the tallest block this product has (a short product's
+    // would otherwise be mostly buffer to clear).
+    let (depth, rows) = (KC.min(s.k).next_multiple_of(2), MC.min(s.m));
+    let mut packed = vec![0.0f64; depth * NR];
+    let mut b2 = vec![0.0f32; depth * NR];
+    let mut a2 = vec![0.0f32; depth * rows];
+    let mut a_vals = vec![0.0f64; depth * rows];
     let (mut ra, mut rb) = (Range::EMPTY, Range::EMPTY);
     let f = inflation(s.k);
     let mut pc = 0;
@@ -192,7 +202,7 @@ pub(super) unsafe fn run<B: Operand>(s: &Shape<B>, edge: impl FnOnce(&Shape<B>))
                 // SAFETY: columns jr..jr + 16 <= n of the band.
                 unsafe {
                     pack_b::<B, NR, false>(s, &band, &mut packed, &mut []);
-                    let seen = pair_rows(&packed[..kc * NR], kc, &mut b2[..kp * NR]);
+                    let seen = pair_rows(&packed[..kc * NR], kc, &mut b2[..2 * kp * NR]);
                     rb = rb.join(seen);
                 }
                 let mut ir = ic;
@@ -203,7 +213,7 @@ pub(super) unsafe fn run<B: Operand>(s: &Shape<B>, edge: impl FnOnce(&Shape<B>))
                         a: a_vals[2 * (ir - ic) * kp..].as_ptr(),
                         b: packed.as_ptr(),
                         b2: b2.as_ptr(),
-                        a2: a2[(ir - ic) * kp..].as_ptr(),
+                        a2: a2[2 * (ir - ic) * kp..].as_ptr(),
                         // SAFETY: rows ir.., columns jr.. of c and s.
                         c: unsafe { s.c.offset(ir as isize * s.ldc + jr as isize) },
                         ldc: s.ldc,
@@ -266,71 +276,126 @@ fn control_word() -> u32 {
     csr
 }
 
-/// `|a|` of `block`'s rows `ic..ic + mc`, columns `pc..pc + kc`, rounded up to bf16 in pairs of
-/// consecutive columns (the low half the even one; an odd last column paired with 0), for the
-/// row tiles that will read them: the tile of rows `ic + t·MR ..` (`mr` of them) at
-/// `out[t·MR·kp ..]`, its row `i`'s pair `pp` at `pp·mr + i`; and the values themselves the
-/// same way in `vals`, two per pair (`vals[2·(pp·mr + i) + h]`, column `2pp + h`).
+/// `|a|` of `block`'s rows `ic..ic + mc`, columns `pc..pc + kc`, rounded up to bf16 and held
+/// in f32, in pairs of consecutive columns (an odd last column paired with 0), for the row
+/// tiles that will read them: the tile of rows `ic + t·MR ..` (`mr` of them) at
+/// `out[2·t·MR·kp ..]`, its row `i`'s pair `pp` at `2·(pp·mr + i)` (column `2pp`) and the next
+/// (column `2pp + 1`). A row whose columns are contiguous is read 16 values at a time, its
+/// eight pairs scattered to their places at once.
 ///
 /// # Safety
-/// The window must lie inside `s.a`.
+/// The window must lie inside `s.a`; the CPU must have AVX-512F.
 #[inline(always)]
 unsafe fn pack_a_pairs<B>(
     s: &Shape<B>,
     block: &Band,
-    out: &mut [u32],
+    out: &mut [f32],
     vals: &mut [f64],
     range: &mut Range,
 ) {
     let Band { pc, kc, ic, mc, .. } = *block;
     let kp = kc.div_ceil(2);
+    // Per lane, the largest bits and the smallest of `bits - 1` (wrapping: a zero becomes the
+    // largest), so that both are plain minima and maxima.
+    // SAFETY: AVX-512F (the caller's).
+    let (mut lo, mut hi) = unsafe { (_mm512_set1_epi32(-1), _mm512_setzero_si512()) };
     for i in 0..mc {
         let (t, ti) = (i / MR, i % MR);
         let mr = MR.min(mc - t * MR);
-        let tile = &mut out[t * MR * kp..t * MR * kp + mr * kp];
-        let tile_vals = &mut vals[2 * t * MR * kp..2 * (t * MR * kp + mr * kp)];
+        let at_tile = 2 * t * MR * kp..2 * (t * MR * kp + mr * kp);
+        let tile = &mut out[at_tile.clone()];
+        let tile_vals = &mut vals[at_tile];
         // SAFETY: row ic + i < m and columns pc..pc + kc <= k of a.
         let row = unsafe { s.a.offset((ic + i) as isize * s.rsa + pc as isize * s.csa) };
+        let mut pp = 0;
+        if s.csa == 1 {
+            // SAFETY: AVX-512F; the pair indices (in 8-byte units) of pairs pp..pp + 8.
+            let step = unsafe { _mm512_set1_epi64((8 * mr) as i64) };
+            // Pair `q`'s place (8-byte units of `tile`), and its two values' (of
+            // `tile_vals`): the first eight columns' and the next eight's.
+            let places: [i64; 8] = std::array::from_fn(|q| (q * mr + ti) as i64);
+            let halves: [[i64; 8]; 2] = std::array::from_fn(|u| {
+                std::array::from_fn(|l| 2 * places[4 * u + l / 2] + l as i64 % 2)
+            });
+            let (mut index, mut first, mut next) = unsafe {
+                (
+                    _mm512_loadu_si512(places.as_ptr().cast()),
+                    _mm512_loadu_si512(halves[0].as_ptr().cast()),
+                    _mm512_loadu_si512(halves[1].as_ptr().cast()),
+                )
+            };
+            let value_step = unsafe { _mm512_set1_epi64((16 * mr) as i64) };
+            while 2 * pp + 16 <= kc {
+                // SAFETY: columns 2pp..2pp + 16 < kc of the row, contiguous; the eight pairs'
+                // places `2·((pp + q)·mr + ti)` lie inside the tile.
+                unsafe {
+                    let (v0, v1) = (
+                        _mm512_loadu_pd(row.add(2 * pp)),
+                        _mm512_loadu_pd(row.add(2 * pp + 8)),
+                    );
+                    _mm512_i64scatter_pd::<8>(tile_vals.as_mut_ptr().cast(), first, v0);
+                    _mm512_i64scatter_pd::<8>(tile_vals.as_mut_ptr().cast(), next, v1);
+                    first = _mm512_add_epi64(first, value_step);
+                    next = _mm512_add_epi64(next, value_step);
+                    let bits = up16(v0, v1);
+                    lo = _mm512_min_epu32(lo, _mm512_sub_epi32(bits, _mm512_set1_epi32(1)));
+                    hi = _mm512_max_epu32(hi, bits);
+                    let wide = _mm512_slli_epi32::<16>(bits);
+                    _mm512_i64scatter_epi64::<8>(tile.as_mut_ptr().cast(), index, wide);
+                    index = _mm512_add_epi64(index, step);
+                }
+                pp += 8;
+            }
+        }
         let at = |p: usize| unsafe { *row.offset(p as isize * s.csa) };
-        for pp in 0..kp {
-            let lo = at(2 * pp);
-            let hi = if 2 * pp + 1 < kc { at(2 * pp + 1) } else { 0.0 };
-            let (l, h) = (up(lo), up(hi));
+        for pp in pp..kp {
+            let (x, y) = (
+                at(2 * pp),
+                if 2 * pp + 1 < kc { at(2 * pp + 1) } else { 0.0 },
+            );
+            let (l, h) = (up(x), up(y));
             range.see(l);
             range.see(h);
-            tile[pp * mr + ti] = l | (h << 16);
-            tile_vals[2 * (pp * mr + ti)] = lo;
-            tile_vals[2 * (pp * mr + ti) + 1] = hi;
+            let q = 2 * (pp * mr + ti);
+            tile[q] = f32::from_bits(l << 16);
+            tile[q + 1] = f32::from_bits(h << 16);
+            tile_vals[q] = x;
+            tile_vals[q + 1] = y;
         }
     }
+    // SAFETY: AVX-512F (the caller's).
+    let (below, top) = unsafe { (_mm512_reduce_min_epu32(lo), _mm512_reduce_max_epu32(hi)) };
+    *range = range.join(Range {
+        lo: if below == u32::MAX {
+            u32::MAX
+        } else {
+            below + 1
+        },
+        hi: top,
+    });
 }
 
-/// A packed band tile of `b` (`kc` rows of 16): its `|b|` as bf16 pairs of consecutive rows, rounded
-/// up: `out[pp·16 + j]` holds rows `2pp` (low half) and `2pp + 1` (0 past the last). Returns
-/// their range.
+/// A packed band tile of `b` (`kc` rows of 16): its `|b|` rounded up to bf16 and held in f32,
+/// in the same rows (`out[p·16 + j]`; row `kc` zero when `kc` is odd, so that the rows come
+/// in pairs). Returns their range.
 #[inline(always)]
-pub(super) unsafe fn pair_rows(vals: &[f64], kc: usize, out: &mut [u32]) -> Range {
-    assert!(vals.len() >= kc * NR && out.len() >= kc.div_ceil(2) * NR);
+pub(super) unsafe fn pair_rows(vals: &[f64], kc: usize, out: &mut [f32]) -> Range {
+    let rows = kc.next_multiple_of(2);
+    assert!(vals.len() >= kc * NR && out.len() >= rows * NR);
     unsafe {
-        let row = |p: usize| {
-            if p < kc {
-                let at = vals.as_ptr().add(p * NR);
-                (_mm512_loadu_pd(at), _mm512_loadu_pd(at.add(8)))
-            } else {
-                (_mm512_setzero_pd(), _mm512_setzero_pd())
-            }
-        };
         let (mut lo, mut hi) = (_mm512_set1_epi32(-1), _mm512_setzero_si512());
-        for pp in 0..kc.div_ceil(2) {
-            let (l0, h0) = row(2 * pp);
-            let (l1, h1) = row(2 * pp + 1);
-            for bits in [up16(l0, h0), up16(l1, h1)] {
-                let nonzero = _mm512_test_epi32_mask(bits, bits);
-                lo = _mm512_mask_min_epu32(lo, nonzero, lo, bits);
-                hi = _mm512_max_epu32(hi, bits);
-            }
-            let pair = _mm512_or_si512(up16(l0, h0), _mm512_slli_epi32::<16>(up16(l1, h1)));
-            _mm512_storeu_si512(out.as_mut_ptr().add(pp * NR).cast(), pair);
+        for p in 0..rows {
+            let bits = if p < kc {
+                let at = vals.as_ptr().add(p * NR);
+                up16(_mm512_loadu_pd(at), _mm512_loadu_pd(at.add(8)))
+            } else {
+                _mm512_setzero_si512()
+            };
+            let nonzero = _mm512_test_epi32_mask(bits, bits);
+            lo = _mm512_mask_min_epu32(lo, nonzero, lo, bits);
+            hi = _mm512_max_epu32(hi, bits);
+            let wide = _mm512_slli_epi32::<16>(bits);
+            _mm512_storeu_si512(out.as_mut_ptr().add(p * NR).cast(), wide);
         }
         Range {
             lo: _mm512_reduce_min_epu32(lo),
@@ -339,15 +404,16 @@ pub(super) unsafe fn pair_rows(vals: &[f64], kc: usize, out: &mut [u32]) -> Rang
     }
 }
 
-/// One `mr × 16` tile over one band: `a` where it lies, the band's values packed in rows of
-/// 16 (`b`), its magnitudes in row pairs (`b2`) and the tile's `|a|` pairs (`a2`).
+/// One `mr × 16` tile over one band: the tile's values of `a` in pairs (`a`), the band's
+/// values packed in rows of 16 (`b`), its magnitudes so (`b2`) and the tile's `|a|` in pairs
+/// (`a2`), as [`pair_rows`] and [`pack_a_pairs`] lay them out.
 struct Tile {
     kc: usize,
     /// The tile's values of `a` in pairs, as [`pack_a_pairs`] lays them out.
     a: *const f64,
     b: *const f64,
-    b2: *const u32,
-    a2: *const u32,
+    b2: *const f32,
+    a2: *const f32,
     c: *mut f64,
     ldc: isize,
     s: *mut f64,
@@ -367,53 +433,55 @@ unsafe fn tile_rows(mr: usize, t: &Tile) {
             4 => tile::<4>(t),
             5 => tile::<5>(t),
             6 => tile::<6>(t),
+            7 => tile::<7>(t),
+            8 => tile::<8>(t),
             _ => unreachable!("tile with {mr} rows, at most {MR}"),
         }
     }
 }
 
 /// `c[i, j] (=|+=) Σ_p a[i, p]·b[p, j]` in f64 fused multiply-adds in increasing `p` (the f64
-/// kernel's order and bits), and the magnitudes' f32 sums by `vdpbf16ps`, one row pair per
-/// instruction, widened and stored (`=`) or added (`+=`) into `s`, times `F` after the last
-/// band.
-#[inline(always)]
+/// kernel's order and bits), and the magnitudes' sums in f32 fused multiply-adds, in the same
+/// order, widened and stored (`=`) or added (`+=`) into `s`, times `F` after the last band.
+#[target_feature(enable = "avx512f,fma")]
+#[inline(never)]
 unsafe fn tile<const R: usize>(t: &Tile) {
     unsafe {
         let mut acc = [[_mm512_setzero_pd(); 2]; R];
         let mut mag = [_mm512_setzero_ps(); R];
-        let av = |i: usize, pp: usize, h: usize| *t.a.add(2 * (pp * R + i) + h);
+        // Pair `pp` of row `i`: its column `2pp + h`, of the values and of the magnitudes.
+        let at = |i: usize, pp: usize, h: usize| 2 * (pp * R + i) + h;
         let pairs = t.kc / 2;
         for pp in 0..pairs {
             let p = 2 * pp;
             let row = |q: usize, h: usize| _mm512_loadu_pd(t.b.add(q * NR + 8 * h));
             let (b00, b01, b10, b11) = (row(p, 0), row(p, 1), row(p + 1, 0), row(p + 1, 1));
-            let bm: __m512bh = std::mem::transmute(_mm512_loadu_si512(t.b2.add(pp * NR).cast()));
+            let m0 = _mm512_loadu_ps(t.b2.add(p * NR));
+            let m1 = _mm512_loadu_ps(t.b2.add((p + 1) * NR));
             for (i, (x, m)) in acc.iter_mut().zip(mag.iter_mut()).enumerate() {
-                let a0 = _mm512_set1_pd(av(i, pp, 0));
+                let a0 = _mm512_set1_pd(*t.a.add(at(i, pp, 0)));
                 x[0] = _mm512_fmadd_pd(a0, b00, x[0]);
                 x[1] = _mm512_fmadd_pd(a0, b01, x[1]);
-                let a1 = _mm512_set1_pd(av(i, pp, 1));
+                let a1 = _mm512_set1_pd(*t.a.add(at(i, pp, 1)));
                 x[0] = _mm512_fmadd_pd(a1, b10, x[0]);
                 x[1] = _mm512_fmadd_pd(a1, b11, x[1]);
-                let am: __m512bh =
-                    std::mem::transmute(_mm512_set1_epi32(*t.a2.add(pp * R + i) as i32));
-                *m = _mm512_dpbf16_ps(*m, am, bm);
+                *m = _mm512_fmadd_ps(_mm512_set1_ps(*t.a2.add(at(i, pp, 0))), m0, *m);
+                *m = _mm512_fmadd_ps(_mm512_set1_ps(*t.a2.add(at(i, pp, 1))), m1, *m);
             }
         }
         if t.kc % 2 == 1 {
+            // The last row of an odd band: its pair's second half is past the band.
             let (p, pp) = (t.kc - 1, pairs);
             let (b0, b1) = (
                 _mm512_loadu_pd(t.b.add(p * NR)),
                 _mm512_loadu_pd(t.b.add(p * NR + 8)),
             );
-            let bm: __m512bh = std::mem::transmute(_mm512_loadu_si512(t.b2.add(pp * NR).cast()));
+            let m0 = _mm512_loadu_ps(t.b2.add(p * NR));
             for (i, (x, m)) in acc.iter_mut().zip(mag.iter_mut()).enumerate() {
-                let a0 = _mm512_set1_pd(av(i, pp, 0));
+                let a0 = _mm512_set1_pd(*t.a.add(at(i, pp, 0)));
                 x[0] = _mm512_fmadd_pd(a0, b0, x[0]);
                 x[1] = _mm512_fmadd_pd(a0, b1, x[1]);
-                let am: __m512bh =
-                    std::mem::transmute(_mm512_set1_epi32(*t.a2.add(pp * R + i) as i32));
-                *m = _mm512_dpbf16_ps(*m, am, bm);
+                *m = _mm512_fmadd_ps(_mm512_set1_ps(*t.a2.add(at(i, pp, 0))), m0, *m);
             }
         }
         for (i, (x, m)) in acc.iter().zip(&mag).enumerate() {

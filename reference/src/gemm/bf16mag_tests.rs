@@ -3,13 +3,13 @@ use ndarray::{s, Array2, ArrayView2};
 use super::*;
 use crate::gemm::kernel::{gemm_magnitude_with, gemm_with, Isa};
 
-/// The paths with bf16 magnitudes this CPU runs: AVX-512 BF16 dot products, and AMX tiles
-/// ([`super::super::amx`]), which share this module's bound and rules. A missing one prints
+/// The paths with bf16 magnitudes this CPU runs: f32 sums in the AVX-512 register tile, and AMX
+/// tiles ([`super::super::amx`]), which share this module's bound and rules. A missing one prints
 /// one SKIPPED line (the tests pass without it: the f64 path they stand beside is tested
 /// everywhere). In unit tests they run whatever the shape ([`pays`]).
 fn paths(test: &str) -> Vec<Isa> {
     let wanted = [
-        (Isa::Avx512Bf16, "AVX-512 BF16"),
+        (Isa::Avx512F32Mag, "AVX-512 f32 magnitudes"),
         (Isa::Amx, "AMX-BF16 tiles, or the permission to use them"),
     ];
     let mut here = vec![];
@@ -126,7 +126,7 @@ const UP: f64 = (1.0 + 1.0 / 128.0) * (1.0 + 1.0 / 128.0);
 #[test]
 fn magnitudes_bound_the_sum_from_above_and_closely() {
     // Odd depths (a pair padded with 0), across KC (256) and MC (256), column tails (n % 16:
-    // the f64 path's on AVX-512 BF16, padded tiles on AMX), an odd number of column tiles, a
+    // the f64 path's on AVX-512 f32 magnitudes, padded tiles on AMX), an odd number of column tiles, a
     // single row and column.
     let shapes = [
         (1, 1, 1),
@@ -323,7 +323,7 @@ fn strided_magnitudes_window() {
 /// `a`), infinities and values past bf16 included.
 #[test]
 fn rounding_up_sixteen_at_a_time() {
-    if !paths("rounding_up_sixteen_at_a_time").contains(&Isa::Avx512Bf16) {
+    if !paths("rounding_up_sixteen_at_a_time").contains(&Isa::Avx512F32Mag) {
         return;
     }
     let (p30, tiny, inf) = (1.0 + 2f64.powi(-30), 2f64.powi(-126), f64::INFINITY);
@@ -367,7 +367,7 @@ fn the_ranges_cover_every_band_tile_and_block() {
     ];
     for isa in paths("the_ranges_cover_every_band_tile_and_block") {
         for (what, a, b) in &poisoned {
-            if isa == Isa::Avx512Bf16 && what.contains("tail") {
+            if isa == Isa::Avx512F32Mag && what.contains("tail") {
                 // There the tail's 1 column is the f64 path's already (NaN in that column
                 // only), the full tiles' bounds the bf16 path's.
                 continue;

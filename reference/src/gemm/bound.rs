@@ -29,7 +29,7 @@
 //! `|ŷ - y_ref| <= (γ_d·(1 + u_out) + γ_ref·(2 + u_out))·S + u_out·|y_ref| + η_out/2 + [S > 0]·d·η_acc·(1 + u_out)`
 //!
 //! The bound grows with `S`, so any `S' >= S` in its place gives a bound too. The kernel's
-//! magnitudes are such an `S'` where the CPU has AVX-512 BF16 (bf16 dot products summed in
+//! magnitudes are such an `S'` where the CPU has AVX-512 (operands rounded up to bf16, summed in
 //! f32, then scaled up by their own worst rounding: at most about `2γ(n + 1, 2^-23)` above `S`,
 //! see [`super::bf16mag`]), and `S` summed in f64 elsewhere (within `γ(n, 2^-53)` of it, far
 //! below the bound's own coefficients).

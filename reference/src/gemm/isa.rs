@@ -9,11 +9,12 @@ pub enum Isa {
     Avx2,
     /// x86-64 AVX-512F with FMA.
     Avx512,
-    /// [`Isa::Avx512`] for the values; the magnitudes by AVX-512 BF16 dot products, a certified
-    /// upper bound a little above `Σ|a|·|b|` (see [`super::bf16mag`]), not its f64 sums.
-    Avx512Bf16,
+    /// [`Isa::Avx512`] for the values; beside them, in the same register tile, the magnitudes
+    /// summed in f32 from operands rounded up to bf16: a certified upper bound a little above
+    /// `Σ|a|·|b|` (see [`super::bf16mag`]), not its f64 sums, at about half their cost.
+    Avx512F32Mag,
     /// [`Isa::Avx512`] for the values (its values-only register tile); the magnitudes by AMX
-    /// BF16 tiles, the same certified upper bound as [`Isa::Avx512Bf16`]'s (see
+    /// BF16 tiles, the same certified upper bound as [`Isa::Avx512F32Mag`]'s (see
     /// [`super::amx`]) at a few percent of the values' cost.
     Amx,
 }
@@ -35,11 +36,9 @@ impl Isa {
                 paths.push(Isa::Avx2);
                 if has!("avx512f") {
                     paths.push(Isa::Avx512);
-                    if has!("avx512bf16") {
-                        paths.push(Isa::Avx512Bf16);
-                        if super::amx::available() {
-                            paths.push(Isa::Amx);
-                        }
+                    paths.push(Isa::Avx512F32Mag);
+                    if has!("avx512bf16") && super::amx::available() {
+                        paths.push(Isa::Amx);
                     }
                 }
             }

@@ -30,21 +30,22 @@
 //!
 //! ## Instruction sets
 //! Chosen at run time: AVX-512F + FMA (8 × 24 register tile), AVX2 + FMA (4 × 12), otherwise
-//! portable Rust (4 × 8, no FMA); with magnitudes, two accumulators per element, 6 × 16, 2 × 8
-//! and 2 × 8. The tile loops are plain Rust over fixed-size arrays that the
-//! compiler vectorises inside `#[target_feature]` functions.
+//! portable Rust (4 × 8, no FMA); with magnitudes summed in f64, two accumulators per
+//! element, 6 × 16, 2 × 8 and 2 × 8. The tile loops are plain Rust over fixed-size arrays that
+//! the compiler vectorises inside `#[target_feature]` functions.
 //!
-//! Where the CPU also has AVX-512 BF16 ([`Isa::Avx512Bf16`]), the values are the same, but
-//! the magnitudes come from bf16 dot products summed in f32 ([`super::bf16mag`], written with
+//! With AVX-512F the magnitudes are summed in f32 by default ([`Isa::Avx512F32Mag`]): the
+//! values are the same, but the magnitudes come from operands rounded up to bf16, summed by f32
+//! fused multiply-adds in the values' register tile ([`super::bf16mag`], written with
 //! intrinsics): not the f64 sums, but a certified upper bound of `Σ|a|·|b|` at most about
-//! `2γ(k + 1, 2^-23)` above it (5e-4 at K = 2048, 2e-3 at DeepSeek-V3's 7168), at a quarter of
-//! the f64 magnitudes' multiply-adds. An error bound grows with its magnitude, so it stays a
+//! `2γ(k + 1, 2^-23)` above it (5e-4 at K = 2048, 2e-3 at DeepSeek-V3's 7168), at half of the
+//! f64 magnitudes' multiply-adds. An error bound grows with its magnitude, so it stays a
 //! bound. Operands whose magnitudes could underflow or overflow in f32 fall back to the f64
 //! sums, call by call. Where the process may also use AMX tiles ([`Isa::Amx`], the widest path
 //! when present), the same bound comes from `tdpbf16ps` ([`super::amx`]) after the values,
 //! which then run alone on the 8 × 24 tile: the magnitudes add a quarter of the values' time
 //! where the sums are long (fwd, dgrad) and about two thirds where they are short (wgrad, whose
-//! outputs cost most to store), against 0.7 to 1.1 on the dot products.
+//! outputs cost most to store).
 
 use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 
@@ -97,7 +98,7 @@ pub fn gemm_with<B: Operand>(
 ///
 /// Both sums run in the order of [`gemm`], with the same tiles: `c` is bit for bit what
 /// [`gemm`] returns, and `s` what [`gemm`] returns for `|a|` and `|b|` (the absolute values are
-/// taken in registers; `|x|` is exact), except on [`Isa::Avx512Bf16`] and [`Isa::Amx`], where
+/// taken in registers; `|x|` is exact), except on [`Isa::Avx512F32Mag`] and [`Isa::Amx`], where
 /// `s` is a certified upper bound a little above that sum (see the module doc).
 ///
 /// # Panics
@@ -111,7 +112,7 @@ pub fn gemm_with<B: Operand>(
 /// let (mut c, mut s) = (Array2::zeros((1, 1)), Array2::zeros((1, 1)));
 /// gemm_magnitude(a.view(), b.view(), c.view_mut(), s.view_mut());
 /// assert_eq!(c[(0, 0)], -11.0);
-/// // 5 + 16 = 21 exactly, or on the AVX-512 BF16 path a certified upper bound a hair above.
+/// // 5 + 16 = 21 exactly, or on the f32-magnitude paths a certified upper bound a hair above.
 /// assert!(s[(0, 0)] >= 21.0 && s[(0, 0)] <= 21.0 * (1.0 + 1e-6));
 /// ```
 pub fn gemm_magnitude<B: Operand>(
@@ -138,14 +139,14 @@ pub fn gemm_magnitude_with<B: Operand>(
 }
 
 /// What [`gemm_magnitude_with`] returns on `isa` for an element whose sums of `k` magnitudes
-/// are exact in f32 and f64 (small integers): the sum itself, or on [`Isa::Avx512Bf16`] and
+/// are exact in f32 and f64 (small integers): the sum itself, or on [`Isa::Avx512F32Mag`] and
 /// [`Isa::Amx`] the sum times `F(k)` rounded once. For tests that compare the kernel's magnitudes with sums
 /// computed otherwise (in unit tests the bf16 path runs whatever the shape).
 #[cfg(test)]
 pub(crate) fn exact_sum_as_reported(isa: Isa, sum: f64, k: usize) -> f64 {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Bf16 | Isa::Amx => sum * super::bf16mag::inflation(k),
+        Isa::Avx512F32Mag | Isa::Amx => sum * super::bf16mag::inflation(k),
         _ => sum,
     }
 }
@@ -250,9 +251,9 @@ fn run<B: Operand>(
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx512, true) => body_avx512_magnitude(&shape),
             #[cfg(target_arch = "x86_64")]
-            (Isa::Avx512Bf16, false) => body_avx512(&shape),
+            (Isa::Avx512F32Mag, false) => body_avx512(&shape),
             #[cfg(target_arch = "x86_64")]
-            (Isa::Avx512Bf16, true) => {
+            (Isa::Avx512F32Mag, true) => {
                 let edge = |s: &Shape<B>| body_avx512_magnitude(s);
                 if !super::bf16mag::pays(m, n) || !super::bf16mag::run(&shape, edge) {
                     body_avx512_magnitude(&shape);
@@ -332,9 +333,11 @@ unsafe fn body<
     // are strided (a transposed view: the copy reads each column's contiguous run), and with
     // magnitudes (the copy also holds `|b|`, so that the tile takes no absolute values).
     // Otherwise, and for a single edge column of values, `b` is read where it lies.
-    let mut packed = vec![0.0f64; if s.copies_b() || MAG { KC * NR } else { 0 }];
-    let mut packed_abs = vec![0.0f64; if MAG { KC * NR } else { 0 }];
-    let mut a_abs = vec![0.0f64; if MAG { KC * MC } else { 0 }];
+    // Buffers for the widest band and the tallest block this product has.
+    let (depth, rows) = (KC.min(s.k), MC.min(s.m));
+    let mut packed = vec![0.0f64; if s.copies_b() || MAG { depth * NR } else { 0 }];
+    let mut packed_abs = vec![0.0f64; if MAG { depth * NR } else { 0 }];
+    let mut a_abs = vec![0.0f64; if MAG { depth * rows } else { 0 }];
     let mut pc = 0;
     while pc < s.k {
         let kc = KC.min(s.k - pc);

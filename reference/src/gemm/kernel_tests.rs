@@ -148,10 +148,10 @@ fn rounding_stays_inside_the_reference_bound() {
     }
 }
 
-/// Whether `isa`'s magnitudes are the f64 sums (every path but [`Isa::Avx512Bf16`] and
+/// Whether `isa`'s magnitudes are the f64 sums (every path but [`Isa::Avx512F32Mag`] and
 /// [`Isa::Amx`], whose upper bounds `bf16mag`'s tests check against these same sums).
 fn exact_magnitudes(isa: Isa) -> bool {
-    !matches!(isa, Isa::Avx512Bf16 | Isa::Amx)
+    !matches!(isa, Isa::Avx512F32Mag | Isa::Amx)
 }
 
 /// The fused kernel's values are [`gemm`]'s bit for bit and its magnitudes are [`gemm`] of

@@ -1,7 +1,7 @@
 //! Copies of operands into row-major buffers: widened, and transposed where the source is a
 //! transposed view (the streamed reference's left blocks, wgrad's `lhs_gᵀ` among them).
 
-use ndarray::{ArrayView2, ArrayViewMut2};
+use ndarray::{ArrayView2, ArrayViewMut2, ShapeBuilder};
 
 /// `buf` as a `(rows, cols)` matrix (grown when needed, never shrunk; not cleared).
 pub(crate) fn matrix<T: Copy + Default>(
@@ -16,15 +16,30 @@ pub(crate) fn matrix<T: Copy + Default>(
     ArrayViewMut2::from_shape((rows, cols), &mut buf[..len]).expect("the buffer holds rows·cols")
 }
 
-/// Copies `src` into `dst` (widened to f64, or to f32), laid out row-major with the shape of
-/// `src`.
-pub(crate) fn widen<S: Copy, T: Copy + Default>(
+/// The row stride of a [`widen`]ed copy with `cols` columns: 8 values past them (64 bytes of
+/// f64). Rows a multiple of 4 KiB apart (any power-of-two width from 512 f64) all fall in one
+/// set of the L1 cache, where the kernel's register tile reads its eight rows down a band
+/// beside a band tile of `b` that fills the cache: measured on the AVX-512 values kernel,
+/// 10 - 15% faster with the rows 64 bytes off.
+pub(crate) fn padded(cols: usize) -> usize {
+    cols + 8
+}
+
+/// Copies `src` into `dst` (widened to f64, or to f32), laid out row by row with the shape of
+/// `src`, the rows [`padded`] apart; returns the copy.
+pub(crate) fn widen<'d, S: Copy, T: Copy + Default>(
     src: ArrayView2<S>,
-    dst: &mut Vec<T>,
+    dst: &'d mut Vec<T>,
     conv: impl Fn(S) -> T,
-) {
+) -> ArrayView2<'d, T> {
     let (rows, cols) = src.dim();
-    let mut d = matrix(dst, rows, cols);
+    let stride = padded(cols);
+    let len = rows * stride;
+    if dst.len() < len {
+        dst.resize(len, T::default());
+    }
+    let mut d = ArrayViewMut2::from_shape((rows, cols).strides((stride, 1)), &mut dst[..len])
+        .expect("the buffer holds rows of the padded stride");
     if src.strides()[1] == 1 || rows < 2 || cols < 2 {
         d.zip_mut_with(&src, |d, s| *d = conv(*s));
     } else {
@@ -62,9 +77,7 @@ pub(crate) fn widen<S: Copy, T: Copy + Default>(
                 }
                 for (ri, row) in tile.iter().enumerate() {
                     let mut out = d.row_mut(r0 + ri);
-                    let out = out
-                        .as_slice_mut()
-                        .expect("a fresh buffer is standard layout");
+                    let out = out.as_slice_mut().expect("a row is contiguous");
                     out[c0..c0 + STRIP].copy_from_slice(row);
                 }
             }
@@ -85,4 +98,6 @@ pub(crate) fn widen<S: Copy, T: Copy + Default>(
             strip(&mut d, r0, (r0 + STRIP).min(rows), 0);
         }
     }
+    ArrayView2::from_shape((rows, cols).strides((stride, 1)), &dst[..len])
+        .expect("the buffer holds rows of the padded stride")
 }

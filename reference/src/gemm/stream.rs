@@ -124,16 +124,13 @@ fn blocks_of<B: Operand>(
 ) {
     // Read where it lies: the kernel copies each band's column tile into f64 rows as it
     // goes, reading a transposed view (dgrad's weight) along its contiguous columns.
-    let (rows, depth) = left.dim();
+    let rows = left.nrows();
     let cols = right.ncols();
     let mut start = 0;
     while start < rows {
         let end = (start + BLOCK).min(rows);
-        let a = left.slice(s![start..end, ..]);
-        widen(a, &mut sc.a, f64::from);
+        let a64 = widen(left.slice(s![start..end, ..]), &mut sc.a, f64::from);
         let n = end - start;
-        let a64 = ArrayView2::from_shape((n, depth), &sc.a[..n * depth])
-            .expect("the buffer holds the block");
         let value = matrix(&mut sc.value, n, cols);
         let mag = magnitude.then(|| matrix(&mut sc.magnitude, n, cols));
         product(a64, right, value, mag);
