@@ -18,12 +18,15 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use half::bf16;
-use moecheck_reference::format::{round_slice, Format, Overflow};
+use moecheck_reference::format::Format;
 use moecheck_reference::gemm::shard::Shard;
 use moecheck_reference::gemm::weights::bf16_of;
 use moecheck_reference::gemm::{Gemm, GemmFast, GroupedGemmCase, Passes, TailContract, Weights};
 use moecheck_reference::op::Op;
 
+#[cfg(test)]
+use super::fill::unit_range;
+use super::fill::{fill, Scales};
 use super::ParamError;
 use crate::pipeline::{Generate, Generated, ShardSource};
 
@@ -426,70 +429,6 @@ fn bf16_zeros(shape: (usize, usize, usize)) -> ndarray::Array3<bf16> {
 /// A freshly made standard-layout array as one slice.
 fn slice<T, D: ndarray::Dimension>(a: &mut ndarray::Array<T, D>) -> &mut [T] {
     a.as_slice_mut().expect("a new array is in standard layout")
-}
-
-/// Value `i` of an array is scaled by `of[i / per]`.
-struct Scales<'a> {
-    of: &'a [f64],
-    per: usize,
-}
-
-/// `out[i] = store(round_to(x_i · scales.of[i / scales.per], format))` where `x_i` =
-/// [`unit_range`] of the word at position `start + i` of `rng`'s stream; in parallel chunks,
-/// each seeking to its start. The stream's words are drawn in bulk (the same words as one
-/// `next_u32` at a time), in batches that never straddle a change of scale, and each batch is
-/// rounded by [`round_slice`] (`round_to`'s bits, vectorised).
-fn fill<T: Send>(
-    rng: &ChaCha8Rng,
-    start: u128,
-    out: &mut [T],
-    scales: &Scales,
-    format: Format,
-    store: impl Fn(f64) -> T + Sync,
-) {
-    const CHUNK: usize = 1 << 20;
-    const WORDS: usize = 1024;
-    let chunks: Vec<(usize, &mut [T])> = out
-        .chunks_mut(CHUNK)
-        .enumerate()
-        .map(|(c, part)| (c * CHUNK, part))
-        .collect();
-    moecheck_reference::par::map_by_cost(
-        chunks,
-        |(_, part)| part.len(),
-        |(first, part)| {
-            let mut r = rng.clone();
-            r.set_word_pos(start + first as u128);
-            let (mut words, mut xs, mut ys) = ([0u32; WORDS], [0f64; WORDS], [0f64; WORDS]);
-            let mut done = 0;
-            while done < part.len() {
-                let i = first + done;
-                let group = i / scales.per;
-                let group_end = (group + 1).saturating_mul(scales.per);
-                let n = WORDS.min(part.len() - done).min(group_end - i);
-                r.fill(&mut words[..n]);
-                let scale = scales.of[group];
-                for (x, w) in xs[..n].iter_mut().zip(&words[..n]) {
-                    *x = unit_range(*w) * scale;
-                }
-                round_slice(&xs[..n], &mut ys[..n], format, Overflow::Ieee);
-                for (o, y) in part[done..done + n].iter_mut().zip(&ys[..n]) {
-                    *o = store(*y);
-                }
-                done += n;
-            }
-        },
-    );
-}
-
-/// A value uniform on `[-1, 1)` from one 32-bit word: its top 24 bits `t` as `t·2^-23 - 1`
-/// (exact in f64), a grid of 2^-23, as fine as an f32 near 1 and finer than a bf16 or an f16
-/// anywhere their values are not tiny. One word a value rather than the 64 bits of rand's
-/// `random_range` for f64: drawing the stream is most of the work of making a case (a
-/// DeepSeek-V3 case has 7.5 G values).
-#[inline(always)]
-fn unit_range(w: u32) -> f64 {
-    f64::from(w >> 8) * 2f64.powi(-23) - 1.0
 }
 
 #[cfg(test)]

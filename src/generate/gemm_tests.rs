@@ -1,7 +1,7 @@
 //! Tests of `generate::gemm`: the stream drawn in parallel and in shards is the sequential one.
 
 use super::*;
-use moecheck_reference::format::round_to;
+use moecheck_reference::format::{round_to, Overflow};
 use rand::RngCore;
 
 fn spec() -> GemmSpec {

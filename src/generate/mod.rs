@@ -2,6 +2,7 @@
 //! a case ([`crate::pipeline::Generate`]). Every generated value is exactly representable in
 //! the case's input format and derives from the seed alone.
 
+mod fill;
 pub mod fp8;
 pub mod gemm;
 pub mod moe;
