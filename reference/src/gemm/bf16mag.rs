@@ -11,8 +11,9 @@
 //! instruction; on the Xeon the README's figures come from, under a hypervisor, it ran at
 //! under half the f32 multiply-adds' rate, no faster than the f64 sums, and the tile that
 //! carried it took 1.8 – 1.9 times the values alone, against about 1.5 now.) The operands
-//! are still rounded up to bf16: the ranges that certify the run (step 2) and the sums are then
-//! those of the AMX path ([`super::amx`]) and of that instruction, bit for bit.
+//! are still rounded up to bf16, so that the ranges that certify the run (step 2) are the AMX
+//! path's ([`super::amx`]); the sums differ from that instruction's in their last bits (a
+//! report's bounds moved in their tenth significant digit), each within step 4's inflation.
 //!
 //! ## The upper bound, derived
 //! 1. Every `|x|` is rounded **up** to bf16 (to f32 upwards, then the low 16 bits carried into
