@@ -226,8 +226,9 @@ mod avx512 {
                     // The teeth (`zero_ratio`), computed only where a lane's may be above
                     // that lane's largest so far, `t`: as for the ratios above, `|w| / b`
                     // rounded is above `t` only if `|w| >= fl(t·b)`; a lane whose teeth are
-                    // 0, +inf or the smallest normal is looked at whatever `t` is. Where no
-                    // lane may be, the maximum stays as it is, with no division.
+                    // +inf or the smallest normal is looked at whatever `t` is, one whose
+                    // teeth are 0 never (0 raises no maximum). Where no lane may be, the
+                    // maximum stays as it is, with no division.
                     let aw = abs(w);
                     let vacuous = !finite(b);
                     let nothing = _mm512_cmp_pd_mask::<_CMP_EQ_OQ>(aw, zero) | !finite(aw);

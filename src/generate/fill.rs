@@ -84,8 +84,10 @@ pub(super) fn unit_range(w: u32) -> f64 {
 /// between 2^-100 and 2^100, so that every `unit_range(w)·scale` is an f32 (a multiple of
 /// `2^-23·scale` below `scale` in magnitude) far from bf16's overflow and subnormals.
 pub(super) fn bf16_unit_scale(scale: f64) -> Option<f32> {
-    let e = scale.log2();
-    (scale > 0.0 && e.fract() == 0.0 && e.abs() <= 100.0).then_some(scale as f32)
+    // A power of two has no significand bits; `log2` alone would also take a scale a few
+    // ulps off one (it rounds `log2(16·(1 + 2^-52))` to 4).
+    let power = scale > 0.0 && scale.to_bits() & ((1 << 52) - 1) == 0;
+    (power && scale.log2().abs() <= 100.0).then_some(scale as f32)
 }
 
 /// `round_to(unit_range(w)·scale, Bf16, Ieee)` for a scale of [`bf16_unit_scale`], without the

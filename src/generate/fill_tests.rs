@@ -34,11 +34,16 @@ fn bf16_by_bits_is_round_to() {
     }
 }
 
-/// Scales the shortcut would get wrong are refused: not powers of two, or far enough out
-/// that products leave bf16's normal range.
+/// Scales the shortcut would get wrong are refused: not powers of two (a few ulps off one
+/// included, which `log2` rounds to an integer), or far enough out that products leave
+/// bf16's normal range.
 #[test]
 fn other_scales_take_the_general_rounding() {
+    let off = |x: f64| f64::from_bits(x.to_bits() + 1);
     for scale in [
+        off(16.0),
+        off(2f64.powi(100)),
+        off(2f64.powi(-7)),
         3.0,
         0.1,
         2f64.powi(-120),

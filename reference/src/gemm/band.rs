@@ -52,8 +52,8 @@ pub(super) struct Bufs<'a> {
 /// copied into `bufs` first (see [`body`]).
 ///
 /// # Safety
-/// As for [`body`]; `bufs` must hold `KC·C` values (`packed`, and `packed_abs` with `MAG`)
-/// and the block's `|a|` with `MAG`.
+/// As for [`body`]; `bufs` must hold `band.kc·C` values (`packed`, and `packed_abs` with
+/// `MAG`) and the block's `|a|` with `MAG`.
 #[inline(always)]
 pub(super) unsafe fn column_tile<
     B: Operand,

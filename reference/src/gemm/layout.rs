@@ -33,6 +33,9 @@ pub(crate) fn widen<'d, S: Copy, T: Copy + Default>(
     conv: impl Fn(S) -> T,
 ) -> ArrayView2<'d, T> {
     let (rows, cols) = src.dim();
+    if rows == 0 || cols == 0 {
+        return ArrayView2::from_shape((rows, cols), &dst[..0]).expect("an empty view");
+    }
     let stride = padded(cols);
     let len = rows * stride;
     if dst.len() < len {
@@ -100,4 +103,31 @@ pub(crate) fn widen<'d, S: Copy, T: Copy + Default>(
     }
     ArrayView2::from_shape((rows, cols).strides((stride, 1)), &dst[..len])
         .expect("the buffer holds rows of the padded stride")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::Array2;
+
+    /// A copy holds the source's values, row-major or transposed, its rows [`padded`] apart;
+    /// an empty source gives an empty copy.
+    #[test]
+    fn widened_copies_hold_the_values() {
+        let src = Array2::from_shape_fn((19, 13), |(i, j)| (i * 13 + j) as f32);
+        let mut buf = Vec::new();
+        for view in [
+            src.view(),
+            src.t(),
+            src.slice(ndarray::s![..0, ..]),
+            src.slice(ndarray::s![.., ..0]),
+        ] {
+            let copy = widen(view, &mut buf, f64::from);
+            assert_eq!(copy.dim(), view.dim());
+            if view.nrows() > 1 && view.ncols() > 0 {
+                assert_eq!(copy.strides(), &[padded(view.ncols()) as isize, 1]);
+            }
+            assert_eq!(copy, view.mapv(f64::from));
+        }
+    }
 }
