@@ -66,18 +66,17 @@ fn estimates_cover_the_measured_peaks() {
 #[test]
 fn shards_hold_only_the_largest_shard() {
     use moecheck_reference::gemm::shard::plan_sizes;
-    let ds = DS;
     // Even experts of 128 rows each.
     let even = vec![128; 256];
     let full = |sizes: &[usize], p| {
-        let plan = plan_sizes(sizes, ds.m, ds.k, ds.n, p);
-        sharded_on(2, ds, Passes::ALL, Verify::Full, BF16_F32, &plan)
+        let plan = plan_sizes(sizes, DS.m, DS.k, DS.n, p);
+        sharded_on(2, DS, Passes::ALL, Verify::Full, BF16_F32, &plan)
     };
-    let whole = gemm_bytes_on(2, ds, Passes::ALL, Verify::Full, BF16_F32);
+    let whole = gemm_bytes_on(2, DS, Passes::ALL, Verify::Full, BF16_F32);
     assert_eq!(full(&even, 1), whole);
     // lhs and dout in f32, 256 bf16 weights of 7168 x 2048: 8.73 GB, never held whole in
     // shards: each halving of the shards' size takes about half of the estimate.
-    let inputs = input_bytes(ds, Format::Bf16);
+    let inputs = input_bytes(DS, Format::Bf16);
     assert_eq!(inputs, (32768 * (7168 + 2048)) * 4 + 256 * 7168 * 2048 * 2);
     for p in [2, 4, 8, 16] {
         let (a, b) = (full(&even, p), full(&even, 2 * p));

@@ -16,7 +16,8 @@ pub(super) struct Scales<'a> {
 /// each seeking to its start. The stream's words are drawn in bulk (the same words as one
 /// `next_u32` at a time), in batches that never straddle a change of scale, and each batch is
 /// rounded by [`round_slice`] (`round_to`'s bits, vectorised), or to bf16 by [`bf16_unit`]
-/// where that gives the same bits (every scale a power of two that keeps the values normal).
+/// where that gives the same bits (a batch whose scale is a power of two that keeps its values
+/// normal).
 pub(super) fn fill<T: Send>(
     rng: &ChaCha8Rng,
     start: u128,
@@ -27,7 +28,6 @@ pub(super) fn fill<T: Send>(
 ) {
     const CHUNK: usize = 1 << 20;
     const WORDS: usize = 1024;
-    let by_bits = format == Format::Bf16 && scales.of.iter().all(|&s| bf16_unit_scale(s).is_some());
     let chunks: Vec<(usize, &mut [T])> = out
         .chunks_mut(CHUNK)
         .enumerate()
@@ -48,7 +48,7 @@ pub(super) fn fill<T: Send>(
                 let n = WORDS.min(part.len() - done).min(group_end - i);
                 r.fill(&mut words[..n]);
                 let scale = scales.of[group];
-                match bf16_unit_scale(scale).filter(|_| by_bits) {
+                match bf16_unit_scale(scale).filter(|_| format == Format::Bf16) {
                     Some(s) => {
                         for (y, w) in ys[..n].iter_mut().zip(&words[..n]) {
                             *y = bf16_unit(*w, s);

@@ -60,9 +60,10 @@ fn other_scales_take_the_general_rounding() {
 #[test]
 fn a_bf16_fill_is_the_general_fill() {
     let rng = ChaCha8Rng::seed_from_u64(11);
-    let of = [0.25, 4.0, 1.0];
+    // Powers of two take the shortcut, 3 the general rounding, batch by batch.
+    let of = [0.25, 4.0, 3.0, 1.0];
     let scales = Scales { of: &of, per: 1000 };
-    let mut fast = vec![0f64; 3000];
+    let mut fast = vec![0f64; 4000];
     fill(&rng, 5, &mut fast, &scales, Format::Bf16, |x| x);
     let mut r = rng.clone();
     r.set_word_pos(5);

@@ -4,7 +4,7 @@
 use std::arch::x86_64::*;
 
 use super::super::band::Shape;
-use super::super::bf16mag::{up, up16, Range};
+use super::super::bf16mag::{up, up16, Lanes, Range};
 use super::super::operand::Operand;
 use super::{DEPTH, TILE};
 
@@ -27,7 +27,7 @@ pub(super) unsafe fn pack_a_rows<B>(
     range: &mut Range,
 ) {
     // SAFETY: AVX-512F (the caller's).
-    let (mut lo, mut hi) = unsafe { (_mm512_set1_epi32(-1), _mm512_setzero_si512()) };
+    let mut lanes = unsafe { Lanes::new() };
     for (i, row) in out.chunks_exact_mut(depth).enumerate() {
         if i >= mc {
             row.fill(0);
@@ -44,8 +44,7 @@ pub(super) unsafe fn pack_a_rows<B>(
                         _mm512_loadu_pd(from.add(p)),
                         _mm512_loadu_pd(from.add(p + 8)),
                     );
-                    lo = _mm512_min_epu32(lo, _mm512_sub_epi32(bits, _mm512_set1_epi32(1)));
-                    hi = _mm512_max_epu32(hi, bits);
+                    lanes.see(bits);
                     let halves = _mm512_cvtepi32_epi16(bits);
                     _mm256_storeu_si256(row.as_mut_ptr().add(p).cast(), halves);
                 }
@@ -61,16 +60,7 @@ pub(super) unsafe fn pack_a_rows<B>(
         row[kc..].fill(0);
     }
     // SAFETY: AVX-512F (the caller's).
-    let (below, top) = unsafe { (_mm512_reduce_min_epu32(lo), _mm512_reduce_max_epu32(hi)) };
-    let seen = Range {
-        lo: if below == u32::MAX {
-            u32::MAX
-        } else {
-            below + 1
-        },
-        hi: top,
-    };
-    *range = range.join(seen);
+    *range = range.join(unsafe { lanes.range() });
 }
 
 /// Band `pc..pc + kc` of `b`, every column, as `|b|` rounded up to bf16 pairs of consecutive

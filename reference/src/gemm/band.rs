@@ -139,7 +139,7 @@ pub(super) unsafe fn pack_b<B: Operand, const C: usize, const MAG: bool>(
                         )
                     };
                     for (row, bits) in t.iter_mut().zip(rows) {
-                        *row = bits.map(|b| f64::from(f32::from_bits(u32::from(b) << 16)));
+                        *row = bits.map(|b| half::bf16::from_bits(b).wide());
                     }
                 }
                 if !words {

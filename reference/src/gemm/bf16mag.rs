@@ -124,6 +124,66 @@ impl Range {
     }
 }
 
+/// A [`Range`] gathered sixteen bf16 bit patterns (one a 32-bit lane) at a time: per lane the
+/// largest bits and the smallest of `bits - 1` (wrapping: a zero becomes the largest, so
+/// that zeros drop out of a plain minimum).
+#[derive(Clone, Copy)]
+pub(super) struct Lanes {
+    below: __m512i,
+    top: __m512i,
+}
+
+impl Lanes {
+    /// Nothing seen.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F.
+    #[inline(always)]
+    pub(super) unsafe fn new() -> Lanes {
+        // SAFETY: AVX-512F (the caller's).
+        unsafe {
+            Lanes {
+                below: _mm512_set1_epi32(-1),
+                top: _mm512_setzero_si512(),
+            }
+        }
+    }
+
+    /// # Safety
+    /// The CPU must have AVX-512F.
+    #[inline(always)]
+    pub(super) unsafe fn see(&mut self, bits: __m512i) {
+        // SAFETY: AVX-512F (the caller's).
+        unsafe {
+            self.below = _mm512_min_epu32(self.below, _mm512_sub_epi32(bits, _mm512_set1_epi32(1)));
+            self.top = _mm512_max_epu32(self.top, bits);
+        }
+    }
+
+    /// What the lanes saw, as a [`Range`].
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F.
+    #[inline(always)]
+    pub(super) unsafe fn range(self) -> Range {
+        // SAFETY: AVX-512F (the caller's).
+        let (below, top) = unsafe {
+            (
+                _mm512_reduce_min_epu32(self.below),
+                _mm512_reduce_max_epu32(self.top),
+            )
+        };
+        Range {
+            lo: if below == u32::MAX {
+                u32::MAX
+            } else {
+                below + 1
+            },
+            hi: top,
+        }
+    }
+}
+
 /// The value of bf16 bits.
 fn value(bits: u32) -> f64 {
     f64::from(f32::from_bits(bits << 16))

@@ -4,7 +4,7 @@
 use std::arch::x86_64::*;
 
 use super::super::band::{Band, Shape};
-use super::{up, up16, Range, MR, NR};
+use super::{up, up16, Lanes, Range, MR, NR};
 
 /// `|a|` of `block`'s rows `ic..ic + mc`, columns `pc..pc + kc`, rounded up to bf16 and held
 /// in f32, in pairs of consecutive columns (an odd last column paired with 0), for the row
@@ -25,10 +25,8 @@ pub(super) unsafe fn pack_a_pairs<B>(
 ) {
     let Band { pc, kc, ic, mc, .. } = *block;
     let kp = kc.div_ceil(2);
-    // Per lane, the largest bits and the smallest of `bits - 1` (wrapping: a zero becomes the
-    // largest), so that both are plain minima and maxima.
     // SAFETY: AVX-512F (the caller's).
-    let (mut lo, mut hi) = unsafe { (_mm512_set1_epi32(-1), _mm512_setzero_si512()) };
+    let mut lanes = unsafe { Lanes::new() };
     for i in 0..mc {
         let (t, ti) = (i / MR, i % MR);
         let mr = MR.min(mc - t * MR);
@@ -68,8 +66,7 @@ pub(super) unsafe fn pack_a_pairs<B>(
                     first = _mm512_add_epi64(first, value_step);
                     next = _mm512_add_epi64(next, value_step);
                     let bits = up16(v0, v1);
-                    lo = _mm512_min_epu32(lo, _mm512_sub_epi32(bits, _mm512_set1_epi32(1)));
-                    hi = _mm512_max_epu32(hi, bits);
+                    lanes.see(bits);
                     let wide = _mm512_slli_epi32::<16>(bits);
                     _mm512_i64scatter_epi64::<8>(tile.as_mut_ptr().cast(), index, wide);
                     index = _mm512_add_epi64(index, step);
@@ -94,15 +91,7 @@ pub(super) unsafe fn pack_a_pairs<B>(
         }
     }
     // SAFETY: AVX-512F (the caller's).
-    let (below, top) = unsafe { (_mm512_reduce_min_epu32(lo), _mm512_reduce_max_epu32(hi)) };
-    *range = range.join(Range {
-        lo: if below == u32::MAX {
-            u32::MAX
-        } else {
-            below + 1
-        },
-        hi: top,
-    });
+    *range = range.join(unsafe { lanes.range() });
 }
 
 /// A packed band tile of `b` (`kc` rows of 16): its `|b|` rounded up to bf16 and held in f32,
@@ -113,7 +102,7 @@ pub(super) unsafe fn pair_rows(vals: &[f64], kc: usize, out: &mut [f32]) -> Rang
     let rows = kc.next_multiple_of(2);
     assert!(vals.len() >= kc * NR && out.len() >= rows * NR);
     unsafe {
-        let (mut lo, mut hi) = (_mm512_set1_epi32(-1), _mm512_setzero_si512());
+        let mut lanes = Lanes::new();
         for p in 0..rows {
             let bits = if p < kc {
                 let at = vals.as_ptr().add(p * NR);
@@ -121,15 +110,10 @@ pub(super) unsafe fn pair_rows(vals: &[f64], kc: usize, out: &mut [f32]) -> Rang
             } else {
                 _mm512_setzero_si512()
             };
-            let nonzero = _mm512_test_epi32_mask(bits, bits);
-            lo = _mm512_mask_min_epu32(lo, nonzero, lo, bits);
-            hi = _mm512_max_epu32(hi, bits);
+            lanes.see(bits);
             let wide = _mm512_slli_epi32::<16>(bits);
             _mm512_storeu_si512(out.as_mut_ptr().add(p * NR).cast(), wide);
         }
-        Range {
-            lo: _mm512_reduce_min_epu32(lo),
-            hi: _mm512_reduce_max_epu32(hi),
-        }
+        lanes.range()
     }
 }
