@@ -4,26 +4,30 @@
 its VJP (`gmm` for dgrad, `tgmm` for wgrad) for the backward passes. Checked with jax 0.10.2
 (requirements.txt), run with Pallas `interpret=True` on CPU.
 
+    moecheck prop --op gemm --impl "worker:python3 examples/adapters/jax_megablox_gmm.py"
     moecheck gemm --dtype f32  --tail ignored --impl "worker:python3 examples/adapters/jax_megablox_gmm.py"
     moecheck gemm --dtype bf16 --tail ignored --out-dtype bf16 \\
         --impl "worker:python3 examples/adapters/jax_megablox_gmm.py"
     (exec:python3 ... works too: one process per case)
 
-Declared contract (the flags a user must pass, and why):
+Declared contract (CONTRACT): `moecheck prop` reads it from the worker's greeting; with an
+`exec:` program, and on `moecheck gemm`, give the flags named here:
 
-* `--tail ignored`: megablox only visits the row tiles of the groups; rows past
-  `sum(group_sizes)` (dropped tokens) of `out` and `dlhs` are never written (NaN in interpret
-  mode, whatever was in memory on a TPU). `drhs` does not see the tail's `dout`.
-* `--out-dtype bf16` for `--dtype bf16`: the forward output is f32
+* tail `ignored` (`--tail ignored`): megablox only visits the row tiles of the groups; rows
+  past `sum(group_sizes)` (dropped tokens) of `out` and `dlhs` are never written (NaN in
+  interpret mode, whatever was in memory on a TPU). `drhs` does not see the tail's `dout`.
+* out_dtype `input` (`--out-dtype bf16` for `--dtype bf16`): the forward output is f32
   (`preferred_element_type`), but the VJP returns `dlhs` in the dtype of `lhs` and `drhs` in
   the dtype of `rhs`, so the gradients of bf16 inputs are bf16. f32 inputs: f32 throughout.
-* `--dtype f32` or `bf16` only: megablox accepts no other input dtype (f16, FP8 are refused).
+* supports dtypes f32 and bf16 only: megablox accepts no other input dtype (f16 and FP8
+  cases are refused); K >= 1 and N >= 1 (`k_min`, `n_min`): megablox raises on an empty K
+  or N dimension, so such a case is refused with a one-line reason.
 
 The forward and the VJP run under `jax.jit`, as in a training step (and one compilation per
-shape instead of one per eager operation). Constraints the adapter handles: M must be a multiple of the M tile (128): the rows are padded
-with zeros up to one and the outputs sliced back; the padding rows belong to no group, so they
-are tail rows to megablox and never reach a group's result. K = 0 or N = 0 cases are refused
-(megablox raises on them): the case fails with a one-line CaseError.
+shape instead of one per eager operation). M must be a multiple of the M tile (128): the
+adapter pads the rows with zeros up to one and slices the outputs back (so any M is
+supported); the padding rows belong to no group, so they are tail rows to megablox and
+never reach a group's result.
 
 Usage: jax_megablox_gmm.py [CASE_DIR]   (no CASE_DIR: a moecheck worker, protocol v2)
 """
@@ -44,6 +48,14 @@ DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}
 
 #: gmm's default (m, k, n) tiling; M must be a multiple of the M tile.
 TILING = (128, 128, 128)
+
+#: What megablox gmm does (docs/protocol.md, "The contract in the greeting").
+CONTRACT = {
+    "grouped_gemm": {
+        "declared": {"tail": "ignored", "out_dtype": "input"},
+        "supports": {"dtypes": list(DTYPES), "k_min": 1, "n_min": 1},
+    },
+}
 
 
 @jax.jit
@@ -88,4 +100,4 @@ def handler(case):
 
 
 if __name__ == "__main__":
-    serve(handler, ops=["grouped_gemm"])
+    serve(handler, ops=["grouped_gemm"], contract=CONTRACT)

@@ -5,6 +5,7 @@
     moecheck moe --compute f64 --out-dtype f64 \
         --impl "exec:python3 examples/adapters/jax_moe_layer.py --f64"                  # f64
     moecheck moe --impl "worker:python3 examples/adapters/jax_moe_layer.py"            # a worker
+    moecheck prop --op moe --impl "worker:python3 examples/adapters/jax_moe_layer.py --f64"
 
 The forward follows MaxText's `RoutedMoE` sparse path: router logits `x @ w_router`, routing
 by `routing_jax.route` (the routing adapter's module: `jax.lax.top_k`, DeepSeek-V3 groups and
@@ -13,7 +14,15 @@ expert ids (dropped assignments get id E and sort last), `jax.lax.ragged_dot` fo
 `silu(x W0) * (x W1)` and `@ Wo`, `unpermute` with the inverse permutation and the combine
 `einsum("TKH,TK->TH")` in the compute dtype, plus the shared expert. Every gradient (dx,
 dw_router, dw0, dw1, dwo, dshared_*) comes from `jax.vjp` of that function: autodiff, nothing
-hand-written. Runs on CPU, in float32 (default) or float64 (`--f64`).
+hand-written. Runs on CPU, in float32 (default) or float64 (`--f64`), whatever the case's
+input dtype (its values are exact in float32).
+
+Declared contract (CONTRACT): compute and out_dtype `f32`, or `f64` with `--f64`; every
+input dtype, score function, capacity policy, group rule, bias and shared expert
+(routing_jax.SUPPORTS); no convention, since routing_jax follows the conventions each
+case.json names. `moecheck prop` reads it from the worker's greeting; with `exec:`, and on
+`moecheck moe`, give `--compute f64 --out-dtype f64` with `--f64`.
+
 Usage: jax_moe_layer.py [--f64] [CASE_DIR]   (no CASE_DIR: a moecheck worker, protocol v2)
 """
 import os
@@ -32,9 +41,18 @@ import numpy as np  # noqa: E402
 
 import _checkout  # noqa: E402,F401  (the moecheck helper from this checkout)
 from moecheck.adapter import serve  # noqa: E402
-from routing_jax import route  # noqa: E402
+from routing_jax import SUPPORTS, route  # noqa: E402
 
 DT = jnp.float64 if F64 else jnp.float32
+
+#: What this adapter does (docs/protocol.md, "The contract in the greeting").
+_FORMAT = "f64" if F64 else "f32"
+CONTRACT = {
+    "moe_layer": {
+        "declared": {"compute": _FORMAT, "out_dtype": _FORMAT},
+        "supports": dict(SUPPORTS, dtypes=["f32", "bf16", "f16"], shared_expert=True),
+    },
+}
 HI = jax.lax.Precision.HIGHEST
 
 
@@ -94,4 +112,4 @@ def handler(case):
 
 
 if __name__ == "__main__":
-    serve(handler, ops=["moe_layer"], flags=["--f64"])
+    serve(handler, ops=["moe_layer"], flags=["--f64"], contract=CONTRACT)

@@ -15,6 +15,11 @@ forward arithmetic is unchanged and the gradients come back in f32, as asked.
 
     moecheck gemm --impl "exec:python3 examples/adapters/jax_ragged_dot.py"
     moecheck gemm --impl "worker:python3 examples/adapters/jax_ragged_dot.py"   # imports once
+    moecheck prop --op gemm --impl "worker:python3 examples/adapters/jax_ragged_dot.py"
+
+Declared contract (CONTRACT, in the worker's greeting): the defaults (f32 accumulation, tail
+rows exactly 0, each case's output format, as above), every pass and shape, and dtypes f32,
+bf16, f16 (FP8 cases are refused). So no flag is needed, as `exec:` either.
 
 Usage: jax_ragged_dot.py [CASE_DIR]   (no CASE_DIR: a moecheck worker, protocol v2)
 """
@@ -31,6 +36,9 @@ from moecheck.adapter import serve  # noqa: E402
 from moecheck.case import CaseError  # noqa: E402
 
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16}
+
+#: What this adapter does (docs/protocol.md, "The contract in the greeting").
+CONTRACT = {"grouped_gemm": {"declared": {"tail": "zero"}, "supports": {"dtypes": list(DTYPES)}}}
 
 
 def handler(case):
@@ -63,4 +71,4 @@ def handler(case):
 
 
 if __name__ == "__main__":
-    serve(handler, ops=["grouped_gemm"])
+    serve(handler, ops=["grouped_gemm"], contract=CONTRACT)

@@ -3,11 +3,17 @@
 
 Routes with `routing_jax.route` (MaxText / DeepSeek-V3 / Megatron formulas on
 `jax.lax.top_k`) in float64 on CPU, and writes indices.npy (int32), weights.npy (float64
-combine weights, 0 where dropped), kept.npy (uint8) and group_sizes.npy (int32). Declare
-`--compute f64` (or leave the default f32, which only loosens the bound).
+combine weights, 0 where dropped), kept.npy (uint8) and group_sizes.npy (int32).
+
+Declared contract (CONTRACT): compute `f64`, and every score function, capacity policy,
+group rule, bias and scaling factor (routing_jax.SUPPORTS); no convention, since it follows
+the conventions each case.json names. `moecheck prop` reads it from the worker's greeting;
+with `exec:`, and on `moecheck route`, declare `--compute f64` (or leave the default f32,
+which only loosens the bound).
 
     moecheck route --compute f64 --impl "exec:python3 examples/adapters/jax_route.py"
     moecheck route --compute f64 --impl "worker:python3 examples/adapters/jax_route.py"
+    moecheck prop --op route --impl "worker:python3 examples/adapters/jax_route.py"
 
 Usage: jax_route.py [CASE_DIR]   (no CASE_DIR: a moecheck worker, protocol v2)
 """
@@ -24,7 +30,10 @@ import numpy as np  # noqa: E402
 
 import _checkout  # noqa: E402,F401  (the moecheck helper from this checkout)
 from moecheck.adapter import serve  # noqa: E402
-from routing_jax import route  # noqa: E402
+from routing_jax import SUPPORTS, route  # noqa: E402
+
+#: What this adapter does (docs/protocol.md, "The contract in the greeting").
+CONTRACT = {"route": {"declared": {"compute": "f64"}, "supports": dict(SUPPORTS, scaling=True)}}
 
 
 def handler(case):
@@ -40,4 +49,4 @@ def handler(case):
 
 
 if __name__ == "__main__":
-    serve(handler, ops=["route"])
+    serve(handler, ops=["route"], contract=CONTRACT)

@@ -48,8 +48,15 @@ only dense maps), weights = Megatron's routing probs after dropping, gathered at
 (in the router's dtype; 0 where dropped), kept = its routing map after dropping gathered at
 the indices, group_sizes = kept assignments per expert.
 
+Declared contract (CONTRACT): compute `f32`, convention `megatron` (ties `any`: torch.topk
+promises no order among equal values); supports every score function, capacity with the
+drop policies `probs` and `token-order`, groups, a bias (with the sigmoid score only: a bias
+with another score is refused, see above) and a scaling factor. `moecheck prop` reads it from
+the worker's greeting; with `exec:`, and on `moecheck route`, give the flags:
+
     moecheck route --convention megatron --compute f32 \\
         --impl "worker:.peers-venv/bin/python examples/adapters/megatron_route.py" ...
+    moecheck prop --op route --impl "worker:.peers-venv/bin/python examples/adapters/megatron_route.py"
 
 Needs torch and megatron-core (scripts/peers installs them in .peers-venv). Usage:
 megatron_route.py [--fp64-router] [CASE_DIR]   (no CASE_DIR: a moecheck worker, protocol v2)
@@ -79,6 +86,23 @@ DROP_POLICIES = {"probs": "probs", "token-order": "position"}
 
 #: The router's logits dtype (Megatron's moe_router_dtype): fp32, or fp64 with --fp64-router.
 ROUTER_DTYPE = torch.float64 if "--fp64-router" in sys.argv[1:] else torch.float32
+
+#: What Megatron's router does (docs/protocol.md, "The contract in the greeting"). The
+#: combinations it refuses that these keys cannot say (a bias with a softmax score, norm_topk
+#: with softmax, topk-softmax at K = 1) are refused case by case.
+CONTRACT = {
+    "route": {
+        "declared": {"compute": "f32", "convention": "megatron", "ties": "any"},
+        "supports": {
+            "scores": ["softmax", "topk-softmax", "sigmoid"],
+            "capacity": True,
+            "drop_policies": list(DROP_POLICIES),
+            "groups": True,
+            "bias": True,
+            "scaling": True,
+        },
+    },
+}
 
 
 def refusal(cfg, has_bias):
@@ -145,4 +169,4 @@ def handler(case):
 
 
 if __name__ == "__main__":
-    serve(handler, ops=["route"], flags=["--fp64-router"])
+    serve(handler, ops=["route"], flags=["--fp64-router"], contract=CONTRACT)

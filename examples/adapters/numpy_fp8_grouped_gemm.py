@@ -11,6 +11,13 @@ float32 product, or the given scales for delayed scaling), then per group multip
 values as float32 matrices (float32 accumulation inside BLAS, exact products), multiplies by
 scale_inv of the lhs-side operand then of the rhs-side one in float32, and writes float32
 outputs. wgrad uses the column-wise copies: the transposed bytes with the same scale_inv.
+
+Declared contract (CONTRACT, in the worker's greeting): op key `fp8`, every pass; the
+accumulation is the recipe's (`fp8.accumulation` of each case: the exact FP8 products are
+summed in float32), so nothing else is declared and `exec:` needs no flag. A grouped GEMM
+case without an `fp8` object is refused (a one-line reason): this adapter is for
+`moecheck gemm --dtype fp8` and `moecheck prop --op fp8`.
+
 Usage: numpy_fp8_grouped_gemm.py [CASE_DIR]   (no CASE_DIR: a moecheck worker, protocol v2)
 """
 import ml_dtypes
@@ -21,6 +28,9 @@ from moecheck.adapter import serve
 from moecheck.case import CaseError
 
 FORMATS = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+
+#: What this adapter does (docs/protocol.md, "The contract in the greeting"): FP8 cases only.
+CONTRACT = {"fp8": {"supports": {"passes": ["fwd", "dgrad", "wgrad"]}}}
 
 
 def scope_bounds(kind, sizes, rows_used, rows):
@@ -64,7 +74,7 @@ def quantize(x, fmt, bounds, saturate, given):
 def handler(case):
     r = case.fp8
     if r is None:
-        raise CaseError("not an FP8 case (case.json has no fp8 object)")
+        raise CaseError("not an FP8 case (case.json has no fp8 object): this adapter runs FP8 grouped GEMMs only")
     lhs, rhs, sizes, dout = case.lhs, case.rhs, case.group_sizes, case.dout
     m, k, n, g = case["m"], case["k"], case["n"], case["groups"]
     used = int(np.sum(sizes))
@@ -115,4 +125,4 @@ def handler(case):
 
 
 if __name__ == "__main__":
-    serve(handler, ops=["grouped_gemm"])
+    serve(handler, ops=["grouped_gemm"], contract=CONTRACT)

@@ -1,10 +1,18 @@
 #!/usr/bin/env python3
-"""numpy adapter for op `grouped_gemm`: float32 matmuls per group (float32 accumulation
-inside BLAS), zeros on tail rows and for empty experts. It ignores an FP8 recipe (the
-recipe-exact check then fails it: tests/fp8_cli.rs shows that it does).
+"""numpy adapter for op `grouped_gemm`, the complete "check my kernel" example: every pass
+(fwd `out`, dgrad `dlhs`, wgrad `drhs`) as float32 matmuls per group (float32 accumulation
+inside BLAS), zeros on tail rows (past sum(group_sizes)) and for empty experts. Replace the
+three loops with calls to your kernel, and CONTRACT with what your kernel does.
 
     moecheck gemm --dtype f32 --impl "exec:python3 examples/adapters/numpy_grouped_gemm.py"
     moecheck gemm --dtype f32 --impl "worker:python3 examples/adapters/numpy_grouped_gemm.py"
+    moecheck prop --op gemm --impl "worker:python3 examples/adapters/numpy_grouped_gemm.py"
+
+Declared contract (CONTRACT, sent in the worker's greeting; as an `exec:` program it needs no
+flags, since it is the default one): f32 accumulation, tail rows exactly 0, outputs at least
+as precise as each case asks (it writes float32); every input dtype, every pass, every shape
+(K = 0, N = 0, empty experts, any M). It ignores an FP8 recipe (the recipe-exact check then
+fails it: tests/fp8_cli.rs shows that it does), so its contract says nothing about FP8.
 
 Usage: numpy_grouped_gemm.py [CASE_DIR]   (no CASE_DIR: a moecheck worker, protocol v2)
 """
@@ -12,6 +20,17 @@ import numpy as np
 
 import _checkout  # noqa: F401  (the moecheck helper from this checkout)
 from moecheck.adapter import serve
+
+#: What this implementation declares (docs/protocol.md, "The contract in the greeting").
+#: Every key is spelled out as a template; the values here are the defaults, so omitting
+#: them would declare the same. A kernel with limits names them in "supports" (e.g.
+#: "k_multiple": 8, "dtypes": ["bf16"]) and moecheck prop draws only such cases.
+CONTRACT = {
+    "grouped_gemm": {
+        "declared": {"tail": "zero", "acc": "f32"},
+        "supports": {"dtypes": ["f32", "bf16", "f16"], "passes": ["fwd", "dgrad", "wgrad"]},
+    },
+}
 
 
 def handler(case):
@@ -39,4 +58,4 @@ def handler(case):
 
 
 if __name__ == "__main__":
-    serve(handler, ops=["grouped_gemm"])
+    serve(handler, ops=["grouped_gemm"], contract=CONTRACT)

@@ -18,9 +18,19 @@ router does, whatever conventions case.json declares:
   expert, a top-k over the 0/1 routing map: here the higher token indices, as ties go).
   MaxText's per-sequence `position` is not Megatron's and is refused.
 
-So it passes under `--convention megatron` and fails under the default (MaxText) conventions:
+Refused, with a one-line reason (a Megatron user cannot configure them): drop_policy
+`position`, norm_topk with score softmax, a bias with a score other than sigmoid (Megatron's
+expert bias is for the sigmoid score only), and group-limited selection with topk <
+topk_groups.
+
+So it passes under `--convention megatron` and fails under the default (MaxText) conventions.
+Declared contract (CONTRACT): compute `f32`, convention `megatron` (ties `any`); supports
+every score function, capacity with the drop policies `probs` and `token-order`, groups, a
+bias and a scaling factor. `moecheck prop` reads it from the worker's greeting; with
+`exec:`, and on `moecheck route`, give the flags:
 
     moecheck route --convention megatron --impl "worker:python3 examples/adapters/numpy_megatron_route.py"
+    moecheck prop --op route --impl "worker:python3 examples/adapters/numpy_megatron_route.py"
 
 Usage: numpy_megatron_route.py [CASE_DIR]   (no CASE_DIR: a moecheck worker, protocol v2)
 """
@@ -33,6 +43,22 @@ from moecheck.adapter import serve
 from moecheck.case import CaseError
 
 F32 = np.float32
+
+#: What this router does (docs/protocol.md, "The contract in the greeting"); the refusals
+#: above that these keys cannot say are made case by case.
+CONTRACT = {
+    "route": {
+        "declared": {"compute": "f32", "convention": "megatron", "ties": "any"},
+        "supports": {
+            "scores": ["softmax", "topk-softmax", "sigmoid"],
+            "capacity": True,
+            "drop_policies": ["probs", "token-order"],
+            "groups": True,
+            "bias": True,
+            "scaling": True,
+        },
+    },
+}
 
 
 def topk_higher_index(values, k):
@@ -82,6 +108,8 @@ def handler(case):
     score = cfg["score"]
     if cfg.get("norm_topk") and score == "softmax":
         raise CaseError("norm_topk with softmax: Megatron-Core has no such switch")
+    if case.bias is not None and score != "sigmoid":
+        raise CaseError(f"a bias with score {score}: Megatron-Core's expert bias only supports sigmoid")
     if score == "softmax":
         s = softmax(logits)
         indices = select(s, cfg)
@@ -127,4 +155,4 @@ def handler(case):
 
 
 if __name__ == "__main__":
-    serve(handler, ops=["route"])
+    serve(handler, ops=["route"], contract=CONTRACT)

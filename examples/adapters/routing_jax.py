@@ -27,11 +27,29 @@ moecheck's reference does.
 Everything is traceable (no host conversions), so `route` can sit inside `jax.vjp`; the weights
 are differentiable with respect to the logits, the indices and masks are not. Call it with
 float64 inputs under `jax_enable_x64` for an f64 routing.
+
+It follows the conventions each case.json names (`group_score`, `sigmoid_norm`; ties always to
+the lower index, which every `ties` accepts), so an adapter built on it declares no
+convention; SUPPORTS is the `supports` part of its contract (docs/protocol.md): everything.
 """
 import math
 
 import jax
 import jax.numpy as jnp
+
+#: The score functions and capacity drop policies `route` implements.
+SCORES = ("softmax", "topk-softmax", "sigmoid")
+DROP_POLICIES = ("position", "probs", "token-order")
+
+#: The `supports` of a route (or MoE layer) contract built on `route`: every case.json
+#: setting (moecheck's defaults, spelled out).
+SUPPORTS = {
+    "scores": list(SCORES),
+    "capacity": True,
+    "drop_policies": list(DROP_POLICIES),
+    "groups": True,
+    "bias": True,
+}
 
 
 def top_k_lower_index(x, k):

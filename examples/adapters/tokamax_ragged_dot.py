@@ -4,17 +4,21 @@ requirements.txt, with jax 0.10.2), implementation `"xla"`, and `jax.vjp` of it 
 VJP) for dgrad and wgrad. Products accumulated with preferred_element_type=float32, precision
 HIGHEST, under `jax.jit` as in a training step. Runs on CPU.
 
+    moecheck prop --op gemm --impl "worker:python3 examples/adapters/tokamax_ragged_dot.py"
     moecheck gemm --dtype f32 --impl "worker:python3 examples/adapters/tokamax_ragged_dot.py"
     moecheck gemm --dtype bf16 --out-dtype bf16 \\
         --impl "worker:python3 examples/adapters/tokamax_ragged_dot.py"
     (exec:python3 ... works too: one process per case)
 
-Declared contract (the flags a user must pass, and why):
+Declared contract (CONTRACT): `moecheck prop` reads it from the worker's greeting; with an
+`exec:` program, and on `moecheck gemm`, give the flags named here:
 
-* `--out-dtype bf16` for `--dtype bf16`: the forward output is f32 (preferred_element_type),
-  but the VJP returns the gradients in the inputs' dtype, bf16. f32 inputs: f32 throughout.
-* nothing else: the tail rows (past sum(group_sizes)) come back exactly 0, empty experts'
-  `drhs` exactly 0; the default `--tail zero` holds.
+* out_dtype `input` (`--out-dtype bf16` for `--dtype bf16`, `f16` for `f16`): the forward
+  output is f32 (preferred_element_type), but the VJP returns the gradients in the inputs'
+  dtype. f32 inputs: f32 throughout.
+* tail `zero` (the default `--tail zero`): the tail rows (past sum(group_sizes)) come back
+  exactly 0, empty experts' `drhs` exactly 0.
+* supports dtypes f32, bf16, f16 (FP8 cases are refused), every pass and shape.
 
 tokamax reads its configuration from absl flags and parses `sys.argv` on its first call (any
 `--flag` it does not define raises UnrecognizedFlagError there): the adapter keeps its own
@@ -41,6 +45,14 @@ from moecheck.adapter import serve  # noqa: E402
 from moecheck.case import CaseError  # noqa: E402
 
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16}
+
+#: What tokamax's ragged_dot does (docs/protocol.md, "The contract in the greeting").
+CONTRACT = {
+    "grouped_gemm": {
+        "declared": {"tail": "zero", "out_dtype": "input"},
+        "supports": {"dtypes": list(DTYPES)},
+    },
+}
 
 
 def _ragged_dot(x, w, gs):
@@ -88,4 +100,4 @@ def handler(case):
 
 
 if __name__ == "__main__":
-    serve(handler, ops=["grouped_gemm"], argv=ARGS)
+    serve(handler, ops=["grouped_gemm"], argv=ARGS, contract=CONTRACT)

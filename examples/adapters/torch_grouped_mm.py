@@ -3,23 +3,28 @@
 (`out.backward(dout)`) for dgrad and wgrad, on CPU.
 
 This is PyTorch's own grouped GEMM and its own backward, not code of ours. It runs as PyTorch
-runs it, so its contract has to be declared (scripts/peers does, docs/peers.md records it):
+runs it, so its contract has to be declared. CONTRACT declares it: `moecheck prop` reads it
+from the worker's greeting; with an `exec:` program, and on `moecheck gemm`, give the flags
+named here (scripts/peers does, docs/peers.md records it):
 
-* **Tail rows are not written.** Rows past `sum(group_sizes)` of `out` (and of `dlhs`) are
-  whatever the allocator left there (measured on torch 2.15.0: garbage, NaN, 1e24): declare
-  `--tail ignored`.
-* **The output dtype is the input dtype.** grouped_mm refuses `out_dtype` other than its
-  input's ("Grouped gemm output dtype must match `mat_a` dtype"), and autograd returns the
-  gradients in the inputs' dtype: declare `--out-dtype` equal to `--dtype` (bf16 -> bf16,
-  f16 -> f16, f32 -> f32). A case asking for another output dtype is refused.
-* **16-byte strides.** grouped_mm raises "strides should be multiple of 16 bytes" unless K and
-  N are multiples of 16 bytes (4 elements for f32, 8 for bf16/f16) and K > 0. This adapter
-  **refuses** such a case with a one-line reason (it does not pad: padding would check a
-  GEMM PyTorch was never asked to do). FP8 cases are refused too.
+* **tail `ignored`** (`--tail ignored`): rows past `sum(group_sizes)` of `out` (and of
+  `dlhs`) are not written; they are whatever the allocator left there (measured on torch
+  2.15.0: garbage, NaN, 1e24).
+* **out_dtype `input`** (`--out-dtype` equal to `--dtype`: bf16 -> bf16, f16 -> f16, f32 ->
+  f32): grouped_mm refuses `out_dtype` other than its input's ("Grouped gemm output dtype
+  must match `mat_a` dtype"), and autograd returns the gradients in the inputs' dtype. A case
+  asking for another output dtype is refused (a campaign under this contract draws none).
+* **supports dtypes f32, bf16, f16; K >= 1; K and N multiples of 8** (`k_min` 1,
+  `k_multiple` 8, `n_multiple` 8): grouped_mm raises "strides should be multiple of 16 bytes"
+  unless K and N are multiples of 16 bytes (4 elements for f32, 8 for bf16/f16) and K > 0.
+  One multiple serves every dtype, so the contract asks for 8 (f32's 4 divides it). This
+  adapter **refuses** a case outside with a one-line reason (it does not pad: padding would
+  check a GEMM PyTorch was never asked to do). FP8 cases are refused too.
 
 Groups are passed as `offs = cumsum(group_sizes)` (int32), as the docstring of grouped_mm
 asks; empty groups are equal consecutive offsets.
 
+    moecheck prop --op gemm --impl "worker:.peers-venv/bin/python examples/adapters/torch_grouped_mm.py"
     moecheck gemm --dtype bf16 --out-dtype bf16 --tail ignored \\
         --impl "worker:.peers-venv/bin/python examples/adapters/torch_grouped_mm.py"
 
@@ -35,6 +40,14 @@ from moecheck.adapter import serve
 from moecheck.case import CaseError
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+
+#: What torch's grouped_mm does (docs/protocol.md, "The contract in the greeting").
+CONTRACT = {
+    "grouped_gemm": {
+        "declared": {"tail": "ignored", "out_dtype": "input"},
+        "supports": {"dtypes": list(DTYPES), "k_min": 1, "k_multiple": 8, "n_multiple": 8},
+    },
+}
 
 
 def refusal(case):
@@ -78,4 +91,4 @@ def handler(case):
 
 
 if __name__ == "__main__":
-    serve(handler, ops=["grouped_gemm"])
+    serve(handler, ops=["grouped_gemm"], contract=CONTRACT)

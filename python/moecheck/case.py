@@ -32,9 +32,19 @@ _STORED = {np.dtype(t) for t in ("float32", "float64", "int32", "int64", "uint8"
 
 
 class CaseError(Exception):
-    """A case this adapter cannot run (an op or a setting it does not implement, a missing
-    file). Raised by the helper, and by a handler that refuses a case: the case fails with
-    this message, and a worker goes on to the next case."""
+    """A **refusal**: a case this adapter does not implement (an op it does not serve, a dtype,
+    a shape or a setting it has no kernel for). Raise it from a handler, with a one-line
+    reason; the helper raises it for an op the adapter does not serve. moecheck counts the
+    case as *not applicable*, not as a failure: a worker answers
+    ``{"ok": false, "unsupported": REASON}``, an ``exec:`` program exits with status 77
+    (docs/protocol.md, "Refusing a case"). Any other exception fails the case."""
+
+
+class CaseFormatError(ValueError):
+    """A case directory this helper cannot read (a missing or unreadable file, a bad
+    ``case.json``), or outputs it cannot write (a handler that returns no dict, an output of
+    an unsupported type or with a bad name). Not a refusal: the case fails with this
+    message."""
 
 
 class Case:
@@ -107,6 +117,8 @@ def _inputs(config):
         if config.get("shared_ffn", 0) > 0:
             names += ["shared_w0", "shared_w1", "shared_wo"]
         return names
+    if not isinstance(op, str):
+        raise CaseFormatError(f"case.json: 'op' is {op!r}, expected an op name")
     raise CaseError(f"op {op!r} is not one this helper reads (grouped_gemm, route, moe_layer)")
 
 
@@ -121,26 +133,27 @@ def _optional_names(config):
 
 def read_case(directory, ops=None):
     """Reads the case in ``directory``; ``ops`` (a list of ``op`` names), when given, are the
-    ones the caller serves. Raises :class:`CaseError` naming the file or the setting."""
+    ones the caller serves. Raises :class:`CaseFormatError` naming the file that cannot be read,
+    or :class:`CaseError` (a refusal) for an op outside ``ops``."""
     path = os.path.join(directory, "case.json")
     try:
         with open(path) as f:
             config = json.load(f)
     except (OSError, ValueError) as e:
-        raise CaseError(f"{path}: {e}") from e
+        raise CaseFormatError(f"{path}: {e}") from e
     if not isinstance(config, dict):
-        raise CaseError(f"{path}: expected a JSON object")
+        raise CaseFormatError(f"{path}: expected a JSON object")
     if config.get("protocol") != CASE_PROTOCOL:
-        raise CaseError(f"{path}: case directory protocol {config.get('protocol')!r} (this helper reads {CASE_PROTOCOL})")
+        raise CaseFormatError(f"{path}: case directory protocol {config.get('protocol')!r} (this helper reads {CASE_PROTOCOL})")
     if ops is not None and config.get("op") not in ops:
-        raise CaseError(f"{path}: op {config.get('op')!r}; this adapter serves {', '.join(ops)}")
+        raise CaseError(f"op {config.get('op')!r}: this adapter serves {', '.join(ops) or 'no op'}")
     arrays = {}
     for name in _inputs(config):
         file = os.path.join(directory, name + ".npy")
         try:
             arrays[name] = np.load(file, allow_pickle=False)
         except (OSError, ValueError) as e:
-            raise CaseError(f"{file}: {e}") from e
+            raise CaseFormatError(f"{file}: {e}") from e
     if "group_sizes" in arrays:
         arrays["group_sizes"] = arrays["group_sizes"].astype(np.int64)
     return Case(directory, config, arrays)
@@ -151,15 +164,15 @@ def write_outputs(directory, outputs):
     ``np.asarray`` takes, such as a JAX array) into ``directory``.
 
     float32, float64, int32, int64, uint8 and bool arrays are written as they are; bf16, f16
-    and FP8 arrays are widened to float32 (exactly). Other types raise :class:`CaseError`.
+    and FP8 arrays are widened to float32 (exactly). Other types raise :class:`CaseFormatError`.
     """
     for name, value in outputs.items():
         if not name or os.sep in name or name.startswith("."):
-            raise CaseError(f"output name {name!r} is not a plain file name")
+            raise CaseFormatError(f"output name {name!r} is not a plain file name")
         a = np.asarray(value)
         if a.dtype not in _STORED:
             if a.dtype.kind in "fV" and a.dtype.itemsize <= 4:
                 a = a.astype(np.float32)
             else:
-                raise CaseError(f"output {name}: dtype {a.dtype} (expected float32/float64, int32/int64, uint8 or bool)")
+                raise CaseFormatError(f"output {name}: dtype {a.dtype} (expected float32/float64, int32/int64, uint8 or bool)")
         np.save(os.path.join(directory, name + ".npy"), np.ascontiguousarray(a))
