@@ -112,7 +112,7 @@ fn in_shards<O: Backends + Sharded>(
         let part = match cut.transpose() {
             Ok(part) => part,
             Err(e) => {
-                failed = Some(RunError(e));
+                failed = Some(RunError::new(e));
                 break;
             }
         };
@@ -137,7 +137,7 @@ fn in_shards<O: Backends + Sharded>(
             None => match verify_against(imp, &sub, ask, &expected).verdict {
                 Verdict::BadInput(e) => bail!("generated case, {s}: {e}"),
                 Verdict::RunFailed(e) => {
-                    failed = Some(RunError(format!("{s}: {e}")));
+                    failed = Some(RunError::new(format!("{s}: {e}")));
                     break;
                 }
                 Verdict::Pass(r)

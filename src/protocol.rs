@@ -260,5 +260,19 @@ pub fn read_outputs<O: Protocol>(
     case: &O::Case,
     ask: O::Ask,
 ) -> Result<O::Outputs, ProtocolError> {
-    O::read_outputs(case, ask, &mut DirFiles(dir)).map_err(|e| ProtocolError::in_dir(dir, e))
+    O::read_outputs(case, ask, &mut DirFiles(dir)).map_err(|e| {
+        if dir.join(&e.file).exists() {
+            return ProtocolError::in_dir(dir, e);
+        }
+        let asked = match e.file.as_str() {
+            "out.npy" => " for the fwd pass",
+            "dlhs.npy" => " for the dgrad pass",
+            "drhs.npy" => " for the wgrad pass",
+            _ => "",
+        };
+        ProtocolError::File {
+            path: dir.join(&e.file),
+            reason: format!("the implementation wrote no {}{asked}", e.file),
+        }
+    })
 }

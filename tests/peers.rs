@@ -55,16 +55,17 @@ fn megablox_gmm_without_tail_ignored_fails_on_the_tail_and_names_the_flag() {
         .stdout(predicate::str::contains("verdict: FAIL"));
 }
 
-/// megablox raises on K = 0; the adapter refuses the case with a one-line reason instead.
+/// megablox raises on K = 0; the adapter refuses the case with a one-line reason instead:
+/// not applicable, exit 2.
 #[test]
 fn megablox_gmm_refuses_k_zero_with_a_reason() {
     gemm(&[
         "--impl", MEGABLOX, "--dtype", "f32", "--tail", "ignored", "--hidden", "0",
     ])
     .assert()
-    .code(1)
-    .stdout(predicate::str::contains("CaseError: K = 0"))
-    .stdout(predicate::str::contains("verdict: FAIL"));
+    .code(2)
+    .stdout(predicate::str::contains("refused the case: K = 0"))
+    .stdout(predicate::str::contains("verdict: NOT APPLICABLE"));
 }
 
 /// tokamax's `ragged_dot` (implementation "xla") under its contract: bf16 outputs for bf16

@@ -84,7 +84,8 @@ fn a_timeout_ends_the_program_and_every_child_it_started() {
         start.elapsed()
     );
     assert!(
-        e.0.contains("timed out after 1.0 s (its process group was ended)"),
+        e.message
+            .contains("timed out after 1.0 s (its process group was ended)"),
         "{e}"
     );
     let child = read_pid(&pidfile);
@@ -152,7 +153,8 @@ fn a_process_that_escaped_the_group_and_holds_stderr_is_not_waited_for() {
     end(read_pid(&pidfile));
     assert!(took < Duration::from_secs(5), "took {took:?}");
     assert!(
-        e.0.contains("exited with status 4: ValueError: from the program"),
+        e.message
+            .contains("exited with status 4: ValueError: from the program"),
         "{e}"
     );
 }
@@ -169,7 +171,7 @@ fn a_failure_shows_the_exception_line_and_the_stderr_tail() {
     )
     .unwrap();
     let p = program(format!("python3 {}", script.display()), 30.0);
-    let e = p.run_in(scratch.path()).unwrap_err().0;
+    let e = p.run_in(scratch.path()).unwrap_err().message;
     let first = e.lines().next().unwrap();
     assert!(
         first.ends_with("exited with status 1: ValueError: the shapes differ"),

@@ -91,7 +91,7 @@ fn campaign(imp: &dyn Implementation<Gemm>, n: u64) -> Vec<Option<String>> {
     (1..=n)
         .map(|seed| match verify(imp, &case(seed), Passes::ALL).verdict {
             Verdict::Pass(_) => None,
-            Verdict::RunFailed(e) => Some(e.0),
+            Verdict::RunFailed(e) => Some(e.message),
             other => panic!("case {seed}: {:?}", other.failure()),
         })
         .collect()
@@ -217,7 +217,7 @@ fn a_worker_that_speaks_another_protocol_version_is_refused_and_not_restarted() 
     }
     assert_eq!(starts(dir.path()).len(), 1);
     let why = imp.broken().expect("a worker that never started is broken");
-    assert!(why.0.contains("speaks protocol 3"), "{}", why.0);
+    assert!(why.message.contains("speaks protocol 3"), "{}", why.message);
 }
 
 /// A worker that started once and later fails to start again (here: the second start greets

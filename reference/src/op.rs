@@ -113,11 +113,68 @@ pub trait Comparison: Clone + Debug + Serialize + Send + Sync {
     }
 }
 
-/// Why an implementation produced no usable result (a crash, a timeout, a missing file): one
-/// line, naming what went wrong. It is a failed case, not an input error.
+/// Why an implementation produced no usable result: one line (the first of
+/// [`RunError::message`]), naming what went wrong, and which of three kinds of failure it is
+/// ([`RunErrorKind`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct RunError(pub String);
+#[error("{message}")]
+pub struct RunError {
+    pub message: String,
+    pub kind: RunErrorKind,
+}
+
+/// The three ways an implementation can produce no result, each with its own rule in a
+/// campaign (`moecheck prop`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunErrorKind {
+    /// It ran and failed (an exception, a non-zero exit, a missing or ill-shaped output): a
+    /// failed case, shrunk like a wrong answer.
+    #[default]
+    Failed,
+    /// It refused the case: a setting or shape outside what it implements (a worker's
+    /// `{"ok": false, "unsupported": ...}`, an `exec:` program's exit 77, a built-in
+    /// implementation's `supports`). The case is not applicable: never a failure, never
+    /// shrunk; a single-case command exits 2 naming the reason.
+    Refused,
+    /// It broke the protocol or ran out of time (no greeting, an answer that is not one, a
+    /// timeout): a failed case, but never shrunk (each step would pay the same timeout).
+    Broken,
+}
+
+impl RunError {
+    /// A failed run ([`RunErrorKind::Failed`]).
+    pub fn new(message: impl Into<String>) -> RunError {
+        RunError {
+            message: message.into(),
+            kind: RunErrorKind::Failed,
+        }
+    }
+    /// A refused case ([`RunErrorKind::Refused`]).
+    pub fn refused(reason: impl Into<String>) -> RunError {
+        RunError {
+            message: reason.into(),
+            kind: RunErrorKind::Refused,
+        }
+    }
+    /// A protocol failure or a timeout ([`RunErrorKind::Broken`]).
+    pub fn broken(message: impl Into<String>) -> RunError {
+        RunError {
+            message: message.into(),
+            kind: RunErrorKind::Broken,
+        }
+    }
+    pub fn is_refusal(&self) -> bool {
+        self.kind == RunErrorKind::Refused
+    }
+    /// The same kind of failure with another message.
+    pub fn with_message(&self, message: String) -> RunError {
+        RunError {
+            message,
+            kind: self.kind,
+        }
+    }
+}
 
 /// An implementation of `O` under test: the reference itself, a CPU model with planted bugs,
 /// an external program, a CUDA kernel.
@@ -189,7 +246,7 @@ impl<O: Op> Implementation<O> for Reference {
     fn run(&self, case: &O::Case, ask: O::Ask) -> Result<O::Outputs, RunError> {
         O::expected(case, ask)
             .map(|e| O::reference_outputs(case, ask, e))
-            .map_err(|e| RunError(e.to_string()))
+            .map_err(|e| RunError::new(e.to_string()))
     }
     fn internals(&self, case: &O::Case, ask: O::Ask) -> Option<O::Internals> {
         O::reference_internals(case, ask)
@@ -239,6 +296,7 @@ impl<R> Verdict<R> {
             Verdict::Pass(_) => None,
             Verdict::Fail { reason, .. } => Some(reason.clone()),
             Verdict::Inconclusive { reason, .. } => Some(format!("inconclusive: {reason}")),
+            Verdict::RunFailed(e) if e.is_refusal() => Some(format!("not applicable: {e}")),
             Verdict::RunFailed(e) => Some(format!("run failed: {e}")),
             Verdict::BadInput(e) => Some(format!("invalid case: {e}")),
         }
@@ -284,6 +342,7 @@ impl<R> Verdict<R> {
         match self {
             Verdict::Pass(_) => VerdictKind::Pass,
             Verdict::Inconclusive { .. } => VerdictKind::Inconclusive,
+            Verdict::RunFailed(e) if e.is_refusal() => VerdictKind::Refused,
             Verdict::Fail { .. } | Verdict::RunFailed(_) => VerdictKind::Fail,
             Verdict::BadInput(_) => VerdictKind::BadInput,
         }
@@ -305,6 +364,9 @@ pub enum VerdictKind {
     BadInput,
     /// Every element passed, but the bound would have passed an all-zero output too: exit 3.
     Inconclusive,
+    /// The implementation refused the case (a setting or shape it does not implement):
+    /// nothing was checked, exit 2 with its reason.
+    Refused,
 }
 
 impl VerdictKind {
@@ -313,7 +375,7 @@ impl VerdictKind {
         match self {
             VerdictKind::Pass | VerdictKind::Done => 0,
             VerdictKind::Fail => 1,
-            VerdictKind::BadInput => 2,
+            VerdictKind::BadInput | VerdictKind::Refused => 2,
             VerdictKind::Inconclusive => 3,
         }
     }
@@ -326,6 +388,7 @@ impl VerdictKind {
             VerdictKind::Done => "DONE",
             VerdictKind::BadInput => "BAD INPUT",
             VerdictKind::Inconclusive => "INCONCLUSIVE",
+            VerdictKind::Refused => "NOT APPLICABLE",
         }
     }
 }
@@ -360,6 +423,16 @@ pub fn verify_against<O: Op>(
     expected: &O::Expected,
 ) -> Verified<O> {
     let precision = imp.precision(case);
+    if let Err(reason) = imp.supports(case, ask) {
+        return Verified {
+            precision,
+            outputs: None,
+            verdict: Verdict::RunFailed(RunError::refused(format!(
+                "{} does not support this case: {reason}",
+                imp.name()
+            ))),
+        };
+    }
     let (outputs, verdict) = match imp.run(case, ask) {
         Err(e) => (None, Verdict::RunFailed(e)),
         Ok(got) => {

@@ -56,7 +56,7 @@ impl<O: Op> RunInfo<'_, O> {
     pub fn run_error(&self) -> Option<String> {
         self.verdict
             .and_then(Verdict::run_error)
-            .map(|e| e.0.clone())
+            .map(|e| e.message.clone())
     }
     pub fn failure(&self) -> Option<String> {
         self.verdict.and_then(Verdict::failure)
@@ -108,6 +108,15 @@ pub struct RunOutcome {
     pub failure: Option<String>,
 }
 
+/// How a report labels a run error: `not applicable` for a refusal (whose failure line says
+/// so, [`crate::op::Verdict::failure`]), else `run failed`.
+pub fn run_error_label(failure: Option<&str>) -> &'static str {
+    match failure {
+        Some(f) if f.starts_with("not applicable: ") => "not applicable",
+        _ => "run failed",
+    }
+}
+
 impl RunOutcome {
     pub fn of<O: Op>(run: &RunInfo<O>) -> RunOutcome {
         RunOutcome {
@@ -115,10 +124,11 @@ impl RunOutcome {
             failure: run.failure(),
         }
     }
-    /// `run failed: …` when the implementation produced nothing.
+    /// `run failed: …` when the implementation produced nothing (`not applicable: …` when it
+    /// refused the case).
     pub fn render(&self, s: &mut String) {
         if let Some(e) = &self.run_error {
-            let _ = writeln!(s, "run failed: {e}");
+            let _ = writeln!(s, "{}: {e}", run_error_label(self.failure.as_deref()));
         }
     }
     /// `inconclusive: …` (the bound that had no teeth), just above the verdict line.

@@ -136,9 +136,7 @@ impl Implementation<Gemm> for Cublas {
         }
         // SAFETY: only checks that the library loads (ensured above, so no panic).
         if !unsafe { cb::is_culib_present() } {
-            return Err(RunError(
-                "libcublas found but not loadable by cudarc".into(),
-            ));
+            return Err(RunError::new("libcublas found but not loadable by cudarc"));
         }
         self.run_on(&dev, case, passes).map_err(run_err)
     }

@@ -186,7 +186,7 @@ impl Implementation<Fp8Gemm> for CudaFp8 {
     }
     fn run(&self, case: &Fp8GemmCase, passes: Passes) -> Result<GemmOutputs, RunError> {
         self.run_on(case, passes)
-            .map_err(|e| RunError(e.to_string()))
+            .map_err(|e| RunError::new(e.to_string()))
     }
     fn internals(&self, case: &Fp8GemmCase, passes: Passes) -> Option<Fp8Operands> {
         let ops = self.quantize_all(case, passes).ok()?;

@@ -50,7 +50,7 @@ pub fn declared_output(out_dtype: Format) -> Format {
 }
 
 pub(crate) fn run_err(e: CudaError) -> RunError {
-    RunError(e.to_string())
+    RunError::new(e.to_string())
 }
 
 /// The case's values in the storage of `dtype` (bf16/f16 as raw bits), uploaded.

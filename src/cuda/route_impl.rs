@@ -138,15 +138,16 @@ impl Implementation<Route> for CudaRouter {
         params_of(case).map(|_| ())
     }
     fn run(&self, case: &RoutingCase, _: ()) -> Result<RouteOutputs, RunError> {
-        let p = params_of(case).map_err(RunError)?;
+        let p = params_of(case).map_err(RunError::new)?;
         let (t, e) = (case.tokens(), case.experts());
         let logits: Vec<f32> = case.logits.iter().map(|&x| x as f32).collect();
         let bias: Option<Vec<f32>> = case
             .bias
             .as_ref()
             .map(|b| b.iter().map(|&x| x as f32).collect());
-        let r = route(&logits, bias.as_deref(), t, e, &p).map_err(|e| RunError(e.to_string()))?;
-        outputs_of(&r, t, p.topk, e).map_err(RunError)
+        let r =
+            route(&logits, bias.as_deref(), t, e, &p).map_err(|e| RunError::new(e.to_string()))?;
+        outputs_of(&r, t, p.topk, e).map_err(RunError::new)
     }
 }
 

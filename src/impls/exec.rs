@@ -7,7 +7,8 @@
 //! file is a failed case whose first line is the reason (with the program's exception line)
 //! and the last lines of its stderr follow, never a panic. When the program fails, its case
 //! directory is kept with its whole stderr in `stderr.txt` (the first few failures of a run;
-//! [`keep_failed_case`]).
+//! [`keep_failed_case`]). Exit status [`REFUSED_STATUS`] (77) refuses the case instead: not
+//! applicable, the last line of stderr its reason; a timeout is a broken run, never shrunk.
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -52,15 +53,19 @@ impl<O: Protocol> Implementation<O> for Exec<O> {
         let tmp = tempfile::Builder::new()
             .prefix("moecheck-case-")
             .tempdir()
-            .map_err(|e| RunError(format!("cannot create a case directory: {e}")))?;
+            .map_err(|e| RunError::new(format!("cannot create a case directory: {e}")))?;
         let dir = tmp.path();
-        protocol::write_case::<O>(dir, case, ask, None).map_err(|e| RunError(e.to_string()))?;
+        protocol::write_case::<O>(dir, case, ask, None)
+            .map_err(|e| RunError::new(e.to_string()))?;
         if let Err(e) = self.program.run_in(dir) {
+            if e.is_refusal() {
+                return Err(e);
+            }
             return Err(keep_failed_case(tmp, e, &self.program.kept));
         }
         protocol::read_outputs::<O>(dir, case, ask).map_err(|e| {
-            RunError(format!(
-                "{e} (a temporary case directory, deleted now; --dump DIR writes the case to rerun the program on)"
+            RunError::new(format!(
+                "{e} (a temporary case directory, deleted now; `--dump DIR` on gemm, route or moe, or a failing property's minimal case under `prop --out DIR`, keeps a case to rerun the program on)"
             ))
         })
     }
@@ -83,7 +88,7 @@ impl Program {
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         let mut running = Running::start(command)
-            .map_err(|e| RunError(format!("cannot start sh for '{}': {e}", self.command)))?;
+            .map_err(|e| RunError::new(format!("cannot start sh for '{}': {e}", self.command)))?;
         let status = running.wait_until(deadline);
         // Whatever the program left running in its group goes with it.
         running.end();
@@ -93,16 +98,43 @@ impl Program {
         let stderr = running.stderr.since(0);
         let reason = match status {
             Ok(Some(s)) if s.success() => return Ok(()),
+            Ok(Some(s)) if s.code() == Some(REFUSED_STATUS) => {
+                return Err(RunError::refused(refusal(&self.command, &stderr)));
+            }
             Ok(Some(s)) => format!("'{}' exited with {}", self.command, describe(s)),
-            Ok(None) => format!(
-                "'{}' timed out after {:.1} s (its process group was ended)",
-                self.command,
-                self.timeout.as_secs_f64()
-            ),
+            Ok(None) => {
+                let reason = format!(
+                    "'{}' timed out after {:.1} s (its process group was ended)",
+                    self.command,
+                    self.timeout.as_secs_f64()
+                );
+                save_stderr(dir, &stderr);
+                let e = failure(&reason, &stderr);
+                return Err(RunError::broken(e.message));
+            }
             Err(e) => format!("waiting for '{}': {e}", self.command),
         };
         save_stderr(dir, &stderr);
         Err(failure(&reason, &stderr))
+    }
+}
+
+/// The exit status with which an `exec:` program refuses a case (a setting or shape it does
+/// not implement): the case is not applicable, and the last non-empty line of its stderr is
+/// the reason (docs/protocol.md). 77 is the "skipped" status of automake's test harness.
+pub const REFUSED_STATUS: i32 = 77;
+
+/// The reason `command` gave for refusing a case: the last non-empty line of its `stderr`.
+fn refusal(command: &str, stderr: &str) -> String {
+    match stderr.lines().rev().map(str::trim).find(|l| !l.is_empty()) {
+        // The Python helper writes `NAME: unsupported: REASON`.
+        Some(line) => {
+            let reason = line.split_once("unsupported: ").map_or(line, |(_, r)| r);
+            format!("'{command}' refused the case: {reason}")
+        }
+        None => {
+            format!("'{command}' refused the case (exit {REFUSED_STATUS}, no reason on stderr)")
+        }
     }
 }
 

@@ -296,10 +296,10 @@ pub fn keep_failed_case(tmp: tempfile::TempDir, e: RunError, kept: &KeptCases) -
         true => format!(", its stderr in {STDERR_FILE}"),
         false => String::new(),
     };
-    RunError(format!(
+    e.with_message(format!(
         "{}
   case kept in {}{stderr} (the first {KEPT_CASES} failed cases of a run are kept)",
-        e.0,
+        e.message,
         dir.display()
     ))
 }
@@ -312,7 +312,7 @@ pub fn failure(reason: &str, stderr: &str) -> RunError {
         Some(line) => format!("{reason}: {}", cut(line)),
         None => reason.to_string(),
     };
-    RunError(with_stderr(summary, stderr))
+    RunError::new(with_stderr(summary, stderr))
 }
 
 /// `summary`, then the last [`SHOWN_LINES`] non-empty lines of `stderr`, indented under a
@@ -374,7 +374,7 @@ mod tests {
 
     #[test]
     fn a_failure_keeps_the_exception_line_and_the_last_lines_of_stderr() {
-        let e = failure("'x' exited with status 1", JAX).0;
+        let e = failure("'x' exited with status 1", JAX).message;
         let first = e.lines().next().unwrap();
         assert_eq!(
             first,
@@ -383,12 +383,12 @@ mod tests {
         assert!(e.contains("  stderr:\n  | Traceback"), "{e}");
         assert!(e.contains("| For simplicity"), "{e}");
         let many: String = (0..100).map(|i| format!("line {i}\n")).collect();
-        let e = failure("r", &many).0;
+        let e = failure("r", &many).message;
         assert!(e.contains("stderr (last 20 of 100 lines)"), "{e}");
         assert!(e.ends_with("| line 99") && !e.contains("line 79\n"), "{e}");
-        assert_eq!(failure("r", "").0, "r");
-        assert_eq!(failure("r", "only\n").0, "r: only");
-        assert!(failure("r", &"x".repeat(1000)).0.len() < 300);
+        assert_eq!(failure("r", "").message, "r");
+        assert_eq!(failure("r", "only\n").message, "r: only");
+        assert!(failure("r", &"x".repeat(1000)).message.len() < 300);
     }
 
     #[test]

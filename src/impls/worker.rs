@@ -1,12 +1,16 @@
 //! `worker:CMD`: a persistent program that answers case after case (protocol v2,
 //! docs/protocol.md), so a campaign pays the program's start, imports and compilation once.
 //!
-//! moecheck starts `sh -c CMD` on the first case, in its own process group (src/impls/
-//! process.rs), with `MOECHECK_WORKER_PROTOCOL=2` in its environment. The worker greets
-//! with one line on stdout, `{"protocol": 2, "ops": [...]}`. For each case moecheck writes
-//! the case directory exactly as in v1 and sends one line on the worker's stdin,
-//! `{"case": "DIR"}`; the worker writes its outputs there and answers one line on stdout,
-//! `{"ok": true}` or `{"ok": false, "error": "..."}`.
+//! moecheck starts `sh -c CMD` on the first case (a campaign: at once, to read its contract,
+//! [`Worker::contract`]), in its own process group (src/impls/process.rs), with
+//! `MOECHECK_WORKER_PROTOCOL=2` in its environment. The worker greets with one line on
+//! stdout, `{"protocol": 2, "ops": [...], "contract": {...}}` (`contract` optional: what it
+//! declares and supports per op, src/prop/contract.rs). For each case moecheck writes the case
+//! directory exactly as in v1 and sends one line on the worker's stdin, `{"case": "DIR"}`; the
+//! worker writes its outputs there and answers one line on stdout, `{"ok": true}`, `{"ok":
+//! false, "error": "..."}` (a failed case) or `{"ok": false, "unsupported": "..."}` (a refused
+//! case: not applicable, [`moecheck_reference::op::RunErrorKind::Refused`]). A timeout or an
+//! answer that breaks the protocol is [`moecheck_reference::op::RunErrorKind::Broken`].
 //!
 //! A worker that greets with another protocol version, dies, does not answer within
 //! `--timeout`, or answers anything else fails **that case** (the reason and the tail of its
@@ -62,6 +66,8 @@ struct Slot {
     greeted: bool,
     /// How the worker failed to start on the first case, when it did (it is not restarted).
     never_started: Option<RunError>,
+    /// The `"contract"` of the last greeting (`Value::Null` when it had none).
+    contract: Value,
 }
 
 impl<O: Op> Worker<O> {
@@ -95,21 +101,52 @@ impl<O: Protocol> Implementation<O> for Worker<O> {
         let tmp = tempfile::Builder::new()
             .prefix("moecheck-case-")
             .tempdir()
-            .map_err(|e| RunError(format!("cannot create a case directory: {e}")))?;
+            .map_err(|e| RunError::new(format!("cannot create a case directory: {e}")))?;
         let dir = tmp.path();
-        protocol::write_case::<O>(dir, case, ask, None).map_err(|e| RunError(e.to_string()))?;
+        protocol::write_case::<O>(dir, case, ask, None)
+            .map_err(|e| RunError::new(e.to_string()))?;
         if let Err(e) = self.answer(&mut self.lock(), dir, O::PROTOCOL_OP) {
+            if e.is_refusal() {
+                return Err(e);
+            }
             return Err(keep_failed_case(tmp, e, &self.program.kept));
         }
         protocol::read_outputs::<O>(dir, case, ask).map_err(|e| {
-            RunError(format!(
-                "{e} (a temporary case directory, deleted now; --dump DIR writes the case to rerun the program on)"
+            RunError::new(format!(
+                "{e} (a temporary case directory, deleted now; `--dump DIR` on gemm, route or moe, or a failing property's minimal case under `prop --out DIR`, keeps a case to rerun the program on)"
             ))
         })
     }
 }
 
 impl<O: Op> Worker<O> {
+    /// Starts the worker now (when it is not running) and returns what its greeting declares
+    /// under `"contract"` for `key` (`grouped_gemm`, `fp8`, `route`, `moe_layer`): `None`
+    /// when it declares nothing there. A worker that cannot start is the error.
+    pub fn contract(&self, op: &str, key: &str) -> Result<Option<Value>, RunError> {
+        let mut slot = self.lock();
+        if let Some(e) = &slot.never_started {
+            return Err(e.clone());
+        }
+        if slot.session.as_mut().is_none_or(|s| !s.is_idle()) {
+            slot.session = None;
+            match Session::start(&self.program, op) {
+                Ok((s, contract)) => {
+                    slot.greeted = true;
+                    slot.contract = contract;
+                    slot.session = Some(s);
+                }
+                Err(e) => {
+                    if !slot.greeted {
+                        slot.never_started = Some(e.clone());
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(slot.contract.get(key).cloned())
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Slot> {
         self.slot.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -125,8 +162,9 @@ impl<O: Op> Worker<O> {
         let mut session = match slot.session.take() {
             Some(s) => s,
             None => match Session::start(&self.program, op) {
-                Ok(s) => {
+                Ok((s, contract)) => {
                     slot.greeted = true;
+                    slot.contract = contract;
                     s
                 }
                 Err(e) => {
@@ -174,7 +212,7 @@ enum Next {
 impl Session {
     /// Starts the worker and reads its greeting (within the timeout); the error fails the
     /// case that asked for it.
-    fn start(program: &Program, op: &str) -> Result<Session, RunError> {
+    fn start(program: &Program, op: &str) -> Result<(Session, Value), RunError> {
         let who = format!("worker '{}'", program.command);
         let mut command = Command::new("sh");
         command
@@ -184,7 +222,7 @@ impl Session {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped());
         let mut process = Running::start(command)
-            .map_err(|e| RunError(format!("cannot start sh for {who}: {e}")))?;
+            .map_err(|e| RunError::new(format!("cannot start sh for {who}: {e}")))?;
         let stdin = process.child().stdin.take();
         let stdout = process.child().stdout.take().expect("stdout is piped");
         let mut session = Session {
@@ -204,11 +242,13 @@ impl Session {
                 return Err(session.timed_out("did not greet", 0));
             }
         };
-        if let Err(reason) = check_greeting(&greeting, op) {
-            session.process.end();
-            return Err(session.failed(&reason, 0));
+        match check_greeting(&greeting, op) {
+            Ok(contract) => Ok((session, contract)),
+            Err(reason) => {
+                session.process.end();
+                Err(RunError::broken(session.failed(&reason, 0).message))
+            }
         }
-        Ok(session)
     }
 
     /// Sends the case in `dir` and reads the answer. The outer error means the worker broke
@@ -225,7 +265,7 @@ impl Session {
     /// [`Session::ask`], with the worker's stderr since `mark` in its failures.
     fn ask_marked(&mut self, dir: &Path, mark: u64) -> Result<Result<(), RunError>, RunError> {
         let Some(path) = dir.to_str() else {
-            return Ok(Err(RunError(format!(
+            return Ok(Err(RunError::new(format!(
                 "the case directory {} is not UTF-8 text (set TMPDIR to a plain path)",
                 dir.display()
             ))));
@@ -247,14 +287,19 @@ impl Session {
             Next::TimedOut => return Err(self.timed_out("did not answer", mark)),
         };
         match parse_answer(&line) {
-            Ok(None) => Ok(Ok(())),
-            Ok(Some(error)) => Ok(Err(RunError(with_stderr(
+            Ok(Answer::Done) => Ok(Ok(())),
+            Ok(Answer::Failed(error)) => Ok(Err(RunError::new(with_stderr(
                 format!("{} failed the case: {}", self.who, one_line(&error)),
                 &self.settled_stderr(mark),
             )))),
+            Ok(Answer::Refused(reason)) => Ok(Err(RunError::refused(format!(
+                "{} refused the case: {}",
+                self.who,
+                one_line(&reason)
+            )))),
             Err(reason) => {
                 self.process.end();
-                Err(self.failed(&reason, mark))
+                Err(RunError::broken(self.failed(&reason, mark).message))
             }
         }
     }
@@ -304,7 +349,7 @@ impl Session {
             "{what} within {:.1} s (its process group was ended)",
             self.program.timeout.as_secs_f64()
         );
-        self.failed(&reason, mark)
+        RunError::broken(self.failed(&reason, mark).message)
     }
 
     /// `worker 'CMD' REASON`, with the worker's exception line and stderr since `mark`.
@@ -352,9 +397,10 @@ fn read_lines(stdout: impl Read + Send + 'static) -> Receiver<Line> {
     rx
 }
 
-/// Checks the greeting `{"protocol": 2, "ops": [...]}` (`ops` optional: any op) for `op`;
-/// the error is one line.
-fn check_greeting(line: &str, op: &str) -> Result<(), String> {
+/// Checks the greeting `{"protocol": 2, "ops": [...], "contract": {...}}` (`ops` optional:
+/// any op; `contract` optional) for `op` and returns its `contract` (`Value::Null` when it
+/// has none); the error is one line.
+fn check_greeting(line: &str, op: &str) -> Result<Value, String> {
     let expected = format!(
         "a worker first writes {{\"protocol\": {WORKER_PROTOCOL}, \"ops\": [...]}} on stdout (docs/protocol.md, protocol v2)"
     );
@@ -370,11 +416,21 @@ fn check_greeting(line: &str, op: &str) -> Result<(), String> {
             "speaks protocol {version}; this moecheck speaks worker protocol {WORKER_PROTOCOL} (docs/protocol.md)"
         ));
     }
+    let contract = match v.get("contract") {
+        None | Some(Value::Null) => Value::Null,
+        Some(Value::Object(c)) => Value::Object(c.clone()),
+        Some(other) => {
+            return Err(format!(
+                "greeted with \"contract\": {}: expected an object keyed by op (docs/protocol.md)",
+                shown(&other.to_string())
+            ))
+        }
+    };
     match v.get("ops") {
-        None | Some(Value::Null) => Ok(()),
+        None | Some(Value::Null) => Ok(contract),
         Some(Value::Array(ops)) => {
             if ops.iter().any(|o| o.as_str() == Some(op)) {
-                Ok(())
+                Ok(contract)
             } else {
                 Err(format!(
                     "serves ops {}; this case is op {op}",
@@ -389,18 +445,28 @@ fn check_greeting(line: &str, op: &str) -> Result<(), String> {
     }
 }
 
-/// The answer `{"ok": true}` (`None`) or `{"ok": false, "error": "..."}` (`Some(error)`);
-/// anything else is a one-line reason.
-fn parse_answer(line: &str) -> Result<Option<String>, String> {
+/// What a worker answered about one case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answer {
+    /// `{"ok": true}`: the outputs are written.
+    Done,
+    /// `{"ok": false, "error": "..."}`.
+    Failed(String),
+    /// `{"ok": false, "unsupported": "..."}`: the case is not applicable.
+    Refused(String),
+}
+
+/// The answer `{"ok": true}`, `{"ok": false, "error": "..."}` or `{"ok": false,
+/// "unsupported": "..."}`; anything else is a one-line reason.
+fn parse_answer(line: &str) -> Result<Answer, String> {
     let v: Value = serde_json::from_str(line).unwrap_or(Value::Null);
+    let text = |key: &str| v.get(key).and_then(Value::as_str).map(str::to_string);
     match v.get("ok").and_then(Value::as_bool) {
-        Some(true) => Ok(None),
-        Some(false) => Ok(Some(
-            v.get("error")
-                .and_then(Value::as_str)
-                .unwrap_or("(no error given)")
-                .to_string(),
-        )),
+        Some(true) => Ok(Answer::Done),
+        Some(false) => Ok(match (text("unsupported"), text("error")) {
+            (Some(reason), _) => Answer::Refused(reason),
+            (None, error) => Answer::Failed(error.unwrap_or_else(|| "(no error given)".into())),
+        }),
         None => Err(format!(
             "answered '{}' where {{\"ok\": true}} or {{\"ok\": false, \"error\": \"...\"}} was expected (stdout is the protocol's: print nothing else there)",
             shown(line)
@@ -422,43 +488,5 @@ fn one_line(text: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn greetings() {
-        assert!(check_greeting(r#"{"protocol": 2, "ops": ["route"]}"#, "route").is_ok());
-        assert!(check_greeting(r#"{"protocol": 2}"#, "route").is_ok());
-        let e = check_greeting(r#"{"protocol": 3, "ops": ["route"]}"#, "route").unwrap_err();
-        assert_eq!(
-            e,
-            "speaks protocol 3; this moecheck speaks worker protocol 2 (docs/protocol.md)"
-        );
-        let e = check_greeting(r#"{"protocol": 2, "ops": ["route"]}"#, "moe_layer").unwrap_err();
-        assert_eq!(e, r#"serves ops ["route"]; this case is op moe_layer"#);
-        let e = check_greeting("hello", "route").unwrap_err();
-        assert!(
-            e.starts_with("greeted with 'hello': a worker first writes"),
-            "{e}"
-        );
-        assert!(check_greeting(r#"{"protocol": 2, "ops": "route"}"#, "route").is_err());
-    }
-
-    #[test]
-    fn answers() {
-        assert_eq!(parse_answer(r#"{"ok": true}"#), Ok(None));
-        assert_eq!(
-            parse_answer(r#"{"ok": false, "error": "ValueError: k"}"#),
-            Ok(Some("ValueError: k".into()))
-        );
-        assert_eq!(
-            parse_answer(r#"{"ok": false}"#),
-            Ok(Some("(no error given)".into()))
-        );
-        for bad in ["", "ok", r#"{"ok": "yes"}"#, "[1]", r#"{"done": true}"#] {
-            let e = parse_answer(bad).unwrap_err();
-            assert!(e.starts_with("answered '"), "{e}");
-        }
-        assert!(shown(&"x".repeat(500)).len() < 210);
-    }
-}
+#[path = "worker_tests.rs"]
+mod tests;

@@ -107,7 +107,7 @@ impl Implementation<Gemm> for HostKernels {
             Format::F32 => 0,
             Format::Bf16 => 1,
             Format::F16 => 2,
-            other => return Err(RunError(format!("dtype {} unsupported", other.name()))),
+            other => return Err(RunError::new(format!("dtype {} unsupported", other.name()))),
         };
         // Inputs in storage format: f32 as bits, bf16/f16 as raw u16 bits.
         let conv = |a: &mut dyn Iterator<Item = &f32>| -> (Vec<u32>, Vec<u16>) {
@@ -137,7 +137,7 @@ impl Implementation<Gemm> for HostKernels {
         let mut result = GemmOutputs::default();
         for pass in passes.iter() {
             let plan = plan_tiles(pass, &case.group_sizes, m, k, n)
-                .map_err(|e| RunError(e.to_string()))?;
+                .map_err(|e| RunError::new(e.to_string()))?;
             let len = match pass {
                 Pass::Fwd => m * n,
                 Pass::Dgrad => m * k,
@@ -151,12 +151,12 @@ impl Implementation<Gemm> for HostKernels {
                 let (a, b) = match pass {
                     Pass::Fwd => (ptr(&lhs), ptr(&rhs)),
                     Pass::Dgrad => (
-                        ptr(dout.as_ref().ok_or(RunError("no dout".into()))?),
+                        ptr(dout.as_ref().ok_or(RunError::new("no dout"))?),
                         ptr(&rhs),
                     ),
                     Pass::Wgrad => (
                         ptr(&lhs),
-                        ptr(dout.as_ref().ok_or(RunError("no dout".into()))?),
+                        ptr(dout.as_ref().ok_or(RunError::new("no dout"))?),
                     ),
                 };
                 let tiles = plan.flat();

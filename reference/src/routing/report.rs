@@ -85,7 +85,8 @@ impl Reported for Route {
                 }
             );
             if let Some(e) = &r.run_error {
-                let _ = writeln!(s, "run failed: {e}");
+                let label = crate::report::run_error_label(r.failure.as_deref());
+                let _ = writeln!(s, "{label}: {e}");
             }
             if let Some(cmp) = &r.comparison {
                 render_comparison(&mut s, cmp);

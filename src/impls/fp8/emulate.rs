@@ -185,7 +185,7 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
                 res.drhs = Some(drhs.into());
             }
         } else if passes.needs_dout() {
-            return Err(RunError("dout is missing".into()));
+            return Err(RunError::new("dout is missing"));
         }
         Ok(res)
     }

@@ -345,7 +345,7 @@ impl Implementation<Gemm> for Emulate {
         let dout = || {
             case.dout
                 .as_ref()
-                .ok_or_else(|| RunError("dout is missing".into()))
+                .ok_or_else(|| RunError::new("dout is missing"))
         };
         // Rows of group `g` the kernel writes: its M tiles (the last partial one dropped
         // under `PartialMTileDropped`).

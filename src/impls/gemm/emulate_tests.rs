@@ -56,7 +56,7 @@ fn scalar(this: &Emulate, case: &GroupedGemmCase, passes: Passes) -> Result<Gemm
         let dout = case
             .dout
             .as_ref()
-            .ok_or_else(|| RunError("dout is missing".into()))?;
+            .ok_or_else(|| RunError::new("dout is missing"))?;
         if passes.dgrad {
             let mut dlhs = Array2::<f32>::from_elem((m, k), f32::NAN);
             let klim = this.k_limit(k);

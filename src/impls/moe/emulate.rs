@@ -166,7 +166,7 @@ impl Implementation<MoeLayer> for MoeEmulate {
     }
 
     fn run(&self, case: &MoeCase, _: ()) -> Result<MoeOutputs, RunError> {
-        let err = |e: moecheck_reference::Error| RunError(e.to_string());
+        let err = |e: moecheck_reference::Error| RunError::new(e.to_string());
         let (t, k, e) = (case.tokens(), case.topk(), case.experts());
         let (routing, perm) = Self::route(case).map_err(err)?;
         let combine = r(routing.combine.clone());
