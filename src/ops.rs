@@ -12,12 +12,13 @@ use moecheck_reference::protocol::Protocol;
 use moecheck_reference::report::Reported;
 use moecheck_reference::routing::Route;
 
+use crate::contract::Contracted;
 use crate::protocol::CaseHeader;
 use crate::registry::Backends;
 
 /// What an operation implements to take part in every command.
-pub trait Operation: Protocol + Reported + PropertyOp + Backends {}
-impl<O: Protocol + Reported + PropertyOp + Backends> Operation for O {}
+pub trait Operation: Protocol + Reported + PropertyOp + Backends + Contracted {}
+impl<O: Protocol + Reported + PropertyOp + Backends + Contracted> Operation for O {}
 
 /// Something done for each operation in turn.
 pub trait Visit {

@@ -204,6 +204,15 @@ pub fn build<O: Backends>(choice: &Choice) -> Result<Box<dyn Implementation<O>>,
     }
 }
 
+/// The worker `choice` names (`worker:CMD`), not started, declaring what its flags declare;
+/// `None` for any other implementation. A campaign starts it at once to read the contract in
+/// its greeting ([`Worker::contract`]), after [`build`] has checked the flags.
+pub fn worker<O: Backends>(choice: &Choice) -> Option<Worker<O>> {
+    let cmd = choice.name.trim().strip_prefix("worker:")?;
+    let declaration = declaration::<O>(&choice.declared).ok()?;
+    (!cmd.trim().is_empty()).then(|| Worker::new(program(cmd, choice), declaration))
+}
+
 /// The program `--impl exec:CMD` or `worker:CMD` names, with `--timeout`.
 fn program(cmd: &str, choice: &Choice) -> Program {
     Program {

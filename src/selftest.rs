@@ -192,6 +192,13 @@ pub(crate) fn cell<A>(property: &str, outcome: Outcome<A>) -> Cell {
             reason: Some(format!("not applicable: {reason}")),
             minimal_case: None,
         },
+        // Nor may a model refuse a case, or pass on bounds that admit an all-zero output.
+        Outcome::NotRun { reason } | Outcome::Inconclusive { reason, .. } => Cell {
+            property: property.to_string(),
+            failed: true,
+            reason: Some(reason),
+            minimal_case: None,
+        },
         Outcome::Failed {
             reason,
             minimal_case,

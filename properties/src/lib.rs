@@ -107,6 +107,7 @@
 //! run from the command line against a program in any language: `moecheck prop` (README,
 //! "proptest in CI").
 
+pub mod coverage;
 pub mod fp8;
 pub mod gemm;
 pub mod moe;
@@ -114,8 +115,9 @@ pub mod property;
 pub mod routing;
 pub mod runner;
 
-pub use property::{by_name, check, check_observed, verified, Property, PropertyOp};
+pub use property::{by_name, check, check_in, check_observed, verified, Property, PropertyOp};
 pub use runner::{
-    run_property, run_property_observed, run_property_with_rejects, CaseResult, Outcome, RunConfig,
-    Step, DEFAULT_CASES, DEFAULT_MAX_SHRINK_ITERS, DEFAULT_SEED,
+    run_property, run_property_in, run_property_observed, run_property_with_rejects, CaseResult,
+    Coverage, Outcome, RunConfig, Scope, Step, DEFAULT_CASES, DEFAULT_MAX_SHRINK_ITERS,
+    DEFAULT_SEED, OUTSIDE_BASE, OUTSIDE_PER_CASE, REFUSALS_PER_CASE,
 };

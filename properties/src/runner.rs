@@ -5,6 +5,12 @@
 //! progress bar) without anything being printed.
 
 use proptest::strategy::{BoxedStrategy, Strategy, ValueTree};
+
+use crate::coverage::{as_drawn, no_edges, take_notes, Notes};
+pub use crate::coverage::{
+    note_inconclusive, note_run_error, Coverage, Scope, OUTSIDE_BASE, OUTSIDE_PER_CASE,
+    REFUSALS_PER_CASE,
+};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
 /// How many cases, from which seed.
@@ -67,10 +73,25 @@ pub enum Outcome<A> {
         passed: u32,
     },
     /// The property cannot be checked against this implementation: it checks something the
-    /// implementation does not expose (its quantised operands, its permutation). Nothing was
-    /// checked; it is neither a pass nor a failure.
+    /// implementation does not expose (its quantised operands, its permutation), or its
+    /// declaration relaxes the rule the property checks. Nothing was checked; it is neither a
+    /// pass nor a failure.
     NotApplicable {
         /// Why, naming the implementation and what it does not expose.
+        reason: String,
+    },
+    /// No case failed, but at least one was inconclusive: every element inside bounds so
+    /// loose that an all-zero output would have passed too.
+    Inconclusive {
+        /// The first inconclusive case's reason.
+        reason: String,
+        /// Cases checked (passed or inconclusive).
+        cases: u32,
+    },
+    /// No case could be applied: every drawn case was outside the declared domain or refused
+    /// by the implementation (a `K = 0` property against a kernel that refuses `K = 0`).
+    NotRun {
+        /// Why, with the last refusal.
         reason: String,
     },
 }
@@ -88,6 +109,9 @@ pub enum Step {
     Passed,
     /// A drawn case was rejected and another is drawn.
     Rejected,
+    /// A drawn case was refused by the implementation, or fell outside the declared domain:
+    /// not applicable, another is drawn.
+    Refused,
     /// A case failed: shrinking starts.
     Failed,
     /// One shrink step ran (the `n`-th).
@@ -118,6 +142,36 @@ pub enum CaseResult {
     /// no internals to show): the whole run ends as [`Outcome::NotApplicable`]. While
     /// shrinking, it counts as not failing.
     NotApplicable(String),
+    /// The implementation refused the case (not applicable: counted, redrawn, never shrunk).
+    Refused(String),
+    /// Every element passed inside bounds that would have passed an all-zero output too.
+    Inconclusive(String),
+    /// The implementation broke the protocol or timed out: a failure that is not shrunk.
+    Broken(String),
+}
+
+impl CaseResult {
+    /// The result of a case whose checks returned `self` while noting `notes`.
+    fn with_notes(self, notes: Notes) -> CaseResult {
+        match (self, notes) {
+            (CaseResult::NotApplicable(r), _) => CaseResult::NotApplicable(r),
+            (
+                _,
+                Notes {
+                    refused: Some(r), ..
+                },
+            ) => CaseResult::Refused(r),
+            (CaseResult::Fail(r), Notes { broken: true, .. }) => CaseResult::Broken(r),
+            (
+                CaseResult::Fail(_),
+                Notes {
+                    inconclusive: Some(r),
+                    ..
+                },
+            ) => CaseResult::Inconclusive(r),
+            (result, _) => result,
+        }
+    }
 }
 
 impl From<Result<(), String>> for CaseResult {
@@ -138,7 +192,7 @@ impl From<Result<(), String>> for CaseResult {
 /// "Aborting shrinking" to stderr. A panic inside the implementation counts as a failure of
 /// the case.
 /// Every property family (grouped GEMM, FP8, routing, MoE layer) runs through this one loop.
-pub fn run_property<A: std::fmt::Debug>(
+pub fn run_property<A: std::fmt::Debug + Clone>(
     strategy: &BoxedStrategy<A>,
     test: impl Fn(&A) -> Result<(), String>,
     config: &RunConfig,
@@ -153,7 +207,7 @@ pub fn run_property<A: std::fmt::Debug>(
 /// [`run_property`] for properties that may reject a case: a rejected case is redrawn and does
 /// not count; more than `max_rejects` rejections in all end the run as a failure ("aborted"),
 /// so a property that rejects everything cannot pass vacuously.
-pub fn run_property_with_rejects<A: std::fmt::Debug>(
+pub fn run_property_with_rejects<A: std::fmt::Debug + Clone>(
     strategy: &BoxedStrategy<A>,
     test: impl Fn(&A) -> CaseResult,
     config: &RunConfig,
@@ -164,12 +218,60 @@ pub fn run_property_with_rejects<A: std::fmt::Debug>(
 
 /// [`run_property_with_rejects`], telling `observe` of every case and shrink step as it goes
 /// (the loop itself prints nothing).
-pub fn run_property_observed<A: std::fmt::Debug>(
+pub fn run_property_observed<A: std::fmt::Debug + Clone>(
     strategy: &BoxedStrategy<A>,
     test: impl Fn(&A) -> CaseResult,
     config: &RunConfig,
     max_rejects: u32,
     observe: &mut dyn FnMut(Step),
+) -> Outcome<A> {
+    let scope = Scope {
+        fit: &as_drawn::<A>,
+        edges: &no_edges::<A>,
+    };
+    run_property_in(strategy, test, config, max_rejects, &scope, observe).0
+}
+
+/// [`run_property_observed`] with the cases drawn in `scope`, returning how they met the
+/// implementation's contract beside the outcome.
+///
+/// A drawn case outside the scope's domain is redrawn without running anything; one the
+/// implementation refuses ([`CaseResult::Refused`]) is counted and redrawn, never shrunk.
+/// After more than [`REFUSALS_PER_CASE`] refusals per asked case (or [`OUTSIDE_BASE`] +
+/// [`OUTSIDE_PER_CASE`] per asked case outside the domain) the property stops: passed on the
+/// cases it applied ([`Coverage::stopped`] says so), or [`Outcome::NotRun`] when it applied
+/// none. An inconclusive case is counted and the run goes on; a failure of a broken protocol
+/// or a timeout ([`CaseResult::Broken`]) is reported unshrunk. While shrinking, a candidate
+/// outside the domain, refused, inconclusive or broken counts as not failing.
+pub fn run_property_in<A: std::fmt::Debug + Clone>(
+    strategy: &BoxedStrategy<A>,
+    test: impl Fn(&A) -> CaseResult,
+    config: &RunConfig,
+    max_rejects: u32,
+    scope: &Scope<'_, A>,
+    observe: &mut dyn FnMut(Step),
+) -> (Outcome<A>, Coverage) {
+    let mut coverage = Coverage::default();
+    let outcome = run_loop(
+        strategy,
+        test,
+        config,
+        max_rejects,
+        scope,
+        observe,
+        &mut coverage,
+    );
+    (outcome, coverage)
+}
+
+fn run_loop<A: std::fmt::Debug + Clone>(
+    strategy: &BoxedStrategy<A>,
+    test: impl Fn(&A) -> CaseResult,
+    config: &RunConfig,
+    max_rejects: u32,
+    scope: &Scope<'_, A>,
+    observe: &mut dyn FnMut(Step),
+    coverage: &mut Coverage,
 ) -> Outcome<A> {
     let aborted = |reason: String, passed: u32| Outcome::Failed {
         reason,
@@ -184,29 +286,96 @@ pub fn run_property_observed<A: std::fmt::Debug>(
         ..Config::default()
     };
     let mut runner = TestRunner::new_with_rng(cfg, rng);
-    let test = |args: &A| {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| test(args))).unwrap_or_else(
-            |panic| {
+    let test = |drawn: &A| -> (CaseResult, Option<A>) {
+        let args = match (scope.fit)(drawn) {
+            Ok(args) => args,
+            Err(why) => {
+                return (
+                    CaseResult::Refused(format!("outside the declared domain: {why}")),
+                    None,
+                )
+            }
+        };
+        take_notes();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| test(&args)))
+            .unwrap_or_else(|panic| {
                 let msg = panic
                     .downcast_ref::<&str>()
                     .map(|s| s.to_string())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "non-string panic payload".into());
                 CaseResult::Fail(format!("panicked: {msg}"))
-            },
-        )
+            });
+        (result.with_notes(take_notes()), Some(args))
     };
+    let refusal_cap = config.cases.saturating_mul(REFUSALS_PER_CASE);
+    let outside_cap = OUTSIDE_BASE.saturating_add(config.cases.saturating_mul(OUTSIDE_PER_CASE));
     let (mut passed, mut rejects) = (0u32, 0u32);
+    let mut first_inconclusive: Option<String> = None;
     while passed < config.cases {
         let mut tree = match strategy.new_tree(&mut runner) {
             Ok(tree) => tree,
             Err(reason) => return aborted(format!("aborted: {reason}"), passed),
         };
-        let mut reason = match test(&tree.current()) {
+        let (result, fitted) = test(&tree.current());
+        let ran = !matches!(
+            result,
+            CaseResult::Refused(_) | CaseResult::Reject(_) | CaseResult::NotApplicable(_)
+        );
+        if let (Some(args), true) = (&fitted, ran) {
+            coverage.applied += 1;
+            coverage.edges.extend((scope.edges)(args));
+        }
+        let mut reason = match result {
             CaseResult::Pass => {
                 passed += 1;
                 observe(Step::Passed);
                 continue;
+            }
+            CaseResult::Inconclusive(why) => {
+                passed += 1;
+                coverage.inconclusive += 1;
+                first_inconclusive.get_or_insert(why);
+                observe(Step::Passed);
+                continue;
+            }
+            CaseResult::Refused(why) => {
+                if fitted.is_some() {
+                    coverage.refused += 1;
+                } else {
+                    coverage.outside += 1;
+                }
+                coverage.last_refusal = Some(why);
+                observe(Step::Refused);
+                if coverage.refused > refusal_cap || coverage.outside > outside_cap {
+                    let last = coverage.last_refusal.clone().unwrap_or_default();
+                    if passed == 0 {
+                        let reason = format!(
+                            "no case could be applied: {} refused, {} outside the domain (last: {last})",
+                            coverage.refused, coverage.outside
+                        );
+                        return Outcome::NotRun { reason };
+                    }
+                    let why = format!(
+                        "stopped after {} refused and {} out-of-domain cases with {passed} of {} applied (last: {last})",
+                        coverage.refused, coverage.outside, config.cases
+                    );
+                    coverage.stopped = Some(why);
+                    break;
+                }
+                continue;
+            }
+            CaseResult::Broken(reason) => {
+                observe(Step::Failed);
+                let minimal = fitted.unwrap_or_else(|| tree.current());
+                return Outcome::Failed {
+                    reason,
+                    minimal_case: format!(
+                        "{minimal:?} (not shrunk: the implementation broke the protocol or timed out)"
+                    ),
+                    minimal: Some(minimal),
+                    passed,
+                };
             }
             CaseResult::Reject(why) => {
                 rejects += 1;
@@ -225,7 +394,7 @@ pub fn run_property_observed<A: std::fmt::Debug>(
             CaseResult::Fail(reason) => reason,
         };
         observe(Step::Failed);
-        let mut minimal = tree.current();
+        let mut minimal = fitted.unwrap_or_else(|| tree.current());
         let mut steps = 0u32;
         let mut more = tree.simplify();
         while more {
@@ -242,13 +411,11 @@ pub fn run_property_observed<A: std::fmt::Debug>(
             steps += 1;
             observe(Step::Shrunk(steps));
             match test(&tree.current()) {
-                CaseResult::Fail(r) => {
-                    (reason, minimal) = (r, tree.current());
+                (CaseResult::Fail(r), Some(args)) => {
+                    (reason, minimal) = (r, args);
                     more = tree.simplify();
                 }
-                CaseResult::Pass | CaseResult::Reject(_) | CaseResult::NotApplicable(_) => {
-                    more = tree.complicate()
-                }
+                _ => more = tree.complicate(),
             }
         }
         return Outcome::Failed {
@@ -258,7 +425,15 @@ pub fn run_property_observed<A: std::fmt::Debug>(
             passed,
         };
     }
-    Outcome::Passed {
-        cases: config.cases,
+    if let Some(reason) = first_inconclusive {
+        return Outcome::Inconclusive {
+            reason,
+            cases: passed,
+        };
     }
+    Outcome::Passed { cases: passed }
 }
+
+#[cfg(test)]
+#[path = "runner_tests.rs"]
+mod tests;

@@ -109,7 +109,9 @@ fn failure<A>(o: Outcome<A>) -> (String, String) {
             ..
         } => (reason, minimal_case),
         Outcome::Passed { .. } => panic!("expected a failure"),
-        Outcome::NotApplicable { reason } => panic!("expected a failure, not applicable: {reason}"),
+        Outcome::NotApplicable { reason }
+        | Outcome::NotRun { reason }
+        | Outcome::Inconclusive { reason, .. } => panic!("expected a failure, got: {reason}"),
     }
 }
 
@@ -216,7 +218,7 @@ fn run_errors_are_failures() {
             Implementation::<Gemm>::precision(&Reference, case)
         }
         fn run(&self, _: &GroupedGemmCase, _: Passes) -> Result<GemmOutputs, RunError> {
-            Err(RunError("boom".into()))
+            Err(RunError::new("boom"))
         }
     }
     for p in Gemm::properties() {

@@ -18,11 +18,12 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::bail;
-use moecheck_properties::{check_observed, Outcome, Property, PropertyOp, RunConfig, Step};
+use moecheck_properties::{check_in, Outcome, Property, PropertyOp, RunConfig, Step};
 use moecheck_reference::op::{Implementation, RunError};
 
 use super::command::{self, PropRun};
 use super::report::{PropReport, PropertyResult, PropertyVerdict};
+use crate::contract::{Contract, Contracted};
 use crate::ops::{self, Operation, Visit};
 use crate::pipeline;
 use crate::progress::Progress;
@@ -50,6 +51,14 @@ pub struct Campaign {
     pub out: PathBuf,
     /// Only these properties (`--property`); all of them when empty.
     pub only: Vec<String>,
+    /// The contract the flags declare (`--tail`, `--passes`, `--supports`, ...): each key
+    /// replaces the worker greeting's.
+    pub flags: Contract,
+    /// Those flags as words, for the line that reproduces a failure.
+    pub flag_words: Vec<String>,
+    /// `--strict`: a property not run, a property stopped by refusals or an edge class no
+    /// case exercised fails the campaign.
+    pub strict: bool,
 }
 
 impl Campaign {
@@ -82,7 +91,8 @@ pub fn run_named(op: &str, c: &Campaign) -> anyhow::Result<PropReport> {
 /// minimal case that cannot be written are errors (exit 2); failed properties are in the
 /// report.
 pub fn run<O: Operation>(c: &Campaign) -> anyhow::Result<PropReport> {
-    let imp = registry::build::<O>(&c.choice).map_err(anyhow::Error::msg)?;
+    let (imp, contract) = implementation::<O>(c)?;
+    let (domain, _) = O::read_contract(&contract).map_err(anyhow::Error::msg)?;
     let properties = selected::<O>(&c.only)?;
     if c.cases == 0 {
         bail!("--cases must be at least 1");
@@ -101,20 +111,65 @@ pub fn run<O: Operation>(c: &Campaign) -> anyhow::Result<PropReport> {
             results.push(not_run(p, &e));
             continue;
         }
-        results.push(property::<O>(c, imp.as_ref(), p, &progress)?);
+        results.push(property::<O>(c, imp.as_ref(), p, &domain, &progress)?);
         progress.set_position(u64::from(c.cases) * (i as u64 + 1));
     }
     progress.done();
-    Ok(PropReport {
-        verdict: PropReport::verdict_of(&results),
+    let exercised: Vec<&str> = results
+        .iter()
+        .flat_map(|r| r.exercised.iter().map(String::as_str))
+        .collect();
+    let unexercised = O::EDGES
+        .iter()
+        .filter(|e| !exercised.contains(e))
+        .map(|e| e.to_string())
+        .collect();
+    let mut report = PropReport {
+        verdict: moecheck_reference::op::VerdictKind::Pass,
         op: O::NAME.to_string(),
         implementation: imp.name(),
         is_model: imp.is_model(),
         cases: c.cases,
         seed: c.seed,
         max_shrink: c.max_shrink.min(O::MAX_SHRINK_ITERS),
+        contract: contract.lines(),
+        strict: c.strict,
+        unexercised,
         properties: results,
-    })
+    };
+    report.verdict = report.verdict_of();
+    Ok(report)
+}
+
+/// The implementation `c` names and the contract the campaign draws in: a worker is started
+/// at once and its greeting's contract for `O` read, then the flags' keys replace its keys
+/// (the precision flags, `--acc` ..., replace the greeting's precision keys).
+fn implementation<O: Operation>(
+    c: &Campaign,
+) -> anyhow::Result<(Box<dyn Implementation<O>>, Contract)> {
+    // Every flag checked against the implementation first (exit 2 before anything starts).
+    let checked = registry::build::<O>(&c.choice).map_err(anyhow::Error::msg)?;
+    O::read_contract(&c.flags).map_err(anyhow::Error::msg)?;
+    let Some(mut worker) = registry::worker::<O>(&c.choice) else {
+        return Ok((checked, c.flags.clone()));
+    };
+    let greeting = match worker.contract(O::PROTOCOL_OP, <O as Contracted>::CONTRACT_KEY) {
+        Ok(g) => g,
+        // It cannot start: every property says so ([`Implementation::broken`]).
+        Err(_) => return Ok((Box::new(worker), c.flags.clone())),
+    };
+    let greeted = Contract::from_greeting(<O as Contracted>::CONTRACT_KEY, greeting.as_ref())
+        .map_err(anyhow::Error::msg)?;
+    let contract = greeted.overridden_by(&c.flags);
+    let (_, declared) = O::read_contract(&contract).map_err(anyhow::Error::msg)?;
+    let declared = c.choice.declared.or(declared);
+    worker.declaration = registry::declaration::<O>(&declared).map_err(|e| {
+        anyhow::anyhow!(
+            "the worker's greeting declares what op {} does not read: {e}",
+            O::NAME
+        )
+    })?;
+    Ok((Box::new(worker), contract))
 }
 
 /// The properties of `O` named in `only` (all when it is empty), in `O`'s order.
@@ -137,19 +192,13 @@ fn selected<O: PropertyOp>(only: &[String]) -> anyhow::Result<Vec<Property<O>>> 
 /// A property that was not run because the implementation can run nothing (a worker that
 /// never started): it fails, with a reason that says why, without paying for any case.
 fn not_run<O: PropertyOp>(p: &Property<O>, why: &RunError) -> PropertyResult {
-    let first = why.0.lines().next().unwrap_or_default();
+    let first = why.message.lines().next().unwrap_or_default();
     PropertyResult {
-        name: p.name.to_string(),
-        description: p.description.to_string(),
-        cases: 0,
         verdict: PropertyVerdict::Fail,
         reason: Some(format!(
             "not run: the implementation can run nothing, it failed to start ({first})"
         )),
-        arguments: None,
-        minimal_case: None,
-        reproduce: None,
-        seconds: 0.0,
+        ..PropertyResult::new(p.name, p.description)
     }
 }
 
@@ -158,36 +207,43 @@ fn property<O: Operation>(
     c: &Campaign,
     imp: &dyn Implementation<O>,
     p: &Property<O>,
+    domain: &O::Domain,
     progress: &Progress,
 ) -> anyhow::Result<PropertyResult> {
+    let mut result = PropertyResult::new(p.name, p.description);
+    if let Some(reason) = O::relaxed(domain, p.name) {
+        result.verdict = PropertyVerdict::NotApplicable;
+        result.reason = Some(reason);
+        return Ok(result);
+    }
     let config = RunConfig {
         cases: c.cases,
         seed: c.seed,
         max_shrink_iters: c.max_shrink,
     };
     let start = Instant::now();
-    let outcome = check_observed(p, imp, &config, &mut |step| match step {
+    let (outcome, coverage) = check_in(p, imp, &config, domain, &mut |step| match step {
         Step::Passed => progress.step(),
         Step::Failed => progress.stage(&format!("{}: shrinking", p.name)),
         Step::Shrunk(n) => progress.stage(&format!("{}: shrinking, step {n}", p.name)),
-        Step::Rejected => {}
+        Step::Rejected | Step::Refused => {}
     });
-    let mut result = PropertyResult {
-        name: p.name.to_string(),
-        description: p.description.to_string(),
-        cases: c.cases,
-        verdict: PropertyVerdict::Pass,
-        reason: None,
-        arguments: None,
-        minimal_case: None,
-        reproduce: None,
-        seconds: start.elapsed().as_secs_f64(),
-    };
-    let (reason, minimal_case, minimal, passed) = match outcome {
+    result.seconds = start.elapsed().as_secs_f64();
+    result.set_coverage(&coverage);
+    let (reason, minimal_case, minimal) = match outcome {
         Outcome::Passed { .. } => return Ok(result),
         Outcome::NotApplicable { reason } => {
-            result.cases = 0;
             result.verdict = PropertyVerdict::Skipped;
+            result.reason = Some(reason);
+            return Ok(result);
+        }
+        Outcome::Inconclusive { reason, .. } => {
+            result.verdict = PropertyVerdict::Inconclusive;
+            result.reason = Some(format!("inconclusive: {reason}"));
+            return Ok(result);
+        }
+        Outcome::NotRun { reason } => {
+            result.verdict = PropertyVerdict::NotRun;
             result.reason = Some(reason);
             return Ok(result);
         }
@@ -195,8 +251,8 @@ fn property<O: Operation>(
             reason,
             minimal_case,
             minimal,
-            passed,
-        } => (reason, minimal_case, minimal, passed),
+            ..
+        } => (reason, minimal_case, minimal),
     };
     let run = PropRun {
         op: O::NAME,
@@ -204,6 +260,7 @@ fn property<O: Operation>(
         cases: c.cases,
         seed: c.seed,
         max_shrink: (c.max_shrink != DEFAULT_MAX_SHRINK).then_some(c.max_shrink),
+        flags: &c.flag_words,
     };
     let mut reproduce = command::prop_line(&c.choice, &run);
     if let Some(args) = &minimal {
@@ -214,7 +271,6 @@ fn property<O: Operation>(
         result.minimal_case = Some(dir.display().to_string());
         result.arguments = Some(minimal_case);
     }
-    result.cases = passed + u32::from(minimal.is_some());
     result.verdict = PropertyVerdict::Fail;
     result.reason = Some(reason);
     result.reproduce = Some(reproduce);
@@ -275,6 +331,8 @@ mod tests {
             dout_exp: 0,
             int_max: 1,
             value_seed: 0,
+            tail: Default::default(),
+            passes: moecheck_reference::gemm::Passes::ALL,
         };
         let (case, ask) = Gemm::case_of(&args);
         pipeline::write_dump::<Gemm>(&dir, &case, ask, None, None, "--out").unwrap();

@@ -72,6 +72,8 @@ pub struct PropRun<'a> {
     pub seed: u64,
     /// `None` at the default.
     pub max_shrink: Option<u32>,
+    /// The contract flags (`--tail ignored`, `--supports k_min=1`, ...) as words.
+    pub flags: &'a [String],
 }
 
 /// `moecheck prop --op OP --impl IMPL [--inject B] [--timeout S] [flags] --property NAME
@@ -88,6 +90,7 @@ pub fn prop_line(choice: &Choice, run: &PropRun) -> String {
         words.extend(["--timeout".into(), t.to_string()]);
     }
     words.extend(declared_words(&choice.declared));
+    words.extend(run.flags.iter().cloned());
     words.extend([
         "--property".into(),
         run.property.to_string(),
@@ -126,6 +129,7 @@ mod tests {
             cases: 16,
             seed: 3,
             max_shrink: None,
+            flags: &[],
         };
         let line = prop_line(&choice, &run);
         assert_eq!(

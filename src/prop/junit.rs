@@ -1,6 +1,9 @@
 //! `moecheck prop --junit FILE`: the campaign as JUnit XML, one `<testcase>` per property in
 //! one `<testsuite name="moecheck prop OP">`, a `<failure>` with the reason and the reproduce
-//! line for each failed property, so CI systems show it natively. Written atomically (a
+//! line for each failed property (`type="inconclusive"` for an inconclusive one), `<skipped>`
+//! with the reason for one that checked nothing (not applicable, not run, skipped), and each
+//! property's applied, refused and out-of-domain cases in its `<system-out>`, so CI systems
+//! show it natively. Written atomically (a
 //! temporary file in the same directory, renamed over FILE).
 
 use std::fmt::Write as _;
@@ -9,7 +12,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 
-use super::report::PropReport;
+use super::report::{PropReport, PropertyVerdict};
 
 /// `s` escaped for an XML 1.0 attribute value: the five markup characters as entities,
 /// tab/newline/carriage return as character references (an attribute keeps them only so),
@@ -47,8 +50,16 @@ fn escape_with(s: &str, attribute: bool) -> String {
 /// The JUnit XML document of `report`.
 pub fn document(report: &PropReport) -> String {
     let total: f64 = report.properties.iter().map(|p| p.seconds).sum();
-    let failures = report.failures().count();
-    let skipped = report.properties.iter().filter(|p| p.skipped()).count();
+    let failures = report
+        .properties
+        .iter()
+        .filter(|p| p.failed() || p.verdict == PropertyVerdict::Inconclusive)
+        .count();
+    let skipped = report
+        .properties
+        .iter()
+        .filter(|p| p.checked_nothing())
+        .count();
     let tests = report.properties.len();
     let suite = escape(&format!("moecheck prop {}", report.op));
     let class = escape(&format!("moecheck.prop.{}", report.op));
@@ -66,6 +77,7 @@ pub fn document(report: &PropReport) -> String {
         ("impl", report.implementation.clone()),
         ("cases", report.cases.to_string()),
         ("seed", report.seed.to_string()),
+        ("unexercised", report.unexercised.join(", ")),
     ] {
         let _ = writeln!(
             s,
@@ -81,19 +93,32 @@ pub fn document(report: &PropReport) -> String {
             escape(&p.name),
             p.seconds
         );
-        if p.skipped() {
+        let out = format!(
+            "      <system-out>{} applied, {} refused, {} outside the domain, {} inconclusive; exercised: {}</system-out>\n",
+            p.cases,
+            p.refused,
+            p.outside,
+            p.inconclusive,
+            escape_text(&p.exercised.join(", "))
+        );
+        if p.checked_nothing() {
             let why = p.reason.as_deref().unwrap_or("not applicable");
             let _ = writeln!(
                 s,
-                ">\n      <skipped message=\"{}\"/>\n    </testcase>",
+                ">\n      <skipped message=\"{}: {}\"/>\n{out}    </testcase>",
+                p.verdict.shout().to_lowercase(),
                 escape(why)
             );
             continue;
         }
-        if !p.failed() {
-            s.push_str("/>\n");
-            continue;
-        }
+        let kind = match p.verdict {
+            PropertyVerdict::Fail => "property",
+            PropertyVerdict::Inconclusive => "inconclusive",
+            _ => {
+                let _ = write!(s, ">\n{out}    </testcase>\n");
+                continue;
+            }
+        };
         let reason = p.reason.as_deref().unwrap_or("failed");
         let mut body = format!("{}\n{reason}\n", p.description);
         for (label, value) in [
@@ -107,7 +132,7 @@ pub fn document(report: &PropReport) -> String {
         }
         let _ = writeln!(
             s,
-            ">\n      <failure message=\"{}\" type=\"property\">{}</failure>\n    </testcase>",
+            ">\n      <failure message=\"{}\" type=\"{kind}\">{}</failure>\n{out}    </testcase>",
             escape(reason),
             escape_text(&body)
         );
@@ -176,9 +201,8 @@ mod tests {
 
     fn result(name: &str, reason: Option<&str>) -> PropertyResult {
         PropertyResult {
-            name: name.into(),
-            description: "checks <things> & more".into(),
             cases: 3,
+            refused: 2,
             verdict: if reason.is_some() {
                 PropertyVerdict::Fail
             } else {
@@ -189,6 +213,7 @@ mod tests {
             minimal_case: reason.map(|_| "out/gemm-x-seed-0".into()),
             reproduce: reason.map(|_| "moecheck check 'out/a b'".into()),
             seconds: 0.25,
+            ..PropertyResult::new(name, "checks <things> & more")
         }
     }
 
@@ -200,29 +225,61 @@ mod tests {
             cases: 0,
             ..result("internal", None)
         };
+        let not_run = PropertyResult {
+            verdict: PropertyVerdict::NotRun,
+            reason: Some("every case refused".into()),
+            cases: 0,
+            ..result("k-zero", None)
+        };
+        let inconclusive = PropertyResult {
+            verdict: PropertyVerdict::Inconclusive,
+            reason: Some("inconclusive: bound admits zeros".into()),
+            ..result("loose", None)
+        };
         let properties = vec![
             result("fine", None),
             result("broken", Some("out[0, 0] = 1e0 < \"want\" 0")),
             skipped,
+            not_run,
+            inconclusive,
         ];
-        let report = PropReport {
-            verdict: PropReport::verdict_of(&properties),
+        let mut report = PropReport {
+            verdict: moecheck_reference::op::VerdictKind::Pass,
             op: "gemm".into(),
             implementation: "exec:a && b".into(),
             is_model: false,
             cases: 3,
             seed: 1,
             max_shrink: 256,
+            contract: Vec::new(),
+            strict: false,
+            unexercised: vec!["k-zero".into()],
             properties,
         };
+        report.verdict = report.verdict_of();
         let xml = document(&report);
-        assert_eq!(xml.matches("<testcase ").count(), 3, "{xml}");
-        assert_eq!(xml.matches("<failure ").count(), 1, "{xml}");
+        assert_eq!(xml.matches("<testcase ").count(), 5, "{xml}");
+        assert_eq!(xml.matches("<failure ").count(), 2, "{xml}");
+        assert!(xml.contains("type=\"inconclusive\""), "{xml}");
         assert!(xml.contains(
-            "<testsuite name=\"moecheck prop gemm\" tests=\"3\" failures=\"1\" errors=\"0\" skipped=\"1\""
+            "<testsuite name=\"moecheck prop gemm\" tests=\"5\" failures=\"2\" errors=\"0\" skipped=\"2\""
         ));
         assert!(
-            xml.contains("<skipped message=\"exec:a does not expose &lt;its operands&gt;\"/>"),
+            xml.contains(
+                "<skipped message=\"skipped: exec:a does not expose &lt;its operands&gt;\"/>"
+            ),
+            "{xml}"
+        );
+        assert!(
+            xml.contains("<skipped message=\"not run: every case refused\"/>"),
+            "{xml}"
+        );
+        assert!(
+            xml.contains("<system-out>3 applied, 2 refused, 0 outside the domain"),
+            "{xml}"
+        );
+        assert!(
+            xml.contains("name=\"unexercised\" value=\"k-zero\""),
             "{xml}"
         );
         assert!(xml.contains("value=\"exec:a &amp;&amp; b\""), "{xml}");

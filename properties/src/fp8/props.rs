@@ -15,6 +15,7 @@ use crate::runner::CaseResult;
 
 impl PropertyOp for Fp8Gemm {
     type Args = Fp8CaseArgs;
+    type Domain = ();
 
     fn properties() -> Vec<Property<Fp8Gemm>> {
         vec![

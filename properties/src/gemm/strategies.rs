@@ -11,7 +11,7 @@
 //! magnitudes spread over orders of magnitude.
 
 use moecheck_reference::format::{pow2, round_to, Format, Overflow};
-use moecheck_reference::gemm::{GroupedGemmCase, TailContract, Weights};
+use moecheck_reference::gemm::{GroupedGemmCase, Passes, TailContract, Weights};
 use moecheck_reference::seed::mix;
 use ndarray::{Array2, Array3};
 use proptest::prelude::*;
@@ -67,6 +67,12 @@ pub struct GemmArgs {
     pub int_max: i32,
     /// Seed of the value hash.
     pub value_seed: u64,
+    /// The tail rule the case declares ([`TailContract::Zero`] as drawn; the implementation's
+    /// declaration, [`super::GemmDomain`], may relax it).
+    pub tail: TailContract,
+    /// The passes a full check of the case asks for (all of them as drawn; the domain may
+    /// leave some out).
+    pub passes: Passes,
 }
 
 impl GemmArgs {
@@ -90,7 +96,7 @@ impl GemmArgs {
         round_to(int as f64 * pow2(exp), self.dtype, Overflow::Saturate) as f32
     }
 
-    /// The case (with `dout`, tail contract [`TailContract::Zero`]).
+    /// The case (with `dout`, tail contract [`GemmArgs::tail`]).
     pub fn build(&self) -> GroupedGemmCase {
         let (m, k, n, g) = (self.m(), self.k, self.n, self.group_sizes.len());
         let lhs = Array2::from_shape_fn((m, k), |(r, c)| {
@@ -110,7 +116,7 @@ impl GemmArgs {
             dout: Some(dout),
             dtype: self.dtype,
             out_dtype: self.out_dtype,
-            tail: TailContract::Zero,
+            tail: self.tail,
         }
     }
 
@@ -237,7 +243,7 @@ fn n_dim(req: Require) -> BoxedStrategy<usize> {
 /// Largest integer magnitude for values of a case: [`int_max`], but at most 63 when the
 /// outputs are f16, so that with [`exp_range`] no sum can reach f16's maximum (65504):
 /// at most `129 · 63² · 2^-4 < 2^15` for `drhs` (the longest reduction, one group's rows).
-fn int_max_for(dtype: Format, out_dtype: Format) -> i32 {
+pub(super) fn int_max_for(dtype: Format, out_dtype: Format) -> i32 {
     if out_dtype == Format::F16 {
         int_max(dtype).min(63)
     } else {
@@ -263,7 +269,11 @@ fn exp_range(dtype: Format, wide: i32) -> std::ops::RangeInclusive<i32> {
     }
 }
 
-fn exp_range_for(dtype: Format, out_dtype: Format, wide: i32) -> std::ops::RangeInclusive<i32> {
+pub(super) fn exp_range_for(
+    dtype: Format,
+    out_dtype: Format,
+    wide: i32,
+) -> std::ops::RangeInclusive<i32> {
     if out_dtype == Format::F16 {
         -8..=-2
     } else {
@@ -321,6 +331,8 @@ pub fn case_args(req: Require) -> BoxedStrategy<GemmArgs> {
                     dout_exp,
                     int_max,
                     value_seed,
+                    tail: TailContract::Zero,
+                    passes: Passes::ALL,
                 }
             },
         )

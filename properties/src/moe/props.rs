@@ -17,12 +17,14 @@ use moecheck_reference::op::{Implementation, Op};
 use moecheck_reference::seed::mix;
 use ndarray::{ArrayD, Axis, Dimension};
 
+use super::domain::{self, MoeDomain};
 use super::strategies::{any_case, dropping, no_dropping, MoeArgs};
 use crate::property::{verified, Property, PropertyOp};
 use crate::runner::CaseResult;
 
 impl PropertyOp for MoeLayer {
     type Args = MoeArgs;
+    type Domain = MoeDomain;
 
     fn properties() -> Vec<Property<MoeLayer>> {
         vec![
@@ -85,6 +87,17 @@ impl PropertyOp for MoeLayer {
     /// Each layer case runs the whole layer (the FD property ~30 times): shrinking stops
     /// after 32 steps, which still reaches a small case.
     const MAX_SHRINK_ITERS: u32 = 32;
+
+    fn fit(domain: &MoeDomain, args: &MoeArgs) -> Result<MoeArgs, String> {
+        domain.fit(args)
+    }
+    fn relaxed(domain: &MoeDomain, name: &str) -> Option<String> {
+        domain.relaxed(name)
+    }
+    const EDGES: &'static [&'static str] = domain::EDGES;
+    fn edges(args: &MoeArgs) -> Vec<&'static str> {
+        domain::edges(args)
+    }
 
     /// Near-tie cases are redrawn; a run gives up after `64·max(cases, 16)` of them.
     fn max_rejects(cases: u32) -> u32 {

@@ -5,20 +5,23 @@
 //! implementation's own outputs (metamorphic or by recomputing the rule), so a failure names
 //! the rule that broke rather than only "differs from the reference".
 
-use moecheck_reference::op::{Implementation, Op};
+use moecheck_reference::op::Implementation;
 use moecheck_reference::routing::scores::{gates, normalise_and_scale, scores};
 use moecheck_reference::routing::topk::{group_scores, group_terms, kept_groups};
 use moecheck_reference::routing::{
-    apply_capacity, weight_bound, DropPolicy, Route, RouteOutputs, RoutingCase, ScoreFunction,
-    SigmoidNorm,
+    weight_bound, Route, RoutingCase, ScoreFunction, SigmoidNorm, Ties,
 };
 use ndarray::Array2;
 
+use super::capacity::{capacity_survivors, no_renormalisation};
+use super::domain::{self, RouteDomain};
+use super::outputs::{run, valid_case};
 use super::strategies::{route_args, RouteArgs, RouteRequire};
 use crate::property::{verified, Property, PropertyOp};
 
 impl PropertyOp for Route {
     type Args = RouteArgs;
+    type Domain = RouteDomain;
 
     fn properties() -> Vec<Property<Route>> {
         vec![
@@ -123,47 +126,17 @@ impl PropertyOp for Route {
     fn case_of(args: &RouteArgs) -> (RoutingCase, ()) {
         (args.build(), ())
     }
-}
 
-/// The case of `args`, which the reference must accept: an invalid generated case is a bug of
-/// the generator, and fails the property saying so.
-fn valid_case(args: &RouteArgs) -> Result<RoutingCase, String> {
-    let case = args.build();
-    Route::validate(&case, ()).map_err(|e| format!("invalid generated case: {e}"))?;
-    Ok(case)
-}
-
-/// Runs `imp` and checks the output shapes and index range (so checks can index freely).
-fn run(imp: &dyn Implementation<Route>, case: &RoutingCase) -> Result<RouteOutputs, String> {
-    let out = imp.run(case, ()).map_err(|e| format!("run failed: {e}"))?;
-    let (t, k, e) = (case.tokens(), case.config.topk, case.experts());
-    for (name, dim) in [
-        ("indices", out.indices.dim()),
-        ("weights", out.weights.dim()),
-        ("kept", out.kept.dim()),
-    ] {
-        if dim != (t, k) {
-            return Err(format!("{name} has shape {dim:?}, expected {:?}", (t, k)));
-        }
+    fn fit(domain: &RouteDomain, args: &RouteArgs) -> Result<RouteArgs, String> {
+        domain.fit(args)
     }
-    if out.group_sizes.len() != e {
-        return Err(format!(
-            "group_sizes has {} entries, expected {e}",
-            out.group_sizes.len()
-        ));
+    fn relaxed(domain: &RouteDomain, name: &str) -> Option<String> {
+        domain.relaxed(name)
     }
-    if let Some(((ti, j), x)) = out.indices.indexed_iter().find(|(_, &x)| x >= e) {
-        return Err(format!(
-            "indices[{ti}, {j}] = {x} is not an expert (E = {e})"
-        ));
+    const EDGES: &'static [&'static str] = domain::EDGES;
+    fn edges(args: &RouteArgs) -> Vec<&'static str> {
+        domain::edges(args)
     }
-    Ok(out)
-}
-
-fn without_capacity(case: &RoutingCase) -> RoutingCase {
-    let mut c = case.clone();
-    c.config.capacity = None;
-    c
 }
 
 /// The reference selection scores `u = s + b`.
@@ -177,94 +150,6 @@ fn selection_scores(case: &RoutingCase) -> Array2<f64> {
 
 fn matches_reference(imp: &dyn Implementation<Route>, args: &RouteArgs) -> Result<(), String> {
     verified(imp, &valid_case(args)?, ())
-}
-
-fn capacity_survivors(imp: &dyn Implementation<Route>, args: &RouteArgs) -> Result<(), String> {
-    let case = valid_case(args)?;
-    let cap = case.config.capacity.ok_or("the case has no capacity")?;
-    let got = run(imp, &case)?;
-    let free = run(imp, &without_capacity(&case))?;
-    if got.indices != free.indices {
-        return Err("capacity changed which experts were selected".into());
-    }
-    let want = apply_capacity(&free.indices, &free.weights, case.experts(), &cap, None);
-    let (t, k) = got.indices.dim();
-    // Kept per expert (per sequence for position) must not exceed the capacity.
-    let seq = match cap.policy {
-        DropPolicy::Position => cap.seq_len.unwrap_or(t).max(1),
-        DropPolicy::Probs | DropPolicy::TokenOrder => t.max(1),
-    };
-    for start in (0..t).step_by(seq) {
-        let mut count = vec![0usize; case.experts()];
-        for ti in start..(start + seq).min(t) {
-            for j in 0..k {
-                if got.kept[[ti, j]] {
-                    count[got.indices[[ti, j]]] += 1;
-                }
-            }
-        }
-        if let Some((x, &n)) = count.iter().enumerate().find(|(_, &n)| n > want.capacity) {
-            return Err(format!(
-                "expert {x} keeps {n} assignments in tokens {start}.., capacity is {}",
-                want.capacity
-            ));
-        }
-    }
-    for ((ti, j), &w) in want.kept.indexed_iter() {
-        if got.kept[[ti, j]] != w {
-            return Err(format!(
-                "assignment (token {ti}, slot {j}) to expert {}: kept = {}, the {} policy \
-                 (capacity {}) says {w}",
-                got.indices[[ti, j]],
-                got.kept[[ti, j]],
-                cap.policy.name(),
-                want.capacity
-            ));
-        }
-    }
-    let mut sizes = vec![0usize; case.experts()];
-    for ((ti, j), &x) in got.indices.indexed_iter() {
-        sizes[x] += usize::from(got.kept[[ti, j]]);
-    }
-    if sizes != got.group_sizes {
-        return Err(format!(
-            "group_sizes {:?} do not count the kept assignments {sizes:?}",
-            got.group_sizes
-        ));
-    }
-    Ok(())
-}
-
-fn no_renormalisation(imp: &dyn Implementation<Route>, args: &RouteArgs) -> Result<(), String> {
-    let case = valid_case(args)?;
-    let got = run(imp, &case)?;
-    let free = run(imp, &without_capacity(&case))?;
-    let precision = imp.precision(&case);
-    for ti in 0..case.tokens() {
-        let sel: Vec<usize> = free.indices.row(ti).to_vec();
-        if got.indices.row(ti).to_vec() != sel {
-            return Err(format!("token {ti}: capacity changed the selected experts"));
-        }
-        for (j, &x) in sel.iter().enumerate() {
-            let (a, b) = (got.weights[[ti, j]], free.weights[[ti, j]]);
-            if !got.kept[[ti, j]] {
-                if a != 0.0 {
-                    return Err(format!(
-                        "token {ti} slot {j} (expert {x}) is dropped but has weight {a:e}"
-                    ));
-                }
-                continue;
-            }
-            let bound = 2.0 * weight_bound(&case, precision, ti, &sel, b);
-            if (a - b).abs() > bound || a.is_nan() {
-                return Err(format!(
-                    "token {ti} slot {j} (expert {x}) survives with weight {a:e}, but its weight \
-                     without dropping is {b:e}: survivors were renormalised"
-                ));
-            }
-        }
-    }
-    Ok(())
 }
 
 fn permutation_equivariance(
@@ -402,10 +287,16 @@ fn group_limited_selection(
         let row = u.row(ti);
         let row = row.as_slice().expect("standard layout");
         let keep = kept_groups(row, &case.config);
+        let terms = group_terms(&case.config, case.experts());
+        let sums = group_scores(row, limit.groups, terms);
+        // Under ties any a group that ties the last kept group's score may be kept instead.
+        let last_kept = (0..limit.groups)
+            .filter(|&g| keep[g])
+            .map(|g| sums[g])
+            .fold(f64::INFINITY, f64::min);
         for &x in got.indices.row(ti) {
-            if !keep[x / per] {
-                let terms = group_terms(&case.config, case.experts());
-                let sums = group_scores(row, limit.groups, terms);
+            let tied = case.config.ties == Ties::Any && sums[x / per] == last_kept;
+            if !keep[x / per] && !tied {
                 return Err(format!(
                     "token {ti}: expert {x} is in group {}, not among the top {} groups by \
                      group score {} {sums:?}",

@@ -38,7 +38,9 @@ pub enum LogitPattern {
     Equal,
     /// [`LogitPattern::Grid`] plus 6 on expert `hot % E`: every token wants it.
     Hot(usize),
-    /// Integers in `-64..=64`: softmax weights spanning many orders of magnitude.
+    /// Integers in `-40..=40`: softmax weights spanning many orders of magnitude, the
+    /// smallest (`e^-80`, about `1.8e-35`) still above f32's smallest normal, so an f32
+    /// router's scores never underflow into ties the checker cannot decide.
     Wide,
 }
 
@@ -77,6 +79,10 @@ pub struct RouteArgs {
     /// Bias integers in `-bias_max..=bias_max` times 1/8; `None`: no bias.
     pub bias_max: Option<i32>,
     pub value_seed: u64,
+    /// Which choices among equal values are valid: [`Ties::LowerIndex`] as drawn (the
+    /// properties check that order; the checker's `any` is tested on its own), `any` where
+    /// the implementation declares it ([`super::RouteDomain`]).
+    pub ties: Ties,
 }
 
 impl RouteArgs {
@@ -105,9 +111,7 @@ impl RouteArgs {
             }),
             group_score: self.group_score,
             sigmoid_norm: self.sigmoid_norm,
-            // Generated cases declare one valid answer per case: the properties check the
-            // lower-index order, and the checker's `any` is tested on its own.
-            ties: Ties::LowerIndex,
+            ties: self.ties,
         }
     }
 
@@ -122,7 +126,7 @@ impl RouteArgs {
                 LogitPattern::Hot(h) => {
                     self.int(0, i, 16) as f64 * 0.25 + if x == h % e { 6.0 } else { 0.0 }
                 }
-                LogitPattern::Wide => self.int(0, i, 64) as f64,
+                LogitPattern::Wide => self.int(0, i, 40) as f64,
             }
         })
     }
@@ -324,6 +328,16 @@ pub fn route_args(req: RouteRequire) -> BoxedStrategy<RouteArgs> {
                     }
                     _ => group_score,
                 };
+                // Wide logits are for softmax weights over many orders of magnitude. Under
+                // sigmoid they saturate (sigmoid(16) and sigmoid(17) are both 1 in f32), and
+                // with groups the group sums meet within 1e-13 (0.5 + 2e-14 against
+                // 0.5 - 2e-14, both 0.5 in f32): near-ties no f32 router can decide, which the
+                // checker does not flag as undecidable for group scores. Grid logits there.
+                let logits = match (score, groups, logits) {
+                    (ScoreFunction::Sigmoid, _, LogitPattern::Wide)
+                    | (_, Some(_), LogitPattern::Wide) => LogitPattern::Grid,
+                    (_, _, l) => l,
+                };
                 RouteArgs {
                     group_score,
                     sigmoid_norm,
@@ -338,6 +352,7 @@ pub fn route_args(req: RouteRequire) -> BoxedStrategy<RouteArgs> {
                     logits,
                     bias_max,
                     value_seed,
+                    ties: Ties::LowerIndex,
                 }
             },
         )

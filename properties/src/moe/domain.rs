@@ -1,0 +1,143 @@
+//! What an MoE layer declares about the cases it runs ([`MoeDomain`]): its router's
+//! conventions and features ([`RouteDomain`]), the dtypes it runs and whether it has a
+//! shared expert.
+
+use moecheck_reference::format::Format;
+use moecheck_reference::routing::ScoreFunction;
+
+use super::strategies::MoeArgs;
+use crate::routing::RouteDomain;
+
+/// An MoE layer's declared contract; the default declares nothing.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MoeDomain {
+    /// Its router's conventions and features.
+    pub route: RouteDomain,
+    /// The input dtypes it runs (`None`: every drawn one).
+    pub dtypes: Option<Vec<Format>>,
+    /// Whether it has a shared expert (`None`: either).
+    pub shared_expert: Option<bool>,
+}
+
+impl MoeDomain {
+    /// `args` inside this domain, or why not.
+    pub fn fit(&self, args: &MoeArgs) -> Result<MoeArgs, String> {
+        if let Some(dtypes) = &self.dtypes {
+            if !dtypes.contains(&args.dtype) {
+                let names: Vec<&str> = dtypes.iter().map(|f| f.name()).collect();
+                return Err(format!(
+                    "dtype {} (declared dtypes: {})",
+                    args.dtype.name(),
+                    names.join(", ")
+                ));
+            }
+        }
+        match (self.shared_expert, args.shared_ffn > 0) {
+            (Some(false), true) => return Err("a shared expert (declared: none)".into()),
+            (Some(true), false) => return Err("no shared expert (declared: one)".into()),
+            _ => {}
+        }
+        let routing = self
+            .route
+            .fit_config(&args.routing, args.experts, args.bias)?;
+        Ok(MoeArgs {
+            routing,
+            ..args.clone()
+        })
+    }
+
+    /// Why the layer property `name` does not apply here.
+    pub fn relaxed(&self, name: &str) -> Option<String> {
+        match name {
+            "dropped-contribute-zero" if self.route.capacity == Some(false) => {
+                Some("the implementation declares no capacity dropping".into())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The MoE layer's edge classes, in report order.
+pub const EDGES: &[&str] = &[
+    "one-expert",
+    "k-equals-e",
+    "empty-expert",
+    "shared-expert",
+    "capacity-dropping",
+    "groups",
+    "bias",
+    "score-softmax",
+    "score-topk-softmax",
+    "score-sigmoid",
+    "dtype-bf16",
+    "dtype-f32",
+];
+
+/// The edge classes `a` exercises.
+pub fn edges(a: &MoeArgs) -> Vec<&'static str> {
+    let r = &a.routing;
+    let conditions = [
+        a.experts == 1,
+        r.topk == a.experts,
+        a.tokens * r.topk < a.experts,
+        a.shared_ffn > 0,
+        r.capacity.is_some(),
+        r.groups.is_some(),
+        a.bias,
+        r.score == ScoreFunction::Softmax,
+        r.score == ScoreFunction::TopkSoftmax,
+        r.score == ScoreFunction::Sigmoid,
+        a.dtype == Format::Bf16,
+        a.dtype == Format::F32,
+    ];
+    EDGES
+        .iter()
+        .zip(conditions)
+        .filter_map(|(name, hit)| hit.then_some(*name))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::moe::strategies::any_case;
+    use moecheck_reference::routing::{Convention, SigmoidNorm, Ties};
+    use proptest::strategy::{Strategy, ValueTree};
+    use proptest::test_runner::TestRunner;
+
+    #[test]
+    fn a_declared_layer_draws_inside_its_domain() {
+        let d = MoeDomain {
+            route: RouteDomain {
+                convention: Some(Convention::Megatron),
+                scores: Some(vec![ScoreFunction::Sigmoid]),
+                capacity: Some(false),
+                ..RouteDomain::default()
+            },
+            dtypes: Some(vec![Format::F32]),
+            shared_expert: Some(false),
+        };
+        let mut runner = TestRunner::deterministic();
+        let s = any_case();
+        let mut inside = 0;
+        for _ in 0..600 {
+            let a = s.new_tree(&mut runner).unwrap().current();
+            if let Ok(f) = d.fit(&a) {
+                inside += 1;
+                assert_eq!((f.dtype, f.shared_ffn), (Format::F32, 0));
+                let r = &f.routing;
+                assert_eq!(r.score, ScoreFunction::Sigmoid);
+                assert!(r.capacity.is_none());
+                assert_eq!((r.sigmoid_norm, r.ties), (SigmoidNorm::SkipK1, Ties::Any));
+            }
+        }
+        assert!(inside > 5, "{inside} inside");
+        let a = s.new_tree(&mut runner).unwrap().current();
+        assert_eq!(MoeDomain::default().fit(&a), Ok(a));
+        assert!(d.relaxed("dropped-contribute-zero").is_some());
+        assert_eq!(
+            MoeDomain::default().relaxed("dropped-contribute-zero"),
+            None
+        );
+    }
+}
