@@ -21,6 +21,7 @@
 //!
 //! This crate is pure: no I/O, no CUDA, no randomness.
 
+pub mod engine;
 pub mod error;
 pub mod format;
 pub mod fp8;

@@ -28,4 +28,4 @@ mod round;
 
 pub use fp8::{decode_fp8, encode_fp8, encode_scaled};
 pub use kind::{pow2, Format, FormatInfo, Overflow, UnknownFormat};
-pub use round::{round_slice, round_to, ulp};
+pub use round::{gamma, round_slice, round_to, ulp};

@@ -2,6 +2,18 @@
 
 use super::kind::{pow2, Format, Overflow};
 
+/// `γ(d, u) = d·u / (1 - d·u)`, or `+inf` when `d·u >= 1`: the relative error of `d`
+/// successive roundings with unit roundoff `u` (Higham, *Accuracy and Stability of Numerical
+/// Algorithms*, lemma 3.1), on which every bound of a sum rests.
+pub fn gamma(d: usize, u: f64) -> f64 {
+    let du = d as f64 * u;
+    if du >= 1.0 {
+        f64::INFINITY
+    } else {
+        du / (1.0 - du)
+    }
+}
+
 /// Rounds `x` to the nearest value of `format`, ties to even, with gradual underflow.
 ///
 /// Formula: with `e = max(floor(log2 |x|), emin)` and quantum `q = 2^(e - p + 1)`,

@@ -19,8 +19,8 @@
 //! 3. **The reference's own error.** moecheck's `y_ref` is an f64 GEMM, so
 //!    `|y_ref - y| <= γ(n, 2^-53)·Σ|a_i b_i|`, which enters twice (once for `y` against `y_ref`,
 //!    once through `u_out·|y|`). This holds for any summation order in which each product meets
-//!    at most `n` roundings: [`super::kernel`] (FMA chains over `K` blocks of
-//!    [`super::kernel::KC`], depth `min(n, KC) + ceil(n/KC) - 1 <= n`) and any dgemm in
+//!    at most `n` roundings: [`crate::engine`] (FMA chains over `K` blocks of
+//!    [`crate::engine::KC`], depth `min(n, KC) + ceil(n/KC) - 1 <= n`) and any dgemm in
 //!    another order qualify, and products of f32-valued inputs cannot
 //!    underflow in f64, so no absolute term is needed.
 //!
@@ -31,7 +31,7 @@
 //! The bound grows with `S`, so any `S' >= S` in its place gives a bound too. The kernel's
 //! magnitudes are such an `S'` where the CPU has AVX-512 (operands rounded up to bf16, summed in
 //! f32, then scaled up by their own worst rounding: at most about `2γ(n + 1, 2^-23)` above `S`,
-//! see [`super::bf16mag`]), and `S` summed in f64 elsewhere (within `γ(n, 2^-53)` of it, far
+//! see `reference/src/engine/bf16mag.rs`), and `S` summed in f64 elsewhere (within `γ(n, 2^-53)` of it, far
 //! below the bound's own coefficients).
 //!
 //! Where every product is zero (`S = 0`: K = 0, an empty expert's `drhs`, a tail row) the bound
@@ -87,15 +87,8 @@ pub struct Precision {
     pub output: Format,
 }
 
-/// `γ(d, u) = d·u / (1 - d·u)`, or `+inf` when `d·u >= 1`.
-pub fn gamma(d: usize, u: f64) -> f64 {
-    let du = d as f64 * u;
-    if du >= 1.0 {
-        f64::INFINITY
-    } else {
-        du / (1.0 - du)
-    }
-}
+/// `γ(d, u)`, the rounding-error constant of `d` roundings ([`crate::format::gamma`]).
+pub use crate::format::gamma;
 
 /// The bound for all elements that share one reduction length `n` (one pass of one case).
 ///

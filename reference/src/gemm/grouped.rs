@@ -1,6 +1,6 @@
 //! The f64 reference grouped GEMM.
 //!
-//! Each group is one dense f64 GEMM through [`super::kernel::gemm`] (f64 products and f64
+//! Each group is one dense f64 GEMM through [`crate::engine::gemm`] (f64 products and f64
 //! accumulation, FMA where the CPU has it); where an operand's rows are not contiguous
 //! (dgrad's `rhs_gᵀ`) the kernel copies it into rows a band tile at a time. Either way an element's error is
 //! at most `γ(n, 2^-53)·Σ|a·b|` for any
@@ -14,8 +14,8 @@
 use ndarray::{s, Array2, Array3, ArrayView2, ArrayView3, ArrayViewMut2, Axis};
 
 use super::case::{GroupedGemmCase, Passes, WideOutputs};
-use super::kernel::gemm;
 use super::weights::{bf16_to_f32, Weights};
+use crate::engine::gemm;
 use crate::Error;
 
 /// Most output rows in one job: large groups are split so both cores stay busy to the end.
@@ -301,7 +301,7 @@ mod tests {
     }
 
     /// Groups larger than a job ([`CHUNK`] rows) and K deeper than one kernel band
-    /// ([`super::super::kernel::KC`]), empty groups between them, a tail, and K = 0 / M = 0:
+    /// ([`crate::engine::KC`]), empty groups between them, a tail, and K = 0 / M = 0:
     /// still bit for bit equal to triple loops with small integers.
     #[test]
     fn chunked_groups_and_edges_match_naive_loops_exactly() {

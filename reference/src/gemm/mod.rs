@@ -24,11 +24,6 @@
 //! See [`bound`]: `|ŷ - y| <= γ(n, u_acc)·(1+u_out)·Σ|a·b| + u_out·|y| + η_out/2 + …` per
 //! element, with `n` the reduction depth of that element.
 
-#[cfg(target_arch = "x86_64")]
-mod amx;
-mod band;
-#[cfg(target_arch = "x86_64")]
-pub mod bf16mag;
 pub mod bound;
 pub mod case;
 pub mod compare;
@@ -37,16 +32,11 @@ mod files;
 mod fit;
 mod grouped;
 pub mod held;
-mod isa;
 mod judge;
-pub mod kernel;
-mod layout;
 mod op;
-mod operand;
 mod report;
 pub mod shard;
 pub mod stream;
-mod tile;
 pub mod weights;
 
 pub use bound::{Accumulator, ErrorBound, Precision};

@@ -9,7 +9,7 @@
 //! of `dout`, dgrad's transposed weight; the kernel copies one band tile at a time into f64
 //! rows, and reads a transposed view along its contiguous columns); the left operand is
 //! widened to f64 a block of at most [`BLOCK`] rows at a time; `y` and `s` are computed
-//! together for that block through [`super::kernel::gemm_magnitude`] (one read of the
+//! together for that block through [`crate::engine::gemm_magnitude`] (one read of the
 //! operands), and the block is handed to the comparison before the next one is computed.
 //! Memory beyond the case and the outputs under test is, per core, a few blocks; the buffers
 //! are kept for the thread's life and reused (the calling thread's too, when the work is too
@@ -24,9 +24,8 @@ use std::cell::RefCell;
 use ndarray::{s, Array2, Array3, ArrayView2, ArrayViewMut2, Axis};
 
 use super::case::{offsets, GemmOutputs, GroupedGemmCase, Outputs, Pass, Passes, WideOutputs};
-use super::kernel::{gemm, gemm_magnitude, Operand};
-use super::layout::{matrix, widen};
 use super::weights::WeightView;
+use crate::engine::{gemm, gemm_magnitude, matrix, widen, Operand};
 use crate::format::{round_to, Format, Overflow};
 
 /// Most output rows computed at once per core (of `out`/`dlhs`, or `k` rows of `drhs[g]`).

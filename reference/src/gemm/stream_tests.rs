@@ -33,7 +33,7 @@ fn case(sizes: &[usize], m: usize, k: usize, n: usize) -> GroupedGemmCase {
 /// kernel reports them on this CPU (times `F(k)` on the bf16 magnitudes' path), `k` each
 /// pass's reduction length: fwd's `K`, dgrad's `N`, wgrad's group size.
 fn as_reported(c: &GroupedGemmCase, mut whole: ReferenceResult) -> ReferenceResult {
-    use crate::gemm::kernel::{exact_sum_as_reported, Isa};
+    use crate::engine::{exact_sum_as_reported, Isa};
     let isa = Isa::detect();
     let at = |x: &mut f64, k: usize| *x = exact_sum_as_reported(isa, *x, k);
     let m = &mut whole.magnitude;

@@ -4,7 +4,7 @@
 //! The weights are the largest input by far (DeepSeek-V3's expert layer: 3.8 G values, 15 GB
 //! in f32, 7.5 GB in bf16). A bf16 value widens to f32 and to f64 exactly, so every reader
 //! sees the same numbers whichever way they are held: the f64 kernel reads bf16 weights where
-//! they lie and widens them in registers ([`super::kernel::Operand`]); the emulated kernel
+//! they lie and widens them in registers ([`crate::engine::Operand`]); the emulated kernel
 //! widens one expert at a time; readers of the whole array that are not on a large check's
 //! path (FP8 quantisation, case files, the whole-array test reference) take a widened copy,
 //! and GPU uploads send the bf16 bits as they are.

@@ -6,8 +6,8 @@ use ndarray::{s, Array1, Array2, ArrayView2, ArrayViewMut2, Axis};
 
 use super::mode::VECTORS;
 use super::sample::{sampled, seed_of, sign};
+use crate::engine::{gemm, gemm_magnitude, Operand};
 use crate::gemm::case::{GroupedGemmCase, Pass, Passes};
-use crate::gemm::kernel::{gemm, gemm_magnitude, Operand};
 use crate::gemm::weights::{bf16_to_f32, WeightView, Weights};
 use crate::Error;
 
@@ -375,7 +375,7 @@ mod block_tests {
 
     /// The dense, whole-operand computation [`block_expected`] replaced: the oracle.
     fn dense(block: &Block, vectors: &Array2<f64>, pass: usize) -> BlockExpected {
-        use crate::gemm::kernel::{exact_sum_as_reported, Isa};
+        use crate::engine::{exact_sum_as_reported, Isa};
         let (a, b) = (block.a.mapv(f64::from), block.b.to_f64());
         // The sampled rows' and columns' magnitudes come from the kernel (small integers:
         // exact sums, as it reports them on this CPU).

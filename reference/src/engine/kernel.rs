@@ -23,7 +23,7 @@
 //! Every product passes through at most `k` roundings (its own block's chain from its position
 //! on, plus one addition per later block, and each later block holds at least one product),
 //! so `|ĉ - c| <= γ(k, 2^-53)·Σ_p |a[i, p]·b[p, j]|` whatever the block size: the term
-//! [`super::bound`] already charges the reference. The inputs of moecheck come from f32 values,
+//! [`crate::gemm::bound`] already charges the reference. The inputs of moecheck come from f32 values,
 //! whose products cannot underflow in f64, so no absolute term is needed. When all products
 //! are small integers the sums are exact and the result equals a triple loop bit for bit (the
 //! tests check this).
@@ -68,7 +68,7 @@ use super::band::MC;
 ///
 /// ```
 /// use ndarray::{array, Array2};
-/// use moecheck_reference::gemm::kernel::gemm;
+/// use moecheck_reference::engine::gemm;
 /// let a = array![[1.0, 2.0], [3.0, 4.0]];
 /// let b = array![[5.0, 6.0, 7.0], [8.0, 9.0, 10.0]];
 /// let mut c = Array2::from_elem((2, 3), f64::NAN);
@@ -106,7 +106,7 @@ pub fn gemm_with<B: Operand>(
 ///
 /// ```
 /// use ndarray::{array, Array2};
-/// use moecheck_reference::gemm::kernel::gemm_magnitude;
+/// use moecheck_reference::engine::gemm_magnitude;
 /// let a = array![[1.0, -2.0]];
 /// let b = array![[5.0], [8.0]];
 /// let (mut c, mut s) = (Array2::zeros((1, 1)), Array2::zeros((1, 1)));

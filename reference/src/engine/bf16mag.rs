@@ -53,9 +53,9 @@
 use std::arch::x86_64::*;
 
 use super::band::{pack_b, Band, Shape, KC, MC};
-use super::bound::gamma;
 pub(super) use super::operand::up;
 use super::operand::Operand;
+use crate::format::gamma;
 use pack::{pack_a_pairs, pair_rows};
 
 #[path = "bf16mag_pack.rs"]

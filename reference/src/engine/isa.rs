@@ -11,11 +11,11 @@ pub enum Isa {
     Avx512,
     /// [`Isa::Avx512`] for the values; beside them, in the same register tile, the magnitudes
     /// summed in f32 from operands rounded up to bf16: a certified upper bound a little above
-    /// `Σ|a|·|b|` (see [`super::bf16mag`]), not its f64 sums, at about half their cost.
+    /// `Σ|a|·|b|` (see `engine/bf16mag.rs`), not its f64 sums, at about half their cost.
     Avx512F32Mag,
     /// [`Isa::Avx512`] for the values (its values-only register tile); the magnitudes by AMX
     /// BF16 tiles, the same certified upper bound as [`Isa::Avx512F32Mag`]'s (see
-    /// [`super::amx`]) at a few percent of the values' cost.
+    /// `engine/amx.rs`) at a few percent of the values' cost.
     Amx,
 }
 

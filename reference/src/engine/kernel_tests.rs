@@ -121,7 +121,7 @@ fn rounding_stays_inside_the_reference_bound() {
     let (m, k, n) = (13, 700, 27);
     let a = Array2::from_shape_fn((m, k), |(i, p)| ((i * 31 + p * 17) as f64).sin() * 1e3);
     let b = Array2::from_shape_fn((k, n), |(p, j)| ((p * 7 + j * 11) as f64).cos() / 3.0);
-    let gamma = super::super::bound::gamma(k, 2f64.powi(-53));
+    let gamma = crate::format::gamma(k, 2f64.powi(-53));
     for isa in Isa::available() {
         let mut c = Array2::zeros((m, n));
         gemm_with(isa, a.view(), b.view(), c.view_mut());

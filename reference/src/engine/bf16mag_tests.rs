@@ -1,7 +1,7 @@
 use ndarray::{s, Array2, ArrayView2};
 
 use super::*;
-use crate::gemm::kernel::{gemm_magnitude_with, gemm_with, Isa};
+use crate::engine::{gemm_magnitude_with, gemm_with, Isa};
 
 /// The paths with bf16 magnitudes this CPU runs: f32 sums in the AVX-512 register tile, and AMX
 /// tiles ([`super::super::amx`]), which share this module's bound and rules. A missing one prints

@@ -9,7 +9,7 @@ pub trait Operand: Copy + Send + Sync + 'static {
     fn wide(self) -> f64;
 
     /// `|x|` rounded up to bf16 (the smallest bf16 at or above it), as its 16 bits in the low
-    /// half: what the bf16 magnitudes multiply ([`up`]; the AMX path packs `b` with it, from
+    /// half: what the bf16 magnitudes multiply (`up`; the AMX path packs `b` with it, from
     /// where it lies). Exact for a bf16.
     fn up_bf16(self) -> u32;
 }
@@ -57,7 +57,8 @@ impl Operand for half::bf16 {
     /// branch-free and vectorised, where `half`'s conversion checks for NaN value by value.
     #[inline(always)]
     fn wide(self) -> f64 {
-        f64::from(super::weights::bf16_to_f32(self))
+        // A bf16 is an f32's upper half: exact.
+        f64::from(f32::from_bits(u32::from(self.to_bits()) << 16))
     }
 
     /// The sign bit cleared.
