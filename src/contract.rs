@@ -22,7 +22,7 @@ use moecheck_reference::routing::{
     Convention, DropPolicy, GroupScore, ScoreFunction, SigmoidNorm, Ties,
 };
 
-use crate::registry::Declared;
+use crate::protocol::Declared;
 
 /// Where a key's value came from, for messages.
 #[derive(Debug, Clone, PartialEq, Eq)]

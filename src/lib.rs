@@ -5,6 +5,7 @@
 //! thin layer over this library; the numerics live in [`moecheck_reference`] and the
 //! properties in [`moecheck_properties`].
 
+pub mod backends;
 pub mod contract;
 pub mod cuda;
 pub mod generate;

@@ -12,9 +12,9 @@ use moecheck_reference::protocol::Protocol;
 use moecheck_reference::report::Reported;
 use moecheck_reference::routing::Route;
 
+use crate::backends::Backends;
 use crate::contract::Contracted;
 use crate::protocol::CaseHeader;
-use crate::registry::Backends;
 
 /// What an operation implements to take part in every command.
 pub trait Operation: Protocol + Reported + PropertyOp + Backends + Contracted {}

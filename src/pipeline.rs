@@ -18,8 +18,8 @@ use moecheck_reference::op::{verify_against, Implementation, Op, Verdict, Verifi
 use moecheck_reference::protocol::Protocol;
 use moecheck_reference::report::{Implemented, Reported, RunInfo};
 
+use crate::backends::fewest;
 use crate::progress::Progress;
-use crate::prop::command::fewest;
 use crate::protocol;
 use crate::registry::Backends;
 use crate::report::RunReport;

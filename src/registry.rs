@@ -11,80 +11,17 @@
 use std::time::Duration;
 
 use moecheck_reference::op::{Implementation, Reference};
-use moecheck_reference::protocol::Protocol;
 
+use crate::backends::parse_bug;
 use crate::impls::exec::{Exec, Program};
 use crate::impls::worker::Worker;
-use crate::impls::{parse_bug, PlantedBug};
 
 /// Seconds an `exec:` implementation (or a `worker:` on one case) may run when `--timeout` is
 /// not given.
 pub const DEFAULT_TIMEOUT_S: f64 = 600.0;
 
-/// The declaration flags (defined beside the case-directory format that records them).
-pub use crate::protocol::Declared;
-
-/// What an operation adds to the registry beyond `reference`, `exec:` and `worker:`.
-pub trait Backends: Protocol {
-    /// The bugs its CPU model can plant ([`crate::impls::NoBug`] without a model).
-    type Bug: PlantedBug;
-
-    /// What the declaration flags declare about an external implementation, for messages
-    /// (`accumulator`, `compute format`).
-    const DECLARES: &'static str;
-
-    /// The declaration flags it reads (a subset of [`Declared`]'s).
-    const DECLARATION_FLAGS: &'static [&'static str];
-
-    /// Why a declaration flag it does not read does not apply (one line).
-    const NOT_DECLARED_BY: &'static str = "it declares nothing with flags";
-
-    /// Its declaration from the flags it reads (defaults where they were not given); the
-    /// error is one line naming the flag.
-    fn declaration(declared: &Declared) -> Result<Self::Declaration, String>;
-
-    /// The declaration flags that declare `precision` (the inverse of
-    /// [`Backends::declaration`]), or come closest where the flags cannot say all of it: a
-    /// `moecheck check` line that reproduces a built-in implementation's failure states them.
-    /// By default none (an operation whose precision no flag declares). `case` is the case
-    /// the precision was declared for (a grouped GEMM's output format is declared only where
-    /// it is not the case's).
-    fn declared(case: &Self::Case, precision: &Self::Precision) -> Declared {
-        let _ = (case, precision);
-        Declared::default()
-    }
-
-    /// Its CPU model with `bug` planted; `None` when the operation has no model.
-    fn emulate(bug: Option<Self::Bug>) -> Option<Box<dyn Implementation<Self>>>;
-
-    /// The names of its GPU implementations (`--impl NAME`).
-    fn gpu_names() -> &'static [&'static str] {
-        &[]
-    }
-
-    /// The GPU implementation `name` (one of [`Backends::gpu_names`]); `None` when this build
-    /// has no CUDA backend. Building one never touches CUDA: without a device its runs fail.
-    fn gpu(name: &str) -> Option<Box<dyn Implementation<Self>>> {
-        let _ = name;
-        None
-    }
-}
-
-/// The declaration `declared` makes for `O`, refusing a flag `O` does not read.
-pub fn declaration<O: Backends>(declared: &Declared) -> Result<O::Declaration, String> {
-    if let Some(flag) = declared
-        .given()
-        .into_iter()
-        .find(|f| !O::DECLARATION_FLAGS.contains(f))
-    {
-        return Err(format!(
-            "{flag} does not apply to op {}: {}",
-            O::NAME,
-            O::NOT_DECLARED_BY
-        ));
-    }
-    O::declaration(declared)
-}
+/// What an operation adds to the registry, and the declaration flags ([`crate::backends`]).
+pub use crate::backends::{declaration, Backends, Declared};
 
 /// The implementation flags of one command line.
 #[derive(Debug, Clone, Default)]

@@ -1,5 +1,6 @@
 //! The shape of the tree, checked so it stays as docs/architecture.md describes it: no source
-//! file over 500 lines, and no import circle between files.
+//! file over 500 lines, no import circle between files, and no file of `src/` importing a file
+//! of a higher layer.
 //!
 //! A file imports another when it names an item of it: in a `use` tree (braces expanded,
 //! paths from `crate::`, `super::`, `self::` or a child module), or inline (`crate::a::f()`).
@@ -281,10 +282,8 @@ fn absolute(
     Some(full)
 }
 
-/// The files among `files` (path and text, all under `root`) that import themselves round a
-/// circle.
-/// Each circle as the chain of files from its first file back to it.
-fn circles_in(root: &Path, files: &[(PathBuf, String)]) -> Vec<Vec<PathBuf>> {
+/// Which file imports which, among `files` (path and text, all under `root`).
+fn edges_in(root: &Path, files: &[(PathBuf, String)]) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
     let sources: Vec<Source> = files
         .iter()
         .map(|(p, t)| Source::new(root, p.clone(), t))
@@ -322,7 +321,7 @@ fn circles_in(root: &Path, files: &[(PathBuf, String)]) -> Vec<Vec<PathBuf>> {
         }
         None
     };
-    let mut edges: BTreeMap<&PathBuf, BTreeSet<&PathBuf>> = BTreeMap::new();
+    let mut edges: BTreeMap<PathBuf, BTreeSet<PathBuf>> = BTreeMap::new();
     for s in sources.iter().filter(|s| !s.facade) {
         let from_uses = uses(&s.code).into_iter().flat_map(|u| u.paths);
         for p in from_uses.chain(inline_paths(&s.code)) {
@@ -331,18 +330,29 @@ fn circles_in(root: &Path, files: &[(PathBuf, String)]) -> Vec<Vec<PathBuf>> {
             };
             if let Some(t) = target(abs) {
                 if t.path != s.path {
-                    edges.entry(&s.path).or_default().insert(&t.path);
+                    edges
+                        .entry(s.path.clone())
+                        .or_default()
+                        .insert(t.path.clone());
                 }
             }
         }
     }
+    edges
+}
+
+/// The files among `files` (path and text, all under `root`) that import themselves round a
+/// circle.
+/// Each circle as the chain of files from its first file back to it.
+fn circles_in(root: &Path, files: &[(PathBuf, String)]) -> Vec<Vec<PathBuf>> {
+    let edges = edges_in(root, files);
     let mut circles = Vec::new();
-    for &start in edges.keys() {
+    for start in edges.keys() {
         // Breadth first from `start`, remembering how each file was reached.
         let mut came_from: BTreeMap<&PathBuf, &PathBuf> = BTreeMap::new();
         let mut queue = std::collections::VecDeque::from([start]);
         'search: while let Some(n) = queue.pop_front() {
-            for &m in edges.get(n).into_iter().flatten() {
+            for m in edges.get(n).into_iter().flatten() {
                 if m == start {
                     let mut chain = vec![n.clone()];
                     let mut at = n;
@@ -495,6 +505,146 @@ fn the_circle_check_sees_planted_circles() {
         ("b.rs", "// use crate::a::g;\nlet s = 1;"),
     ];
     assert_eq!(planted(&one_way), 0);
+}
+
+/// `src/`'s layers, top to bottom (docs/architecture.md, "Layers"): a file imports files of
+/// its own layer or a lower one, never a higher one. Named by each file's first path component
+/// under `src/` (a top-level module, its folder or its file).
+const LAYERS: [&[&str]; 6] = [
+    &["cli", "main"],
+    &[
+        "generate",
+        "pipeline",
+        "pipeline_sharded",
+        "prop",
+        "selftest",
+        "train",
+    ],
+    &["registry", "ops"],
+    &["impls", "cuda"],
+    &["backends", "contract", "protocol", "report", "output"],
+    &["memory", "npy", "progress"],
+];
+
+/// The layer of `file` under `root` (0 is the top), or the name that is in no layer; `None`
+/// for `lib.rs`, which only declares.
+fn layer_of(root: &Path, file: &Path) -> Option<Result<usize, String>> {
+    let rel = file.strip_prefix(root).ok()?;
+    let first = rel.iter().next()?.to_string_lossy().into_owned();
+    // A file's tests (`memory_tests.rs`) are in its layer.
+    let name = first.trim_end_matches(".rs").trim_end_matches("_tests");
+    if name == "lib" {
+        return None;
+    }
+    Some(
+        LAYERS
+            .iter()
+            .position(|l| l.contains(&name))
+            .ok_or(name.to_string()),
+    )
+}
+
+/// Every import among `files` that points to a higher layer, as `from -> to`; and the files
+/// in no layer.
+fn upward_imports(root: &Path, files: &[(PathBuf, String)]) -> (Vec<String>, Vec<String>) {
+    let name = |f: &Path| f.strip_prefix(root).unwrap_or(f).display().to_string();
+    let mut unplaced = Vec::new();
+    for (f, _) in files {
+        if let Some(Err(top)) = layer_of(root, f) {
+            unplaced.push(format!("{} ({top})", name(f)));
+        }
+    }
+    let mut upward = Vec::new();
+    for (from, targets) in edges_in(root, files) {
+        let Some(Ok(lf)) = layer_of(root, &from) else {
+            continue;
+        };
+        for to in targets {
+            if let Some(Ok(lt)) = layer_of(root, &to) {
+                if lt < lf {
+                    upward.push(format!("{} -> {}", name(&from), name(&to)));
+                }
+            }
+        }
+    }
+    (upward, unplaced)
+}
+
+#[test]
+fn src_imports_only_its_own_layer_or_below() {
+    let root = workspace().join("src");
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    // The library's files: the binary (main.rs, cli/) is its own crate on top, whose `crate::`
+    // is main.rs, and imports the library as `moecheck::`.
+    let binary = |f: &Path| f == root.join("main.rs") || f.starts_with(root.join("cli"));
+    let files: Vec<(PathBuf, String)> = files
+        .into_iter()
+        .filter(|f| !binary(f))
+        .map(|f| {
+            let text = std::fs::read_to_string(&f).unwrap();
+            (f, text)
+        })
+        .collect();
+    let (upward, unplaced) = upward_imports(&root, &files);
+    assert!(
+        unplaced.is_empty(),
+        "files in no layer (add them to LAYERS and docs/architecture.md):\n{}",
+        unplaced.join("\n")
+    );
+    assert!(
+        upward.is_empty(),
+        "imports against src/'s layers:\n{}",
+        upward.join("\n")
+    );
+}
+
+/// The layer check can fail: an import up a layer, through a re-export too, is seen; one down
+/// and one within a layer are not.
+#[test]
+fn the_layer_check_sees_planted_upward_imports() {
+    let root = PathBuf::from("/r");
+    let check = |files: &[(&str, &str)]| {
+        let files: Vec<(PathBuf, String)> = files
+            .iter()
+            .map(|(name, text)| (root.join(name), text.to_string()))
+            .collect();
+        upward_imports(&root, &files)
+    };
+    let (up, unplaced) = check(&[
+        (
+            "lib.rs",
+            "pub mod impls; pub mod registry; pub mod pipeline; pub mod npy;",
+        ),
+        (
+            "impls/mod.rs",
+            "use crate::registry::Choice;\npub fn f() {}",
+        ),
+        (
+            "registry.rs",
+            "use crate::impls::f;\nuse crate::npy::read;\npub struct Choice;",
+        ),
+        ("pipeline.rs", "use crate::registry::Choice;"),
+        ("npy.rs", "pub fn read() {}"),
+    ]);
+    assert_eq!(up, ["impls/mod.rs -> registry.rs"]);
+    assert!(unplaced.is_empty());
+    let (up, _) = check(&[
+        (
+            "lib.rs",
+            "pub mod backends; pub mod registry; pub mod impls;",
+        ),
+        ("registry.rs", "pub use crate::impls::Thing;"),
+        ("impls.rs", "pub struct Thing;"),
+        ("backends.rs", "use crate::registry::Thing;"),
+    ]);
+    assert_eq!(
+        up,
+        ["backends.rs -> impls.rs"],
+        "followed through the re-export"
+    );
+    let (_, unplaced) = check(&[("lib.rs", "pub mod newcomer;"), ("newcomer.rs", "")]);
+    assert_eq!(unplaced, ["newcomer.rs (newcomer)"]);
 }
 
 #[test]

@@ -4,7 +4,8 @@
 
 use std::path::Path;
 
-use crate::registry::{Backends, Choice, Declared};
+pub use crate::backends::fewest;
+use crate::registry::{Choice, Declared};
 
 /// `words` as one shell line, each quoted where it needs it.
 pub fn shell_line<S: AsRef<str>>(words: &[S]) -> String {
@@ -27,29 +28,6 @@ pub fn declared_words(d: &Declared) -> Vec<String> {
         .filter_map(|(flag, v)| v.map(|v| [flag.to_string(), v]))
         .flatten()
         .collect()
-}
-
-/// `d` without the flags that declare nothing beyond `O`'s defaults: each flag whose absence
-/// leaves `O`'s declaration unchanged is dropped.
-pub fn fewest<O: Backends>(d: Declared) -> Declared {
-    let Ok(full) = O::declaration(&d) else {
-        return d;
-    };
-    let mut d = d;
-    let without: [fn(&mut Declared); 4] = [
-        |d| d.acc = None,
-        |d| d.acc_block = None,
-        |d| d.compute = None,
-        |d| d.out_dtype = None,
-    ];
-    for drop in without {
-        let mut fewer = d;
-        drop(&mut fewer);
-        if O::declaration(&fewer).is_ok_and(|x| x == full) {
-            d = fewer;
-        }
-    }
-    d
 }
 
 /// `moecheck check DIR [flags]`.

@@ -10,7 +10,7 @@ use moecheck_reference::fp8::{Fp8Gemm, Fp8GemmCase, Fp8GemmFast, Fp8Operands};
 use moecheck_reference::gemm::{GemmOutputs, Passes, Precision};
 use moecheck_reference::op::{Implementation, RunError};
 
-use crate::registry::{Backends, Declared};
+use crate::backends::{Backends, Declared};
 
 pub use bug::Fp8Bug;
 pub use emulate::EmulateFp8;

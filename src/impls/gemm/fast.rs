@@ -6,7 +6,7 @@ use moecheck_reference::gemm::{Passes, Precision};
 use moecheck_reference::op::{Implementation, RunError};
 
 use super::emulate;
-use crate::registry::{Backends, Declared};
+use crate::backends::{Backends, Declared};
 
 /// A [`Gemm`] implementation, checked fast.
 pub struct Fast(pub Box<dyn Implementation<Gemm>>);

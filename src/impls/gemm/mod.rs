@@ -10,7 +10,7 @@ use moecheck_reference::format::Format;
 use moecheck_reference::gemm::{Accumulator, Gemm, GemmDeclaration, GroupedGemmCase, Precision};
 use moecheck_reference::op::Implementation;
 
-use crate::registry::{Backends, Declared};
+use crate::backends::{Backends, Declared};
 
 impl Backends for Gemm {
     type Bug = emulate::Bug;
@@ -57,7 +57,7 @@ impl Backends for Gemm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::declaration;
+    use crate::backends::declaration;
     use moecheck_reference::gemm::TailContract;
     use moecheck_reference::op::Op;
 

@@ -7,7 +7,7 @@ use moecheck_reference::format::Format;
 use moecheck_reference::moe::{LayerFormats, LayerPrecision, MoeCase, MoeLayer};
 use moecheck_reference::op::Implementation;
 
-use crate::registry::{Backends, Declared};
+use crate::backends::{Backends, Declared};
 
 impl Backends for MoeLayer {
     type Bug = emulate::MoeBug;

@@ -7,7 +7,7 @@ use moecheck_reference::format::Format;
 use moecheck_reference::op::Implementation;
 use moecheck_reference::routing::{ComputeFormat, Route, RoutePrecision, RoutingCase};
 
-use crate::registry::{Backends, Declared};
+use crate::backends::{Backends, Declared};
 
 impl Backends for Route {
     type Bug = emulate::RouteBug;
