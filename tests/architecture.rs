@@ -513,6 +513,7 @@ fn the_circle_check_sees_planted_circles() {
 const LAYERS: [&[&str]; 6] = [
     &["cli", "main"],
     &[
+        "gemm_check",
         "generate",
         "pipeline",
         "pipeline_sharded",

@@ -1,0 +1,304 @@
+//! How a generated grouped-GEMM check runs (`moecheck gemm`): which operation checks it (the
+//! grouped GEMM or the FP8 grouped GEMM, under full or fast verification), whether it runs
+//! whole or in shards of experts and in how many, and the memory guard. The command's flags
+//! become a [`GemmCheck`]; every decision is made here, on the pipeline's side.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use moecheck_reference::format::Format;
+use moecheck_reference::fp8::{Fp8Gemm, Fp8GemmFast, Fp8Recipe};
+use moecheck_reference::gemm::shard::{self, Sharded};
+use moecheck_reference::gemm::{Gemm, GemmFast, Verify};
+use moecheck_reference::op::{Implementation, Op};
+use moecheck_reference::report::Reported;
+
+use crate::backends::Backends;
+use crate::generate::fp8::Fp8Spec;
+use crate::generate::gemm::{sizes_of, GemmSpec};
+use crate::registry::{self, Choice};
+use crate::{memory, pipeline, pipeline_sharded, report};
+
+/// A generated grouped-GEMM check, as `moecheck gemm`'s flags ask for it.
+#[derive(Debug, Clone)]
+pub struct GemmCheck {
+    /// The case (for FP8, its float32 inputs: `dtype` f32).
+    pub spec: GemmSpec,
+    /// `--dtype` as given: `e4m3`/`e5m2` for an FP8 check.
+    pub dtype: Format,
+    /// The FP8 recipe of an FP8 check.
+    pub fp8: Option<Fp8Recipe>,
+    /// `--verify` (default: by the case's work, [`Verify::default_for`]).
+    pub verify: Option<Verify>,
+    /// `--shards` (default: chosen to fit, [`GemmCheck::shards`]).
+    pub shards: Option<u64>,
+    /// `--allow-large`.
+    pub allow_large: bool,
+    /// `--dump DIR`.
+    pub dump: Option<PathBuf>,
+    /// `--json`.
+    pub json: bool,
+    /// The implementation flags.
+    pub choice: Choice,
+}
+
+/// Runs `c` and reports it: the exit status.
+pub fn run(c: &GemmCheck) -> anyhow::Result<ExitCode> {
+    c.spec
+        .validate()
+        .map_err(|e| anyhow::anyhow!(e.as_flag()))?;
+    let Some(recipe) = c.fp8 else {
+        let verify = c
+            .verify
+            .unwrap_or_else(|| Verify::default_for(c.spec.work()));
+        let estimate = Estimate::Gemm(verify);
+        return match verify {
+            Verify::Full => check::<Gemm, _>(c, &c.spec, &c.spec, estimate, None),
+            Verify::Fast => check::<GemmFast, _>(c, &c.spec, &c.spec, estimate, None),
+        };
+    };
+    if matches!(c.spec.out_dtype, Format::E4m3 | Format::E5m2) {
+        anyhow::bail!(
+            "--out-dtype {}: FP8 GEMM outputs are f32 or bf16",
+            c.spec.out_dtype
+        );
+    }
+    let spec = Fp8Spec {
+        gemm: c.spec.clone(),
+        recipe,
+    };
+    let verify = match (c.verify, spec.recipe.fast_applies()) {
+        (Some(Verify::Fast), Some(why)) => anyhow::bail!("--verify fast: {why}"),
+        (Some(v), _) => v,
+        (None, Some(_)) => Verify::Full,
+        (None, None) => Verify::default_for(spec.gemm.work()),
+    };
+    let whole = spec.recipe.shard_local();
+    // Whether the inputs are held whole is the generator's to say (`check`).
+    let fp8 = Estimate::Fp8 { whole_inputs: true };
+    match verify {
+        Verify::Full => check::<Fp8Gemm, _>(c, &spec, &spec.gemm, fp8, whole),
+        Verify::Fast => check::<Fp8GemmFast, _>(c, &spec, &spec.gemm, fp8, whole),
+    }
+}
+
+/// The check of `spec` (whose grouped GEMM is `gemm`) as op `O` ([`Gemm`], [`GemmFast`],
+/// [`Fp8Gemm`] or [`Fp8GemmFast`]: the same implementations, another comparison), whole or in
+/// shards of experts ([`GemmCheck::shards`]; `case_whole` says why the case cannot be sharded).
+fn check<O, S>(
+    c: &GemmCheck,
+    spec: &S,
+    gemm: &GemmSpec,
+    estimate: Estimate,
+    case_whole: Option<String>,
+) -> anyhow::Result<ExitCode>
+where
+    O: Backends + Reported + Sharded,
+    S: pipeline::Generate<O>,
+{
+    let imp = registry::build::<O>(&c.choice).map_err(anyhow::Error::msg)?;
+    // An FP8 implementation that is not run in shards (a kernel under test) runs on the whole
+    // case; its outputs may still be checked in shards. Shards the generator cannot make on
+    // their own are cut from the whole case's inputs, held throughout.
+    let estimate = match estimate {
+        Estimate::Fp8 { .. } if !imp.shardable() => Estimate::Fp8RunWhole,
+        Estimate::Fp8 { .. } => Estimate::Fp8 {
+            whole_inputs: spec.shards().is_none(),
+        },
+        other => other,
+    };
+    let parts = c.shards(gemm, estimate, imp.as_ref(), case_whole)?;
+    let run = if parts > 1 && matches!(estimate, Estimate::Fp8RunWhole) {
+        eprintln!(
+            "moecheck: running {} on the whole FP8 case, then checking its outputs in {parts} shards of consecutive experts, one shard's references held at a time (the report is the whole case's)",
+            imp.name()
+        );
+        pipeline_sharded::run_whole_checked_in_shards(spec, imp.as_ref(), parts)?
+    } else if parts > 1 {
+        let what = match estimate {
+            Estimate::Gemm(_) => "case",
+            Estimate::Fp8 { .. } | Estimate::Fp8RunWhole => "FP8 case",
+        };
+        eprintln!(
+            "moecheck: checking the {what} in {parts} shards of consecutive experts, one shard's outputs held at a time ({} computes each expert on its own; the report is the whole case's)",
+            imp.name()
+        );
+        pipeline_sharded::run_sharded(spec, imp.as_ref(), parts)?
+    } else {
+        pipeline::run(spec, Some(imp.as_ref()), c.dump.as_deref())?
+    };
+    report::finish(&pipeline::report(&run), c.json)
+}
+
+impl GemmCheck {
+    fn size(&self) -> memory::GemmSize {
+        memory::GemmSize {
+            m: self.spec.tokens.saturating_mul(self.spec.topk),
+            k: self.spec.hidden,
+            n: self.spec.ffn,
+            groups: self.spec.experts,
+        }
+    }
+
+    fn formats(&self) -> memory::Formats {
+        memory::Formats {
+            dtype: self.dtype,
+            out_dtype: self.spec.out_dtype,
+        }
+    }
+
+    /// The estimated peak of the check ([`memory`]) in `parts` shards planned from the case's
+    /// group sizes `sizes` as [`shard::plan`] will plan them (`None`: the whole case, unplanned).
+    fn need(&self, check: Estimate, sizes: Option<&[usize]>, parts: usize) -> u64 {
+        let size = self.size();
+        let plan = match sizes {
+            Some(sizes) => shard::plan_sizes(sizes, size.m, size.k, size.n, parts),
+            None => Vec::new(),
+        };
+        match check {
+            Estimate::Gemm(verify) => {
+                memory::gemm_bytes_sharded(size, self.spec.passes, verify, self.formats(), &plan)
+            }
+            Estimate::Fp8 { whole_inputs } => {
+                memory::fp8_gemm_bytes_sharded(size, &plan, whole_inputs)
+            }
+            Estimate::Fp8RunWhole => memory::fp8_kernel_bytes_sharded(size, &plan),
+        }
+    }
+
+    /// How many shards of consecutive experts the case is checked in (`--shards`, or chosen
+    /// so that it fits in memory, [`memory::shards_for`]), after the memory guard. `imp` is
+    /// checked whole unless it is shardable ([`Implementation::shardable`]) or a kernel under
+    /// test of the FP8 GEMM, which runs whole and is checked in shards
+    /// ([`Estimate::Fp8RunWhole`]), and a dumped case is checked whole.
+    fn shards<O: Op>(
+        &self,
+        spec: &GemmSpec,
+        check: Estimate,
+        imp: &dyn Implementation<O>,
+        case_whole: Option<String>,
+    ) -> anyhow::Result<usize> {
+        let whole = if let Some(why) = case_whole {
+            Some(why)
+        } else if !imp.shardable() && !matches!(check, Estimate::Fp8RunWhole) {
+            Some(format!(
+                "--impl {} is checked whole, at the size it is given (only the in-process models that compute each expert on its own are checked a shard of experts at a time: reference, and emulate without group-offset-after-empty, which reads across experts; with --dtype fp8 any implementation's outputs may be checked in shards)",
+                imp.name()
+            ))
+        } else if self.dump.is_some() {
+            Some("--dump writes every output of the case, so the case is checked whole".into())
+        } else {
+            None
+        };
+        let asked = self
+            .shards
+            .map(|p| usize::try_from(p).unwrap_or(usize::MAX));
+        match (asked, &whole) {
+            (Some(p), Some(why)) if p > 1 => anyhow::bail!("--shards {p}: {why}"),
+            (Some(p), _) if p > self.spec.experts.max(1) => anyhow::bail!(
+                "--shards {p}: more shards than experts (--experts {})",
+                self.spec.experts
+            ),
+            _ => {}
+        }
+        let available = memory::available();
+        // Checked whole, decided without planning (which draws every expert's size): when
+        // asked, when it must be, when the whole case is small enough to be one shard
+        // (memory::GEMM_SHARD_BYTES) and fits, or when no number of shards could make it fit
+        // (the guard refuses it whole).
+        let whole_need = self.need(check, None, 1);
+        let held = match check {
+            Estimate::Gemm(_) => self.dtype,
+            Estimate::Fp8 { .. } | Estimate::Fp8RunWhole => memory::FP8_INPUTS,
+        };
+        // An FP8 case is checked in small shards whenever it may be (memory::FP8_SHARD_BYTES).
+        let small = matches!(check, Estimate::Fp8 { .. } | Estimate::Fp8RunWhole);
+        let at_once = match asked {
+            Some(p) => p == 1,
+            None => {
+                whole.is_some()
+                    || (!small && memory::whole_by_default(whole_need, available))
+                    || memory::inputs_too_large(self.size(), held, available)
+            }
+        };
+        if at_once {
+            self.guard(whole_need)?;
+            return Ok(1);
+        }
+        // The group sizes are the seed's first draws: the shards are planned on them.
+        let sizes = sizes_of(spec);
+        let parts = asked.unwrap_or_else(|| match check {
+            Estimate::Fp8 { .. } | Estimate::Fp8RunWhole => {
+                let size = self.size();
+                let largest = |p| {
+                    let plan = shard::plan_sizes(&sizes, size.m, size.k, size.n, p);
+                    let bytes = |s: &shard::Shard| {
+                        memory::fp8_gemm_bytes(s.rows.len(), size.k, size.n, s.experts.len())
+                    };
+                    plan.iter().map(bytes).max().unwrap_or(0)
+                };
+                let small = memory::fewest_shards(self.spec.experts, |p| {
+                    largest(p) <= memory::FP8_SHARD_BYTES
+                })
+                .unwrap_or(self.spec.experts.max(1));
+                // No fewer experts per shard than keep every core busy, when that fits.
+                let busy = self
+                    .spec
+                    .experts
+                    .div_ceil(memory::FP8_EXPERTS_PER_CORE * memory::cores())
+                    .max(1);
+                let p = small.min(busy);
+                if memory::fits(self.need(check, Some(&sizes), p), available) {
+                    p
+                } else {
+                    memory::shards_for(available, self.spec.experts, |p| {
+                        self.need(check, Some(&sizes), p)
+                    })
+                }
+            }
+            // Shards of at most memory::GEMM_SHARD_BYTES, or of what the largest expert
+            // holds alone when that is more (a hot expert), or as few as fit.
+            Estimate::Gemm(_) => {
+                let need = |p| self.need(check, Some(&sizes), p);
+                let budget = memory::GEMM_SHARD_BYTES.max(need(self.spec.experts.max(1)));
+                let small = memory::fewest_shards(self.spec.experts, |p| need(p) <= budget)
+                    .unwrap_or(self.spec.experts.max(1));
+                if memory::fits(need(small), available) {
+                    small
+                } else {
+                    memory::shards_for(available, self.spec.experts, need)
+                }
+            }
+        });
+        // The refusal names the shards, which a user may change.
+        self.guard(self.need(check, Some(&sizes), parts))
+            .map_err(|e| anyhow::anyhow!("{e} (checked in {parts} shards of experts, --shards)"))?;
+        Ok(parts)
+    }
+
+    /// Refuses `need` bytes when more than the memory available ([`memory`]), unless
+    /// `--allow-large`.
+    fn guard(&self, need: u64) -> anyhow::Result<()> {
+        memory::guard(
+            "--experts/--tokens/--topk/--hidden/--ffn",
+            need,
+            memory::available(),
+            self.allow_large,
+        )
+        .map_err(anyhow::Error::msg)
+    }
+}
+
+/// Which memory model sizes a check ([`memory`]).
+#[derive(Debug, Clone, Copy)]
+enum Estimate {
+    /// The grouped GEMM under a verification mode.
+    Gemm(Verify),
+    /// The FP8 grouped GEMM, its shards made on their own or (`whole_inputs`) cut from the
+    /// whole case's inputs.
+    Fp8 { whole_inputs: bool },
+    /// The FP8 grouped GEMM of an implementation that is not run in shards (a kernel under
+    /// test, or a model whose planted bug reads across experts): it runs on the whole case,
+    /// whose outputs are held whole while they are checked a shard at a time.
+    Fp8RunWhole,
+}
