@@ -19,36 +19,36 @@ use super::ImplFlags;
 #[command(mut_arg("implementation", |a| a.help(IMPL_HELP)))]
 pub struct GemmFlags {
     /// Number of experts G.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, help_heading = "Case")]
     pub experts: usize,
     /// Tokens routed; rows M = tokens · topk.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, help_heading = "Case")]
     pub tokens: usize,
     /// Experts per token.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, help_heading = "Case")]
     pub topk: usize,
     /// Hidden size: the reduction length K of the forward pass.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, help_heading = "Case")]
     pub hidden: usize,
     /// Expert FFN width N.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, help_heading = "Case")]
     pub ffn: usize,
     /// Input dtype: f32, bf16, f16. Every input value is exactly representable in it.
     /// `fp8` (or e4m3, e5m2): float32 inputs quantised by the implementation per the FP8
     /// recipe (E4M3 forward, E5M2 dout), checked recipe-exact; see the FP8 flags.
-    #[arg(long, default_value = "bf16", value_parser = super::gemm_fp8::parse_gemm_dtype)]
+    #[arg(long, default_value = "bf16", value_parser = super::gemm_fp8::parse_gemm_dtype, help_heading = "Case")]
     pub dtype: Format,
     /// Output dtype the implementation writes: f32, bf16, f16, f64.
-    #[arg(long, default_value = "f32", value_parser = super::format_in(super::FLOATS))]
+    #[arg(long, default_value = "f32", value_parser = super::format_in(super::FLOATS), help_heading = "Case")]
     pub out_dtype: Format,
     /// Accumulator format an exec: or worker: implementation declares (the bound is derived from it)
     /// [default: f32]. Built-in implementations declare their own; FP8 declares its
     /// accumulation with --accum.
-    #[arg(long, value_parser = super::format_in(super::FLOATS))]
+    #[arg(long, value_parser = super::format_in(super::FLOATS), help_heading = "Declaration (exec: and worker:)")]
     pub acc: Option<Format>,
     /// K-block size of an exec: or worker: implementation's accumulator (partials over this many
     /// products, then summed); omit for "any order".
-    #[arg(long)]
+    #[arg(long, help_heading = "Declaration (exec: and worker:)")]
     pub acc_block: Option<usize>,
     /// How rows are spread over experts.
     #[arg(
@@ -56,37 +56,37 @@ pub struct GemmFlags {
         value_name = "ROUTING",
         value_enum,
         default_value = "skewed"
-    )]
+    , help_heading = "Case")]
     pub spread: Spread,
     /// Experts forced empty (the first, the last and the middle one first).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, help_heading = "Case")]
     pub empty: usize,
     /// Fraction of rows dropped (tail rows past sum(group_sizes)).
-    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true, help_heading = "Case")]
     pub drop_frac: f64,
     /// Seed of the generated case.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, help_heading = "Case")]
     pub seed: u64,
     #[command(flatten)]
     pub imp: ImplFlags,
     /// Passes to run.
-    #[arg(long, default_value = "fwd,dgrad,wgrad", value_parser = Passes::parse)]
+    #[arg(long, default_value = "fwd,dgrad,wgrad", value_parser = Passes::parse, help_heading = "Case")]
     pub passes: Passes,
     /// Tail contract: zero (tail rows of out/dlhs must be exactly 0) or ignored.
-    #[arg(long, value_enum, default_value = "zero")]
+    #[arg(long, value_enum, default_value = "zero", help_heading = "Declaration (exec: and worker:)")]
     pub tail: TailArg,
     /// How the outputs are checked: full (every element against its bound, O(M·K·N)) or
     /// fast (random projections of every row, sampled rows and columns at group and tile
     /// edges, NaN/inf, tails and empty experts exactly; see the README), for --dtype fp8 too
     /// (but full only for IEEE casts under delayed scaling) [default: full up to 2^36
     /// multiply-adds per pass (M·K·N), fast above].
-    #[arg(long, value_name = "full|fast", value_parser = Verify::parse)]
+    #[arg(long, value_name = "full|fast", value_parser = Verify::parse, help_heading = "Verification")]
     pub verify: Option<Verify>,
     /// Write the case and the outputs that were checked to DIR (protocol layout).
-    #[arg(long)]
+    #[arg(long, help_heading = "Output")]
     pub dump: Option<PathBuf>,
     /// Machine-readable report on stdout, with a top-level "verdict".
-    #[arg(long)]
+    #[arg(long, help_heading = "Output")]
     pub json: bool,
     /// Check the case N shards of consecutive experts at a time, holding one shard's inputs
     /// and outputs at a time (the in-process models, reference and emulate, only; a kernel
@@ -96,11 +96,11 @@ pub struct GemmFlags {
     /// estimated to need at most 2 GiB each (or what the largest expert needs alone), or else
     /// at most half of the memory available, or else at most 85% of it; with --dtype fp8,
     /// shards of about 512 MiB but at least two experts per core]
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Verification")]
     pub shards: Option<u64>,
     /// Run even when the case's estimated memory exceeds what this machine has available
     /// (without it such a case is refused with exit 2).
-    #[arg(long)]
+    #[arg(long, help_heading = "Verification")]
     pub allow_large: bool,
     #[command(flatten)]
     pub fp8: super::gemm_fp8::Fp8Flags,

@@ -54,6 +54,7 @@ fn parse_algo(s: &str) -> Result<AmaxAlgo, String> {
 
 /// FP8 flags of `moecheck gemm` (only with `--dtype fp8|e4m3|e5m2`).
 #[derive(Debug, Args)]
+#[command(next_help_heading = "FP8 (with --dtype fp8, e4m3 or e5m2)")]
 pub struct Fp8Flags {
     /// FP8: current (amax of this tensor) or delayed (amax history) scaling [default: current].
     #[arg(long, value_enum)]

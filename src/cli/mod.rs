@@ -110,6 +110,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
 
 /// `--impl`, `--inject`, `--timeout`: which implementation runs (the registry builds it).
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Implementation")]
 pub struct ImplFlags {
     /// Implementation under test (each command lists its own) [default: emulate].
     #[arg(long = "impl")]
