@@ -1,8 +1,8 @@
 //! The parity plot: both curves (top), the gap TEST − BASE with its window means and the ±δ
 //! band (bottom), the warm-up shaded, a legend and the verdict. One scene is drawn two ways:
-//! as SVG text (`svg.rs`), or rasterised (`raster.rs`) and written as an RGB PNG by our own
-//! encoder (`png.rs`). Text is DejaVu Sans, embedded (`curves/assets/`) and measured and
-//! rasterised by `ab_glyph` (`text.rs`) — no system font or image library.
+//! as SVG text (`svg.rs`), or rasterised (`raster.rs`) and written as an RGB PNG by the `png`
+//! crate (`png_file.rs`). Text is DejaVu Sans, embedded (`curves/assets/`) and measured and
+//! rasterised by `ab_glyph` (`text.rs`) — no system font.
 //!
 //! `scene.rs` lays the plot out as shapes (`shape.rs`) in panels (`panel.rs`), with the legend
 //! and verdict in `legend.rs`; every text's box comes from the font's own metrics, so the
@@ -10,7 +10,7 @@
 
 mod legend;
 mod panel;
-mod png;
+mod png_file;
 mod raster;
 mod scene;
 mod shape;
@@ -23,7 +23,7 @@ use crate::report::Diff;
 use crate::CurveError;
 
 pub use panel::{labels as tick_labels, ticks};
-pub use png::{crc32, encode_rgb as encode_png};
+pub use png_file::encode_rgb as encode_png;
 pub use raster::Canvas;
 pub use scene::{scene, HEIGHT, WIDTH};
 pub use shape::{Anchor, Colour, Rect, Shape, PALETTE};
@@ -63,7 +63,7 @@ pub fn render(d: &Diff, kind: Kind) -> Vec<u8> {
             for s in &scene {
                 c.draw(s);
             }
-            png::encode_rgb(WIDTH, HEIGHT, c.pixels())
+            png_file::encode_rgb(WIDTH, HEIGHT, c.pixels())
         }
     }
 }
