@@ -3,15 +3,18 @@
 //! The reference's parallel loops (the grouped GEMM's jobs, the comparison's groups) have
 //! items of very different sizes — a hot expert with thousands of rows beside experts with a
 //! handful — so a plain split in equal counts leaves one core idle at the end. Items are
-//! sorted by cost; even-numbered workers take the largest remaining item and odd-numbered ones
-//! the smallest, so the compute-bound large items run beside the memory-bound small ones
-//! rather than all small items together at the end.
+//! sorted by cost, largest first, and handed to rayon's pool one at a time (its idle threads
+//! steal what is left), so the largest start first and the small ones fill in at the end.
+//! rayon replaced a pool of scoped threads started per call (even-numbered workers taking the
+//! largest remaining item, odd-numbered ones the smallest): on the mid-size case it measured
+//! faster (docs/performance.md).
 
 use std::cell::Cell;
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use rayon::prelude::*;
 
 /// Total cost below which the items run on the calling thread: starting threads costs tens of
 /// microseconds, more than the work of a small case (a property campaign runs thousands).
@@ -111,31 +114,19 @@ where
             advance(c);
         }
     } else {
-        let queue = Mutex::new(VecDeque::from(order));
-        let done = Mutex::new(Vec::with_capacity(count));
-        std::thread::scope(|scope| {
-            for worker in 0..threads {
-                let (queue, done, f, advance) = (&queue, &done, &f, &advance);
-                scope.spawn(move || {
-                    let _inside = Inside::enter();
-                    loop {
-                        let next = {
-                            let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
-                            if worker % 2 == 0 {
-                                q.pop_front()
-                            } else {
-                                q.pop_back()
-                            }
-                        };
-                        let Some((i, c, item)) = next else { break };
-                        let r = f(item);
-                        done.lock().unwrap_or_else(|e| e.into_inner()).push((i, r));
-                        advance(c);
-                    }
-                });
-            }
-        });
-        for (i, r) in done.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        // rayon's pool (started once per process, its threads reused by every call) takes
+        // the items largest first, one at a time (`with_max_len(1)`), and steals the rest.
+        let done: Vec<(usize, R)> = order
+            .into_par_iter()
+            .with_max_len(1)
+            .map(|(i, c, item)| {
+                let _inside = Inside::enter();
+                let r = f(item);
+                advance(c);
+                (i, r)
+            })
+            .collect();
+        for (i, r) in done {
             results[i] = Some(r);
         }
     }
