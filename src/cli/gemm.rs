@@ -55,14 +55,20 @@ pub struct GemmFlags {
         long = "routing",
         value_name = "ROUTING",
         value_enum,
-        default_value = "skewed"
-    , help_heading = "Case")]
+        default_value = "skewed",
+        help_heading = "Case"
+    )]
     pub spread: Spread,
     /// Experts forced empty (the first, the last and the middle one first).
     #[arg(long, default_value_t = 2, help_heading = "Case")]
     pub empty: usize,
     /// Fraction of rows dropped (tail rows past sum(group_sizes)).
-    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true, help_heading = "Case")]
+    #[arg(
+        long,
+        default_value_t = 0.05,
+        allow_negative_numbers = true,
+        help_heading = "Case"
+    )]
     pub drop_frac: f64,
     /// Seed of the generated case.
     #[arg(long, default_value_t = 0, help_heading = "Case")]
@@ -73,7 +79,12 @@ pub struct GemmFlags {
     #[arg(long, default_value = "fwd,dgrad,wgrad", value_parser = Passes::parse, help_heading = "Case")]
     pub passes: Passes,
     /// Tail contract: zero (tail rows of out/dlhs must be exactly 0) or ignored.
-    #[arg(long, value_enum, default_value = "zero", help_heading = "Declaration (exec: and worker:)")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "zero",
+        help_heading = "Declaration (exec: and worker:)"
+    )]
     pub tail: TailArg,
     /// How the outputs are checked: full (every element against its bound, O(M·K·N)) or
     /// fast (random projections of every row, sampled rows and columns at group and tile
