@@ -32,18 +32,9 @@ fn bugs(op: &str) -> Vec<&'static str> {
     b.1
 }
 
-/// Runs `moecheck prop --op OP ARGS --out OUT --json`: the exit status and the document.
+/// `moecheck prop --op OP --json --out OUT ARGS` ([`common::prop_json`]).
 fn prop(op: &str, args: &[&str], out: &Path) -> (i32, Value) {
-    let o = moecheck()
-        .args(["prop", "--op", op, "--json", "--out"])
-        .arg(out)
-        .args(args)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    let doc = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("prop {op} {args:?}: {e}; stderr: {stderr}"));
-    (o.status.code().unwrap(), doc)
+    common::prop_json(op, args, out)
 }
 
 /// Runs a printed reproduce line (with `--json`, and `--out` for a `prop` line) and returns

@@ -16,18 +16,9 @@ use serde_json::Value;
 
 const PICKY: &str = "worker:python3 tests/adapters/picky_gemm.py";
 
-/// `moecheck prop --op OP --json --out OUT ARGS`: the exit status and the document.
+/// `moecheck prop --op OP --json --out OUT ARGS` ([`common::prop_json`]).
 fn prop(op: &str, args: &[&str], out: &Path) -> (i32, Value) {
-    let o = moecheck()
-        .args(["prop", "--op", op, "--json", "--out"])
-        .arg(out)
-        .args(args)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    let doc = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("prop {op} {args:?}: {e}; stderr: {stderr}"));
-    (o.status.code().unwrap(), doc)
+    common::prop_json(op, args, out)
 }
 
 fn property<'a>(doc: &'a Value, name: &str) -> &'a Value {

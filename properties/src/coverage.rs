@@ -92,3 +92,31 @@ pub fn note_inconclusive(reason: &str) {
 pub(crate) fn take_notes() -> Notes {
     NOTES.with(|n| std::mem::take(&mut *n.borrow_mut()))
 }
+
+/// The names of `names` whose condition in `hits` holds, in `names`' order: the edge classes a
+/// case exercises, from one condition per class.
+pub fn edges_hit<const N: usize>(names: &[&'static str; N], hits: [bool; N]) -> Vec<&'static str> {
+    names
+        .iter()
+        .zip(hits)
+        .filter_map(|(name, hit)| hit.then_some(*name))
+        .collect()
+}
+
+/// `Err` naming `dtype` and the declared ones when `dtypes` (`None`: every one) leaves it out.
+pub fn dtype_declared(
+    dtype: moecheck_reference::format::Format,
+    dtypes: &Option<Vec<moecheck_reference::format::Format>>,
+) -> Result<(), String> {
+    match dtypes {
+        Some(d) if !d.contains(&dtype) => {
+            let names: Vec<&str> = d.iter().map(|f| f.name()).collect();
+            Err(format!(
+                "dtype {} (declared dtypes: {})",
+                dtype.name(),
+                names.join(", ")
+            ))
+        }
+        _ => Ok(()),
+    }
+}

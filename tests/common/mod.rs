@@ -45,3 +45,17 @@ pub fn copy_case(base: &std::path::Path, to: &std::path::Path) {
         std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
     }
 }
+
+/// Runs `moecheck prop --op OP --json --out OUT ARGS`: the exit status and the document.
+pub fn prop_json(op: &str, args: &[&str], out: &std::path::Path) -> (i32, serde_json::Value) {
+    let o = moecheck()
+        .args(["prop", "--op", op, "--json", "--out"])
+        .arg(out)
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let doc = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("prop {op} {args:?}: {e}; stderr: {stderr}"));
+    (o.status.code().unwrap(), doc)
+}

@@ -7,6 +7,7 @@ use moecheck_reference::format::Format;
 use moecheck_reference::gemm::{Pass, Passes, TailContract};
 
 use super::strategies::{exp_range_for, int_max_for, GemmArgs};
+use crate::coverage::{dtype_declared, edges_hit};
 
 /// A grouped GEMM's declared contract. The default declares nothing: every drawn case, tail
 /// rows exactly 0, each case's own output format, every pass.
@@ -61,16 +62,7 @@ impl GemmDomain {
     /// `N` below the minimum, or too many experts put a case outside.
     pub fn fit(&self, args: &GemmArgs) -> Result<GemmArgs, String> {
         let mut a = args.clone();
-        if let Some(dtypes) = &self.dtypes {
-            if !dtypes.contains(&a.dtype) {
-                let names: Vec<&str> = dtypes.iter().map(|f| f.name()).collect();
-                return Err(format!(
-                    "dtype {} (declared dtypes: {})",
-                    a.dtype.name(),
-                    names.join(", ")
-                ));
-            }
-        }
+        dtype_declared(a.dtype, &self.dtypes)?;
         if let Some(max) = self.max_experts {
             if a.group_sizes.len() > max {
                 return Err(format!(
@@ -128,7 +120,10 @@ impl GemmDomain {
 }
 
 /// The grouped GEMM's edge classes, in report order.
-pub const EDGES: &[&str] = &[
+const N_EDGES: usize = 11;
+
+/// The edge classes, in report order.
+pub const EDGES: &[&str; N_EDGES] = &[
     "k-zero",
     "n-zero",
     "empty-expert",
@@ -158,11 +153,7 @@ pub fn edges(a: &GemmArgs) -> Vec<&'static str> {
         a.dtype == Format::F32,
         matches!(a.out_dtype, Format::Bf16 | Format::F16),
     ];
-    EDGES
-        .iter()
-        .zip(conditions)
-        .filter_map(|(name, hit)| hit.then_some(*name))
-        .collect()
+    edges_hit(EDGES, conditions)
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use moecheck_reference::format::Format;
 use moecheck_reference::routing::ScoreFunction;
 
 use super::strategies::MoeArgs;
+use crate::coverage::{dtype_declared, edges_hit};
 use crate::routing::RouteDomain;
 
 /// An MoE layer's declared contract; the default declares nothing.
@@ -22,16 +23,7 @@ pub struct MoeDomain {
 impl MoeDomain {
     /// `args` inside this domain, or why not.
     pub fn fit(&self, args: &MoeArgs) -> Result<MoeArgs, String> {
-        if let Some(dtypes) = &self.dtypes {
-            if !dtypes.contains(&args.dtype) {
-                let names: Vec<&str> = dtypes.iter().map(|f| f.name()).collect();
-                return Err(format!(
-                    "dtype {} (declared dtypes: {})",
-                    args.dtype.name(),
-                    names.join(", ")
-                ));
-            }
-        }
+        dtype_declared(args.dtype, &self.dtypes)?;
         match (self.shared_expert, args.shared_ffn > 0) {
             (Some(false), true) => return Err("a shared expert (declared: none)".into()),
             (Some(true), false) => return Err("no shared expert (declared: one)".into()),
@@ -58,7 +50,10 @@ impl MoeDomain {
 }
 
 /// The MoE layer's edge classes, in report order.
-pub const EDGES: &[&str] = &[
+const N_EDGES: usize = 12;
+
+/// The edge classes, in report order.
+pub const EDGES: &[&str; N_EDGES] = &[
     "one-expert",
     "k-equals-e",
     "empty-expert",
@@ -90,11 +85,7 @@ pub fn edges(a: &MoeArgs) -> Vec<&'static str> {
         a.dtype == Format::Bf16,
         a.dtype == Format::F32,
     ];
-    EDGES
-        .iter()
-        .zip(conditions)
-        .filter_map(|(name, hit)| hit.then_some(*name))
-        .collect()
+    edges_hit(EDGES, conditions)
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use moecheck_reference::routing::{
 };
 
 use super::strategies::{LogitPattern, RouteArgs};
+use crate::coverage::edges_hit;
 
 /// A router's declared contract; the default declares nothing (every drawn case as drawn).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -148,7 +149,10 @@ impl RouteDomain {
 }
 
 /// The routing edge classes, in report order.
-pub const EDGES: &[&str] = &[
+const N_EDGES: usize = 12;
+
+/// The edge classes, in report order.
+pub const EDGES: &[&str; N_EDGES] = &[
     "no-tokens",
     "one-token",
     "one-expert",
@@ -179,11 +183,7 @@ pub fn edges(a: &RouteArgs) -> Vec<&'static str> {
         a.score == ScoreFunction::Sigmoid,
         a.scaling_factor != 1.0,
     ];
-    EDGES
-        .iter()
-        .zip(conditions)
-        .filter_map(|(name, hit)| hit.then_some(*name))
-        .collect()
+    edges_hit(EDGES, conditions)
 }
 
 #[cfg(test)]
