@@ -280,6 +280,19 @@ pub fn format(s: &str) -> Result<Format, String> {
     Format::parse(s).map_err(|_| "a format name (f32, bf16, f16, ...)".to_string())
 }
 
+/// `supports.passes`: every pass the list names (`["fwd", "wgrad"]`, or `"fwd,wgrad"`).
+fn passes(r: &mut Reader) -> Result<Option<Passes>, String> {
+    let lists = r.list(Section::Supports, "passes", Passes::parse)?;
+    Ok(lists.map(|lists| {
+        let mut all = Passes::default();
+        lists
+            .iter()
+            .flat_map(|p| p.iter())
+            .for_each(|x| all.insert(x));
+        all
+    }))
+}
+
 /// What an operation reads from a contract.
 pub trait Contracted: PropertyOp {
     /// Its key in a greeting's `"contract"` (`grouped_gemm`, `fp8`, `route`, `moe_layer`).
@@ -334,11 +347,8 @@ impl Contracted for moecheck_reference::gemm::Gemm {
             f @ (Format::Bf16 | Format::F16 | Format::F32) => Ok(f),
             _ => Err("input dtypes among f32, bf16, f16".into()),
         })?;
-        if let Some(p) = r.list(Section::Supports, "passes", Passes::parse)? {
-            d.passes = p.into_iter().fold(Passes::default(), |mut all, p| {
-                p.iter().for_each(|x| all.insert(x));
-                all
-            });
+        if let Some(p) = passes(&mut r)? {
+            d.passes = p;
         }
         let count = |r: &mut Reader, key: &str, min: u64, into: &mut usize| {
             if let Some(n) = r.count(Section::Supports, key, min)? {
@@ -364,11 +374,7 @@ impl Contracted for moecheck_reference::fp8::Fp8Gemm {
     /// so its contract reads only the passes, and every one must be there for now.
     fn read_contract(c: &Contract) -> Result<((), Declared), String> {
         let mut r = c.reader(Self::CONTRACT_KEY);
-        if let Some(p) = r.list(Section::Supports, "passes", Passes::parse)? {
-            let all = p.into_iter().fold(Passes::default(), |mut all, p| {
-                p.iter().for_each(|x| all.insert(x));
-                all
-            });
+        if let Some(all) = passes(&mut r)? {
             if all != Passes::ALL {
                 return Err(format!(
                     "contract.fp8.supports.passes = {all}: campaigns of op fp8 need every pass (fwd, dgrad, wgrad)"

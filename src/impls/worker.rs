@@ -128,22 +128,7 @@ impl<O: Op> Worker<O> {
         if let Some(e) = &slot.never_started {
             return Err(e.clone());
         }
-        if slot.session.as_mut().is_none_or(|s| !s.is_idle()) {
-            slot.session = None;
-            match Session::start(&self.program, op) {
-                Ok((s, contract)) => {
-                    slot.greeted = true;
-                    slot.contract = contract;
-                    slot.session = Some(s);
-                }
-                Err(e) => {
-                    if !slot.greeted {
-                        slot.never_started = Some(e.clone());
-                    }
-                    return Err(e);
-                }
-            }
-        }
+        slot.running(&self.program, op)?;
         Ok(slot.contract.get(key).cloned())
     }
 
@@ -151,33 +136,42 @@ impl<O: Op> Worker<O> {
         self.slot.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Has the worker in `slot` (started afresh when there is none, or when it is out of
-    /// step) answer the case in `dir`; a worker that failed the protocol is dropped (its
-    /// group ended), one that answered stays. A first start that fails is recorded in
-    /// `slot.never_started`.
+    /// Has the worker in `slot` ([`Slot::running`]) answer the case in `dir`; a worker that
+    /// failed the protocol is dropped (its group ended), one that answered stays.
     fn answer(&self, slot: &mut Slot, dir: &Path, op: &str) -> Result<(), RunError> {
-        if slot.session.as_mut().is_some_and(|s| !s.is_idle()) {
+        let session = slot.running(&self.program, op)?;
+        let answer = session.ask(dir);
+        if answer.is_err() {
             slot.session = None;
         }
-        let mut session = match slot.session.take() {
-            Some(s) => s,
-            None => match Session::start(&self.program, op) {
+        answer?
+    }
+}
+
+impl Slot {
+    /// The running worker: the one there when it is alive and in step, else one started
+    /// afresh (its greeting's contract kept). A first start that fails is recorded in
+    /// `never_started`.
+    fn running(&mut self, program: &Program, op: &str) -> Result<&mut Session, RunError> {
+        if self.session.as_mut().is_some_and(|s| !s.is_idle()) {
+            self.session = None;
+        }
+        if self.session.is_none() {
+            match Session::start(program, op) {
                 Ok((s, contract)) => {
-                    slot.greeted = true;
-                    slot.contract = contract;
-                    s
+                    self.greeted = true;
+                    self.contract = contract;
+                    self.session = Some(s);
                 }
                 Err(e) => {
-                    if !slot.greeted {
-                        slot.never_started = Some(e.clone());
+                    if !self.greeted {
+                        self.never_started = Some(e.clone());
                     }
                     return Err(e);
                 }
-            },
-        };
-        let answer = session.ask(dir)?;
-        slot.session = Some(session);
-        answer
+            }
+        }
+        Ok(self.session.as_mut().expect("started above"))
     }
 }
 

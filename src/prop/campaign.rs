@@ -91,8 +91,6 @@ pub fn run_named(op: &str, c: &Campaign) -> anyhow::Result<PropReport> {
 /// minimal case that cannot be written are errors (exit 2); failed properties are in the
 /// report.
 pub fn run<O: Operation>(c: &Campaign) -> anyhow::Result<PropReport> {
-    let (imp, contract) = implementation::<O>(c)?;
-    let (domain, _) = O::read_contract(&contract).map_err(anyhow::Error::msg)?;
     let properties = selected::<O>(&c.only)?;
     if c.cases == 0 {
         bail!("--cases must be at least 1");
@@ -103,6 +101,12 @@ pub fn run<O: Operation>(c: &Campaign) -> anyhow::Result<PropReport> {
     for p in &properties {
         pipeline::replaceable(&c.case_dir(O::NAME, p.name), "--out")?;
     }
+    // Last: a worker is started here.
+    let Prepared {
+        imp,
+        contract,
+        domain,
+    } = implementation::<O>(c)?;
     let progress = Progress::cases(u64::from(c.cases) * properties.len() as u64);
     let mut results = Vec::with_capacity(properties.len());
     for (i, p) in properties.iter().enumerate() {
@@ -141,27 +145,35 @@ pub fn run<O: Operation>(c: &Campaign) -> anyhow::Result<PropReport> {
     Ok(report)
 }
 
-/// The implementation `c` names and the contract the campaign draws in: a worker is started
-/// at once and its greeting's contract for `O` read, then the flags' keys replace its keys
-/// (the precision flags, `--acc` ..., replace the greeting's precision keys).
-fn implementation<O: Operation>(
-    c: &Campaign,
-) -> anyhow::Result<(Box<dyn Implementation<O>>, Contract)> {
+/// The implementation `c` names, the contract the campaign draws in and its domain: a worker
+/// is started at once and its greeting's contract for `O` read, then the flags' keys replace
+/// its keys (the precision flags, `--acc` ..., replace the greeting's precision keys).
+fn implementation<O: Operation>(c: &Campaign) -> anyhow::Result<Prepared<O>> {
     // Every flag checked against the implementation first (exit 2 before anything starts).
     let checked = registry::build::<O>(&c.choice).map_err(anyhow::Error::msg)?;
-    O::read_contract(&c.flags).map_err(anyhow::Error::msg)?;
+    let (flags_domain, _) = O::read_contract(&c.flags).map_err(anyhow::Error::msg)?;
     let Some(mut worker) = registry::worker::<O>(&c.choice) else {
-        return Ok((checked, c.flags.clone()));
+        return Ok(Prepared {
+            imp: checked,
+            contract: c.flags.clone(),
+            domain: flags_domain,
+        });
     };
     let greeting = match worker.contract(O::PROTOCOL_OP, <O as Contracted>::CONTRACT_KEY) {
         Ok(g) => g,
         // It cannot start: every property says so ([`Implementation::broken`]).
-        Err(_) => return Ok((Box::new(worker), c.flags.clone())),
+        Err(_) => {
+            return Ok(Prepared {
+                imp: Box::new(worker),
+                contract: c.flags.clone(),
+                domain: flags_domain,
+            })
+        }
     };
     let greeted = Contract::from_greeting(<O as Contracted>::CONTRACT_KEY, greeting.as_ref())
         .map_err(anyhow::Error::msg)?;
     let contract = greeted.overridden_by(&c.flags);
-    let (_, declared) = O::read_contract(&contract).map_err(anyhow::Error::msg)?;
+    let (domain, declared) = O::read_contract(&contract).map_err(anyhow::Error::msg)?;
     let declared = c.choice.declared.or(declared);
     worker.declaration = registry::declaration::<O>(&declared).map_err(|e| {
         anyhow::anyhow!(
@@ -169,7 +181,18 @@ fn implementation<O: Operation>(
             O::NAME
         )
     })?;
-    Ok((Box::new(worker), contract))
+    Ok(Prepared {
+        imp: Box::new(worker),
+        contract,
+        domain,
+    })
+}
+
+/// What a campaign runs against: the implementation, its contract and the domain read from it.
+struct Prepared<O: Operation> {
+    imp: Box<dyn Implementation<O>>,
+    contract: Contract,
+    domain: O::Domain,
 }
 
 /// The properties of `O` named in `only` (all when it is empty), in `O`'s order.
