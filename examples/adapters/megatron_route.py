@@ -80,29 +80,13 @@ from megatron.core.transformer.moe.router_replay import (  # noqa: E402
 import _checkout  # noqa: E402,F401  (the moecheck helper from this checkout)
 from moecheck.adapter import serve  # noqa: E402
 from moecheck.case import CaseError  # noqa: E402
+from megatron_contract import CONTRACT  # noqa: E402  (the contract in the greeting)
 
 #: case.json drop_policy -> Megatron's moe_token_drop_policy.
 DROP_POLICIES = {"probs": "probs", "token-order": "position"}
 
 #: The router's logits dtype (Megatron's moe_router_dtype): fp32, or fp64 with --fp64-router.
 ROUTER_DTYPE = torch.float64 if "--fp64-router" in sys.argv[1:] else torch.float32
-
-#: What Megatron's router does (docs/protocol.md, "The contract in the greeting"). The
-#: combinations it refuses that these keys cannot say (a bias with a softmax score, norm_topk
-#: with softmax, topk-softmax at K = 1) are refused case by case.
-CONTRACT = {
-    "route": {
-        "declared": {"compute": "f32", "convention": "megatron", "ties": "any"},
-        "supports": {
-            "scores": ["softmax", "topk-softmax", "sigmoid"],
-            "capacity": True,
-            "drop_policies": list(DROP_POLICIES),
-            "groups": True,
-            "bias": True,
-            "scaling": True,
-        },
-    },
-}
 
 
 def refusal(cfg, has_bias):

@@ -41,24 +41,9 @@ import numpy as np
 import _checkout  # noqa: F401  (the moecheck helper from this checkout)
 from moecheck.adapter import serve
 from moecheck.case import CaseError
+from megatron_contract import CONTRACT  # noqa: E402  (the contract in the greeting)
 
 F32 = np.float32
-
-#: What this router does (docs/protocol.md, "The contract in the greeting"); the refusals
-#: above that these keys cannot say are made case by case.
-CONTRACT = {
-    "route": {
-        "declared": {"compute": "f32", "convention": "megatron", "ties": "any"},
-        "supports": {
-            "scores": ["softmax", "topk-softmax", "sigmoid"],
-            "capacity": True,
-            "drop_policies": ["probs", "token-order"],
-            "groups": True,
-            "bias": True,
-            "scaling": True,
-        },
-    },
-}
 
 
 def topk_higher_index(values, k):
