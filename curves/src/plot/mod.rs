@@ -1,8 +1,9 @@
 //! The parity plot: both curves (top), the gap TEST − BASE with its window means and the ±δ
 //! band (bottom), the warm-up shaded, a legend and the verdict. One scene is drawn two ways:
-//! as SVG text (`svg.rs`), or rasterised (`raster.rs`) and written as an RGB PNG by the `png`
-//! crate (`png_file.rs`). Text is DejaVu Sans, embedded (`curves/assets/`) and measured and
-//! rasterised by `ab_glyph` (`text.rs`) — no system font.
+//! as SVG text (`svg.rs`), or onto a pixmap (`raster.rs`: shapes anti-aliased by the
+//! `tiny-skia` crate, text blended in from `ab_glyph`'s coverage) written as an RGB PNG by the
+//! `png` crate (`png_file.rs`). Text is DejaVu Sans, embedded (`curves/assets/`) and measured
+//! and rasterised by `ab_glyph` (`text.rs`) — no system font.
 //!
 //! `scene.rs` lays the plot out as shapes (`shape.rs`) in panels (`panel.rs`), with the legend
 //! and verdict in `legend.rs`; every text's box comes from the font's own metrics, so the
@@ -63,7 +64,7 @@ pub fn render(d: &Diff, kind: Kind) -> Vec<u8> {
             for s in &scene {
                 c.draw(s);
             }
-            png_file::encode_rgb(WIDTH, HEIGHT, c.pixels())
+            png_file::encode_rgb(WIDTH, HEIGHT, &c.pixels())
         }
     }
 }
