@@ -5,6 +5,7 @@
 //! The implementations (`crate::impls`, `crate::cuda`) implement it; the registry
 //! (`crate::registry`) and everything above it use it.
 
+use moecheck_reference::gemm::Verify;
 use moecheck_reference::op::Implementation;
 use moecheck_reference::protocol::Protocol;
 
@@ -39,6 +40,18 @@ pub trait Backends: Protocol {
     fn declared(case: &Self::Case, precision: &Self::Precision) -> Declared {
         let _ = (case, precision);
         Declared::default()
+    }
+
+    /// The check mode `--verify` asks for ([`Op::Check`]): `None` is the default mode; the
+    /// default refuses any mode, for operations checked one way. The error is one line.
+    fn check_mode(verify: Option<Verify>) -> Result<Self::Check, String> {
+        match verify {
+            None => Ok(Self::Check::default()),
+            Some(v) => Err(format!(
+                "--verify {v}: only a grouped GEMM (and an FP8 one) has verification modes; {} is checked one way",
+                Self::NAME
+            )),
+        }
     }
 
     /// Its CPU model with `bug` planted; `None` when the operation has no model.

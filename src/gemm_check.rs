@@ -1,5 +1,5 @@
 //! How a generated grouped-GEMM check runs (`moecheck gemm`): which operation checks it (the
-//! grouped GEMM or the FP8 grouped GEMM, under full or fast verification), whether it runs
+//! grouped GEMM or the FP8 grouped GEMM) in which mode (full or fast verification), whether it runs
 //! whole or in shards of experts and in how many, and the memory guard. The command's flags
 //! become a [`GemmCheck`]; every decision is made here, on the pipeline's side.
 
@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use moecheck_reference::format::Format;
-use moecheck_reference::fp8::{Fp8Gemm, Fp8GemmFast, Fp8Recipe};
+use moecheck_reference::fp8::{Fp8Gemm, Fp8Recipe};
 use moecheck_reference::gemm::shard::{self, Sharded};
-use moecheck_reference::gemm::{Gemm, GemmFast, Verify};
+use moecheck_reference::gemm::{Gemm, Verify};
 use moecheck_reference::op::{Implementation, Op};
 use moecheck_reference::report::Reported;
 
@@ -52,10 +52,7 @@ pub fn run(c: &GemmCheck) -> anyhow::Result<ExitCode> {
             .verify
             .unwrap_or_else(|| Verify::default_for(c.spec.work()));
         let estimate = Estimate::Gemm(verify);
-        return match verify {
-            Verify::Full => check::<Gemm, _>(c, &c.spec, &c.spec, estimate, None),
-            Verify::Fast => check::<GemmFast, _>(c, &c.spec, &c.spec, estimate, None),
-        };
+        return check::<Gemm, _>(c, &c.spec, &c.spec, verify, estimate, None);
     };
     if matches!(c.spec.out_dtype, Format::E4m3 | Format::E5m2) {
         anyhow::bail!(
@@ -76,19 +73,17 @@ pub fn run(c: &GemmCheck) -> anyhow::Result<ExitCode> {
     let whole = spec.recipe.shard_local();
     // Whether the inputs are held whole is the generator's to say (`check`).
     let fp8 = Estimate::Fp8 { whole_inputs: true };
-    match verify {
-        Verify::Full => check::<Fp8Gemm, _>(c, &spec, &spec.gemm, fp8, whole),
-        Verify::Fast => check::<Fp8GemmFast, _>(c, &spec, &spec.gemm, fp8, whole),
-    }
+    check::<Fp8Gemm, _>(c, &spec, &spec.gemm, verify, fp8, whole)
 }
 
-/// The check of `spec` (whose grouped GEMM is `gemm`) as op `O` ([`Gemm`], [`GemmFast`],
-/// [`Fp8Gemm`] or [`Fp8GemmFast`]: the same implementations, another comparison), whole or in
-/// shards of experts ([`GemmCheck::shards`]; `case_whole` says why the case cannot be sharded).
+/// The check of `spec` (whose grouped GEMM is `gemm`) as op `O` ([`Gemm`] or [`Fp8Gemm`]) in
+/// mode `verify`, whole or in shards of experts ([`GemmCheck::shards`]; `case_whole` says why
+/// the case cannot be sharded).
 fn check<O, S>(
     c: &GemmCheck,
     spec: &S,
     gemm: &GemmSpec,
+    verify: Verify,
     estimate: Estimate,
     case_whole: Option<String>,
 ) -> anyhow::Result<ExitCode>
@@ -113,7 +108,7 @@ where
             "moecheck: running {} on the whole FP8 case, then checking its outputs in {parts} shards of consecutive experts, one shard's references held at a time (the report is the whole case's)",
             imp.name()
         );
-        pipeline_sharded::run_whole_checked_in_shards(spec, imp.as_ref(), parts)?
+        pipeline_sharded::run_whole_checked_in_shards(spec, imp.as_ref(), parts, verify)?
     } else if parts > 1 {
         let what = match estimate {
             Estimate::Gemm(_) => "case",
@@ -123,9 +118,9 @@ where
             "moecheck: checking the {what} in {parts} shards of consecutive experts, one shard's outputs held at a time ({} computes each expert on its own; the report is the whole case's)",
             imp.name()
         );
-        pipeline_sharded::run_sharded(spec, imp.as_ref(), parts)?
+        pipeline_sharded::run_sharded(spec, imp.as_ref(), parts, verify)?
     } else {
-        pipeline::run(spec, Some(imp.as_ref()), c.dump.as_deref())?
+        pipeline::run(spec, Some(imp.as_ref()), c.dump.as_deref(), verify)?
     };
     report::finish(&pipeline::report(&run), c.json)
 }

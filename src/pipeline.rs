@@ -96,8 +96,9 @@ impl<O: Op> Run<O> {
     }
 }
 
-/// Generates the case, computes the reference, runs `imp` once (when given), checks its
-/// outputs, and writes the case and the checked outputs to `dump`.
+/// Generates the case, computes the reference for a check in mode `check` ([`Op::Check`]:
+/// `Default::default()` for every operation checked one way), runs `imp` once (when given),
+/// checks its outputs, and writes the case and the checked outputs to `dump`.
 ///
 /// An invalid generated case, an implementation that cannot run it as declared, or a dump
 /// that cannot be written is an error (exit 2); an implementation that fails is a failing
@@ -106,6 +107,7 @@ pub fn run<O: Backends>(
     generator: &dyn Generate<O>,
     imp: Option<&dyn Implementation<O>>,
     dump: Option<&Path>,
+    check: O::Check,
 ) -> anyhow::Result<Run<O>> {
     if let Some(dir) = dump {
         // Refused before anything runs: a directory holding anything but a case.
@@ -118,7 +120,7 @@ pub fn run<O: Backends>(
     // check, expert by expert (`moecheck_reference::gemm::stream`).
     progress.stage("preparing the f64 reference");
     let start = Instant::now();
-    let expected = O::expected(case, ask).context("generated case")?;
+    let expected = O::expected(case, ask, check).context("generated case")?;
     let reference_seconds = start.elapsed().as_secs_f64();
     let checked = imp.map(|i| {
         progress.stage(&format!(
@@ -374,18 +376,19 @@ pub struct DirCheck<O: Op> {
     pub reference_seconds: f64,
 }
 
-/// The outputs in `dir` against the reference of the case in `dir`, for an implementation
-/// that declared `declaration`. A directory that cannot be read, or an invalid case, is an
-/// error (exit 2).
+/// The outputs in `dir` against the reference of the case in `dir` (checked in mode
+/// `check`), for an implementation that declared `declaration`. A directory that cannot be
+/// read, or an invalid case, is an error (exit 2).
 pub fn verify_dir<O: Protocol>(
     dir: &Path,
     declaration: &O::Declaration,
+    check: O::Check,
 ) -> anyhow::Result<DirCheck<O>> {
     let (case, ask) = protocol::read_case::<O>(dir)?;
     let got = protocol::read_outputs::<O>(dir, &case, ask)?;
     let precision = O::declared_precision(&case, declaration);
     let start = Instant::now();
-    let expected = O::expected(&case, ask).with_context(|| dir.display().to_string())?;
+    let expected = O::expected(&case, ask, check).with_context(|| dir.display().to_string())?;
     let reference_seconds = start.elapsed().as_secs_f64();
     let verdict = match O::compare(&case, ask, &precision, &expected, &got) {
         Ok(report) => Verdict::of(report),
@@ -405,8 +408,9 @@ pub fn verify_dir<O: Protocol>(
 pub fn check_dir<O: Protocol + Reported>(
     dir: &Path,
     declaration: &O::Declaration,
+    check: O::Check,
 ) -> anyhow::Result<RunReport<O>> {
-    let c = verify_dir::<O>(dir, declaration)?;
+    let c = verify_dir::<O>(dir, declaration, check)?;
     let implemented = Implemented {
         name: format!("outputs in {}", dir.display()),
         is_model: false,

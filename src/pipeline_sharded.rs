@@ -8,6 +8,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 
 use moecheck_reference::gemm::shard::{self, Sharded};
+use moecheck_reference::gemm::Verify;
 use moecheck_reference::op::{verify_against, Implementation, RunError, Verdict, Verified};
 use moecheck_reference::report::Implemented;
 
@@ -29,9 +30,10 @@ pub fn run_sharded<O: Backends + Sharded>(
     generator: &dyn Generate<O>,
     imp: &dyn Implementation<O>,
     parts: usize,
+    check: Verify,
 ) -> anyhow::Result<Run<O>> {
     debug_assert!(imp.shardable(), "{} is checked whole", imp.name());
-    in_shards(generator, imp, parts, false)
+    in_shards(generator, imp, parts, check, false)
 }
 
 /// Runs `imp` on the whole generated case once, then checks its outputs a shard of experts at
@@ -48,16 +50,18 @@ pub fn run_whole_checked_in_shards<O: Backends + Sharded>(
     generator: &dyn Generate<O>,
     imp: &dyn Implementation<O>,
     parts: usize,
+    check: Verify,
 ) -> anyhow::Result<Run<O>> {
-    in_shards(generator, imp, parts, true)
+    in_shards(generator, imp, parts, check, true)
 }
 
 /// Both runs: `imp` run once on the whole case (`run_whole`) or once per shard, each shard
-/// checked against its own reference, the reports merged.
+/// checked in mode `check` against its own reference, the reports merged.
 fn in_shards<O: Backends + Sharded>(
     generator: &dyn Generate<O>,
     imp: &dyn Implementation<O>,
     parts: usize,
+    check: Verify,
     run_whole: bool,
 ) -> anyhow::Result<Run<O>> {
     let progress = Progress::new(generator.work());
@@ -84,6 +88,7 @@ fn in_shards<O: Backends + Sharded>(
                     precision,
                     Verdict::RunFailed(e),
                     0.0,
+                    check,
                 ))
             }
         }
@@ -129,7 +134,8 @@ fn in_shards<O: Backends + Sharded>(
             None => O::shard(case, s),
         };
         let start = Instant::now();
-        let expected = O::expected(&sub, ask).with_context(|| format!("generated case, {s}"))?;
+        let expected =
+            O::expected(&sub, ask, check).with_context(|| format!("generated case, {s}"))?;
         reference_seconds += start.elapsed().as_secs_f64();
         let report = match part {
             Some(part) => O::compare(&sub, ask, &precision, &expected, &part)
@@ -157,16 +163,19 @@ fn in_shards<O: Backends + Sharded>(
         precision,
         verdict,
         reference_seconds,
+        check,
     ))
 }
 
-/// The run of `imp` on `generated` with `verdict`; no reference or outputs are held.
+/// The run of `imp` on `generated` with `verdict`, checked in mode `check`; no reference or
+/// outputs are held.
 fn finish<O: Backends + Sharded>(
     generated: Generated<O>,
     imp: &dyn Implementation<O>,
     precision: O::Precision,
     verdict: Verdict<O::Report>,
     reference_seconds: f64,
+    check: Verify,
 ) -> Run<O> {
     let implemented = Implemented {
         name: imp.name(),
@@ -179,7 +188,7 @@ fn finish<O: Backends + Sharded>(
     };
     Run {
         generated,
-        expected: O::unheld(),
+        expected: O::unheld(check),
         reference_seconds,
         checked: Some((implemented, verified)),
     }

@@ -11,9 +11,9 @@ use moecheck::impls::fp8::Fp8Bug;
 use moecheck::impls::PlantedBug;
 use moecheck::registry::Backends;
 use moecheck_reference::format::Format;
-use moecheck_reference::fp8::{Fp8GemmFast, Fp8Recipe};
-use moecheck_reference::gemm::{GemmFast, Passes, TailContract};
-use moecheck_reference::op::verify;
+use moecheck_reference::fp8::{Fp8Gemm, Fp8Recipe};
+use moecheck_reference::gemm::{Gemm, Passes, TailContract, Verify};
+use moecheck_reference::op::verify_in;
 
 mod common;
 use common::{with_defaults, SMALL_GEMM};
@@ -56,15 +56,19 @@ fn every_planted_bug_is_caught_by_fast_verification() {
         "partial M tiles"
     );
     assert_ne!(case.k() % 32, 0, "a partial K block");
-    let model = |bug| <GemmFast as Backends>::emulate(bug).expect("gemm has a model");
-    let clean = verify::<GemmFast>(model(None).as_ref(), &case, Passes::ALL);
+    let model = |bug| <Gemm as Backends>::emulate(bug).expect("gemm has a model");
+    let clean = verify_in::<Gemm>(model(None).as_ref(), &case, Passes::ALL, Verify::Fast);
     assert!(clean.verdict.passed(), "{:?}", clean.verdict.failure());
+    // The mode reached the comparison: projections of all three passes, sampled elements.
+    let report = clean.verdict.report().expect("a report");
+    assert_eq!(report.verify, Verify::Fast);
+    assert_eq!(report.fast.len(), 3);
     for &bug in Bug::ALL {
         let case = match bug {
             Bug::KZeroGarbage => generate(&spec(0)),
             _ => case.clone(),
         };
-        let v = verify::<GemmFast>(model(Some(bug)).as_ref(), &case, Passes::ALL);
+        let v = verify_in::<Gemm>(model(Some(bug)).as_ref(), &case, Passes::ALL, Verify::Fast);
         assert!(
             !v.verdict.passed(),
             "{} escaped fast verification",
@@ -91,11 +95,17 @@ fn every_planted_fp8_bug_is_caught_by_fast_verification() {
             ..spec(200)
         };
         let case = generate_fp8(&gemm, Fp8Recipe::default());
-        let model = |bug| <Fp8GemmFast as Backends>::emulate(bug).expect("fp8 has a model");
-        let clean = verify::<Fp8GemmFast>(model(None).as_ref(), &case, Passes::ALL);
+        let model = |bug| <Fp8Gemm as Backends>::emulate(bug).expect("fp8 has a model");
+        let fast = |imp: &dyn moecheck_reference::op::Implementation<Fp8Gemm>| {
+            verify_in::<Fp8Gemm>(imp, &case, Passes::ALL, Verify::Fast)
+        };
+        let clean = fast(model(None).as_ref());
         assert!(clean.verdict.passed(), "{:?}", clean.verdict.failure());
+        let report = clean.verdict.report().expect("a report");
+        assert_eq!(report.recipe_exact.verify, Verify::Fast);
+        assert!(report.high_precision.is_empty(), "not computed when fast");
         for &bug in Fp8Bug::ALL {
-            let v = verify::<Fp8GemmFast>(model(Some(bug)).as_ref(), &case, Passes::ALL);
+            let v = fast(model(Some(bug)).as_ref());
             assert!(
                 !v.verdict.passed(),
                 "{} escaped fast verification ({out_dtype} out)",
@@ -190,4 +200,58 @@ fn fp8_fast_verification_is_reported() {
             && text.contains("not computed under --verify fast"),
         "{text}"
     );
+}
+
+/// `moecheck check --verify fast DIR`: the same mode on a dumped case directory (plain and
+/// FP8), failing a planted bug the full check fails too, and refused with exit 2 for an
+/// operation checked one way.
+#[test]
+fn check_verifies_a_case_directory_fast() {
+    let tmp = tempfile::tempdir().unwrap();
+    let check = |dir: &std::path::Path, extra: &[&str]| {
+        let mut cmd = assert_cmd::Command::cargo_bin("moecheck").unwrap();
+        cmd.arg("check").arg(dir).args(extra);
+        cmd.output().unwrap()
+    };
+    for (name, extra) in [
+        ("clean", &[][..]),
+        ("bug", &["--inject", "partial-m-tile-dropped"][..]),
+        ("fp8", &["--dtype", "fp8"][..]),
+    ] {
+        let dir = tmp.path().join(name);
+        let dump = dir.to_str().unwrap();
+        let mut args = vec!["--dump", dump];
+        args.extend_from_slice(extra);
+        let made = gemm(&args).output().unwrap();
+        let want = if name == "bug" { 1 } else { 0 };
+        assert_eq!(made.status.code(), Some(want), "{name}");
+        let fast = check(&dir, &["--verify", "fast", "--json"]);
+        assert_eq!(fast.status.code(), Some(want), "{name}");
+        let v: serde_json::Value = serde_json::from_slice(&fast.stdout).unwrap();
+        assert_eq!(v["verification"]["mode"], "fast", "{name}");
+        assert_eq!(v["fast"].as_array().unwrap().len(), 3, "{name}");
+        let full = check(&dir, &["--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&full.stdout).unwrap();
+        assert_eq!(v["verification"]["mode"], "full", "{name}");
+        assert_eq!(full.status.code(), Some(want), "{name}");
+    }
+    let route = tmp.path().join("route");
+    let made = assert_cmd::Command::cargo_bin("moecheck")
+        .unwrap()
+        .args([
+            "route", "--topk", "2", "--score", "softmax", "--tokens", "16",
+        ])
+        .args(["--experts", "8", "--impl", "reference", "--dump"])
+        .arg(&route)
+        .output()
+        .unwrap();
+    assert_eq!(made.status.code(), Some(0));
+    let out = check(&route, &["--verify", "fast"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--verify fast") && err.contains("route"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
 }

@@ -12,9 +12,13 @@
 //! The data flow of one check:
 //!
 //! ```text
-//! case, ask ──> Op::validate ──> Op::expected (the f64 reference) ──────────────┐
-//!      └──────> Implementation::run ──> outputs ──> Op::compare(precision) ─────┴─> Verdict
+//! case, ask ──> Op::validate ──> Op::expected (the f64 reference, in a Check mode) ─┐
+//!      └──────> Implementation::run ──> outputs ──> Op::compare(precision) ──────────┴─> Verdict
 //! ```
+//!
+//! How a case is checked is a mode of its operation ([`Op::Check`]), not another operation:
+//! the grouped GEMM checked element by element or by fast verification is one [`Op`], run by
+//! the same implementations, with one report type.
 //!
 //! An invalid case is [`Verdict::BadInput`] (the caller's error: exit 2), a crashed or
 //! timed-out implementation is [`Verdict::RunFailed`] (a failed case: exit 1), and otherwise
@@ -52,8 +56,15 @@ pub trait Op: Sized + 'static {
     /// What an implementation returns: values in f64, or (the grouped GEMMs' outputs) as they
     /// were written, f32 or f64.
     type Outputs: Clone + Debug + Send + Sync;
+    /// How moecheck checks a case, where there is more than one way: the grouped GEMMs'
+    /// [`crate::gemm::Verify`] (every element, or fast verification); `()` for the operations
+    /// checked one way. It is how moecheck checks, not something asked of the implementation:
+    /// the same implementations run under every mode, and only [`Op::expected`] (and through
+    /// it [`Op::compare`]) reads it.
+    type Check: Copy + Debug + Default + PartialEq + Send + Sync;
     /// What the reference computes once per case for the comparison (values, magnitudes,
-    /// the reference routing, the layer's forward state, ...).
+    /// the reference routing, the layer's forward state, ...), under the mode it was
+    /// computed for.
     type Expected: Send + Sync;
     /// The comparison of one implementation's outputs with the reference.
     type Report: Comparison;
@@ -72,8 +83,12 @@ pub trait Op: Sized + 'static {
     /// The precision of the f64 reference itself (what [`Reference`] declares).
     fn reference_precision(case: &Self::Case) -> Self::Precision;
 
-    /// Computes the reference for `case` (validating it first).
-    fn expected(case: &Self::Case, ask: Self::Ask) -> Result<Self::Expected, Error>;
+    /// Computes the reference for `case` (validating it first), for a check in mode `check`.
+    fn expected(
+        case: &Self::Case,
+        ask: Self::Ask,
+        check: Self::Check,
+    ) -> Result<Self::Expected, Error>;
 
     /// The reference's own outputs, as an implementation would return them.
     fn reference_outputs(
@@ -82,8 +97,9 @@ pub trait Op: Sized + 'static {
         expected: Self::Expected,
     ) -> Self::Outputs;
 
-    /// Compares `got` with `expected` for an implementation that declared `precision`. `Err`
-    /// only for an invalid case; a wrong, missing or ill-shaped output is a failing report.
+    /// Compares `got` with `expected` for an implementation that declared `precision`, in the
+    /// mode `expected` was computed for. `Err` only for an invalid case; a wrong, missing or
+    /// ill-shaped output is a failing report.
     fn compare(
         case: &Self::Case,
         ask: Self::Ask,
@@ -244,7 +260,7 @@ impl<O: Op> Implementation<O> for Reference {
         true
     }
     fn run(&self, case: &O::Case, ask: O::Ask) -> Result<O::Outputs, RunError> {
-        O::expected(case, ask)
+        O::expected(case, ask, O::Check::default())
             .map(|e| O::reference_outputs(case, ask, e))
             .map_err(|e| RunError::new(e.to_string()))
     }
@@ -403,9 +419,20 @@ pub struct Verified<O: Op> {
     pub verdict: Verdict<O::Report>,
 }
 
-/// Computes the reference, runs `imp` once and compares.
+/// Computes the reference, runs `imp` once and compares, in the operation's default mode
+/// (every element).
 pub fn verify<O: Op>(imp: &dyn Implementation<O>, case: &O::Case, ask: O::Ask) -> Verified<O> {
-    match O::expected(case, ask) {
+    verify_in(imp, case, ask, O::Check::default())
+}
+
+/// [`verify`] in mode `check` (a grouped GEMM's fast verification).
+pub fn verify_in<O: Op>(
+    imp: &dyn Implementation<O>,
+    case: &O::Case,
+    ask: O::Ask,
+    check: O::Check,
+) -> Verified<O> {
+    match O::expected(case, ask, check) {
         Ok(expected) => verify_against(imp, case, ask, &expected),
         Err(e) => Verified {
             precision: imp.precision(case),

@@ -335,7 +335,7 @@ fn moe_layer_refuses_ties_any_on_an_exact_tie() {
     b.w0 = swap3(&a.w0);
     b.w1 = swap3(&a.w1);
     b.wo = swap3(&a.wo);
-    let eb = MoeLayer::expected(&b, ()).unwrap();
+    let eb = MoeLayer::expected(&b, (), ()).unwrap();
     let g = &eb.grads;
     let mut dwr = g.dw_router.clone();
     dwr.column_mut(0).assign(&g.dw_router.column(1));
@@ -349,7 +349,7 @@ fn moe_layer_refuses_ties_any_on_an_exact_tie() {
         dwo: swap3(&g.dwo),
         dshared: None,
     };
-    let ea = MoeLayer::expected(&a, ()).unwrap();
+    let ea = MoeLayer::expected(&a, (), ()).unwrap();
     // The other tie choice really is different, and the lower-index reference fails it: so
     // under ties = any such a case cannot be checked from the layer's outputs.
     assert_ne!(ea.grads.out, other.out);

@@ -13,6 +13,7 @@ use moecheck::registry::{self, Declared};
 use moecheck::report::Report;
 use moecheck::{pipeline, protocol, report};
 use moecheck_reference::format::Format;
+use moecheck_reference::gemm::Verify;
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
@@ -39,6 +40,12 @@ pub struct CheckArgs {
     /// inputs) [default: what case.json records, else the case's].
     #[arg(long, value_parser = super::format_in(super::FLOATS))]
     pub out_dtype: Option<Format>,
+    /// How a grouped GEMM's outputs are checked (plain or FP8): full (every element
+    /// against its own bound) or fast (projections, sampled rows and columns, NaN/inf and
+    /// exact zeros everywhere; see docs/commands.md) [default: full]. Routing and the MoE
+    /// layer are checked one way.
+    #[arg(long, value_name = "full|fast", value_parser = Verify::parse)]
+    pub verify: Option<Verify>,
     /// Machine-readable report with a top-level "verdict".
     #[arg(long)]
     pub json: bool,
@@ -58,6 +65,7 @@ pub fn run(a: CheckArgs) -> anyhow::Result<ExitCode> {
         dir: &a.dir,
         header: &header,
         declared,
+        verify: a.verify,
         result: None,
     };
     ops::each(&mut check);
@@ -76,6 +84,7 @@ struct CheckAs<'a> {
     dir: &'a Path,
     header: &'a CaseHeader,
     declared: Declared,
+    verify: Option<Verify>,
     result: Option<anyhow::Result<Box<dyn Report>>>,
 }
 
@@ -84,12 +93,14 @@ impl Visit for CheckAs<'_> {
         if !ops::reads::<O>(self.header) {
             return ControlFlow::Continue(());
         }
-        self.result = Some(
-            registry::declaration::<O>(&self.declared)
-                .map_err(anyhow::Error::msg)
-                .and_then(|d| pipeline::check_dir::<O>(self.dir, &d))
-                .map(|r| Box::new(r) as Box<dyn Report>),
-        );
+        let run = || -> anyhow::Result<Box<dyn Report>> {
+            let declaration =
+                registry::declaration::<O>(&self.declared).map_err(anyhow::Error::msg)?;
+            let mode = O::check_mode(self.verify).map_err(anyhow::Error::msg)?;
+            let report = pipeline::check_dir::<O>(self.dir, &declaration, mode)?;
+            Ok(Box::new(report))
+        };
+        self.result = Some(run());
         ControlFlow::Break(())
     }
 }

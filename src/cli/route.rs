@@ -148,7 +148,7 @@ pub fn run(a: RouteFlags) -> anyhow::Result<ExitCode> {
         Some(c) => Some(registry::build::<Route>(&c).map_err(anyhow::Error::msg)?),
         None => None,
     };
-    let run = pipeline::run(&spec, imp.as_deref(), a.dump.as_deref())?;
+    let run = pipeline::run(&spec, imp.as_deref(), a.dump.as_deref(), ())?;
     if let Some(dir) = &a.out {
         let case = &run.generated.case;
         let reference = Route::reference_outputs(case, (), run.expected.clone());

@@ -19,12 +19,11 @@ use rand_chacha::ChaCha8Rng;
 
 use moecheck_reference::format::Format;
 use moecheck_reference::fp8::{
-    quantize_operands, AmaxHistory, Fp8Gemm, Fp8GemmCase, Fp8GemmFast, Fp8Recipe, GivenScales,
-    Quantized, ScalingKind,
+    quantize_operands, AmaxHistory, Fp8Gemm, Fp8GemmCase, Fp8Recipe, GivenScales, Quantized,
+    ScalingKind,
 };
 use moecheck_reference::gemm::shard::Shard;
 use moecheck_reference::gemm::{GroupedGemmCase, Passes, Precision};
-use moecheck_reference::op::Op;
 
 use crate::generate::gemm::{generate_with, GemmSpec, InShards};
 use crate::pipeline::{Generate, Generated, ShardSource};
@@ -60,31 +59,11 @@ impl Generate<Fp8Gemm> for Fp8Spec {
     }
 }
 
-/// The same case, checked fast (`--verify fast`).
-impl Generate<Fp8GemmFast> for Fp8Spec {
-    fn work(&self) -> u64 {
-        self.gemm.work()
-    }
-    fn generate(
-        &self,
-        precision: &dyn Fn(&Fp8GemmCase) -> Precision,
-    ) -> anyhow::Result<Generated<Fp8GemmFast>> {
-        let g = <Fp8Spec as Generate<Fp8Gemm>>::generate(self, precision)?;
-        Ok(Generated::once(g.case, g.ask))
-    }
-    fn shards(&self) -> Option<Box<dyn ShardSource<Fp8GemmFast> + '_>> {
-        self.in_shards()
-    }
-}
-
 impl Fp8Spec {
     /// The case made a shard of experts at a time, where every shard's scales are its own
     /// under current scaling ([`Fp8Recipe::shard_local`]). Given (delayed) scales come from
     /// the whole case's amax, so such a case is made whole and cut.
-    fn in_shards<O>(&self) -> Option<Box<dyn ShardSource<O> + '_>>
-    where
-        O: Op<Case = Fp8GemmCase, Ask = Passes>,
-    {
+    fn in_shards(&self) -> Option<Box<dyn ShardSource<Fp8Gemm> + '_>> {
         if matches!(self.recipe.scaling, ScalingKind::Delayed { .. })
             || self.recipe.shard_local().is_some()
         {
@@ -165,9 +144,8 @@ impl Fp8InShards {
     }
 }
 
-/// For [`Fp8Gemm`] and [`Fp8GemmFast`], whose cases are the same.
-impl<O: Op<Case = Fp8GemmCase, Ask = Passes>> ShardSource<O> for Fp8InShards {
-    fn header(&self) -> anyhow::Result<Generated<O>> {
+impl ShardSource<Fp8Gemm> for Fp8InShards {
+    fn header(&self) -> anyhow::Result<Generated<Fp8Gemm>> {
         let header = self.case(self.gemm.header_case()?);
         Ok(Generated::once(header, self.gemm.spec().passes))
     }
@@ -261,7 +239,7 @@ mod tests {
             let whole = <Fp8Spec as Generate<Fp8Gemm>>::generate(&s, &|_| unreachable!())
                 .unwrap()
                 .case;
-            let source = s.in_shards::<Fp8Gemm>().expect("current per-group scaling");
+            let source = s.in_shards().expect("current per-group scaling");
             for parts in [1, 2, 3, 16] {
                 for shard in plan(&whole.gemm, parts) {
                     let made = source.shard(&shard);
@@ -326,13 +304,13 @@ mod tests {
     fn whole_case_scales_are_not_made_in_shards() {
         let mut s = spec(100, 8);
         s.recipe.rhs.scope = ScopeKind::Tensor;
-        assert!(s.in_shards::<Fp8GemmFast>().is_none());
+        assert!(s.in_shards().is_none());
         let mut s = spec(100, 8);
         s.recipe.scaling = ScalingKind::Delayed {
             history_len: 4,
             algo: AmaxAlgo::Max,
             margin: 0,
         };
-        assert!(s.in_shards::<Fp8GemmFast>().is_none());
+        assert!(s.in_shards().is_none());
     }
 }

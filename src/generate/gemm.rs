@@ -21,8 +21,7 @@ use half::bf16;
 use moecheck_reference::format::Format;
 use moecheck_reference::gemm::shard::Shard;
 use moecheck_reference::gemm::weights::bf16_of;
-use moecheck_reference::gemm::{Gemm, GemmFast, GroupedGemmCase, Passes, TailContract, Weights};
-use moecheck_reference::op::Op;
+use moecheck_reference::gemm::{Gemm, GroupedGemmCase, Passes, TailContract, Weights};
 
 #[cfg(test)]
 use super::fill::unit_range;
@@ -157,23 +156,6 @@ impl Generate<Gemm> for GemmSpec {
     }
 }
 
-/// The same case, checked fast (`--verify fast`).
-impl Generate<GemmFast> for GemmSpec {
-    fn work(&self) -> u64 {
-        GemmSpec::work(self)
-    }
-    fn generate(
-        &self,
-        _: &dyn Fn(&GroupedGemmCase) -> moecheck_reference::gemm::Precision,
-    ) -> anyhow::Result<Generated<GemmFast>> {
-        self.validate().map_err(|e| anyhow::anyhow!(e.as_flag()))?;
-        Ok(Generated::once(generate(self), self.passes))
-    }
-    fn shards(&self) -> Option<Box<dyn ShardSource<GemmFast> + '_>> {
-        Some(Box::new(InShards::with(self.clone(), self.dtype)))
-    }
-}
-
 /// `spec`'s case made a shard of experts at a time ([`Generate::shards`]), its weights'
 /// values in `weights` (as [`generate_with`]) and the rest in `spec.dtype`.
 pub(crate) struct InShards {
@@ -229,9 +211,8 @@ impl InShards {
     }
 }
 
-/// For [`Gemm`] and [`GemmFast`], whose cases are the same.
-impl<O: Op<Case = GroupedGemmCase, Ask = Passes>> ShardSource<O> for InShards {
-    fn header(&self) -> anyhow::Result<Generated<O>> {
+impl ShardSource<Gemm> for InShards {
+    fn header(&self) -> anyhow::Result<Generated<Gemm>> {
         Ok(Generated::once(self.header_case()?, self.spec.passes))
     }
 

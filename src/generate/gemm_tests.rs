@@ -145,7 +145,7 @@ fn shards_made_alone_are_the_whole_cases_shards() {
                 assert!(made == whole.shard(&shard), "{dtype} {shard} of {parts}");
             }
         }
-        let header = ShardSource::<GemmFast>::header(&source).unwrap();
+        let header = ShardSource::<Gemm>::header(&source).unwrap();
         let h = &header.case;
         assert_eq!(header.ask, s.passes);
         assert_eq!((h.m(), h.k(), h.n()), (whole.m(), whole.k(), whole.n()));

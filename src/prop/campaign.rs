@@ -324,7 +324,7 @@ fn write_minimal<O: Operation>(
     let Ok(declaration) = registry::declaration::<O>(&declared) else {
         return Ok(None);
     };
-    let again = pipeline::verify_dir::<O>(dir, &declaration)
+    let again = pipeline::verify_dir::<O>(dir, &declaration, Default::default())
         .ok()
         .and_then(|checked| checked.verdict.failure());
     Ok((again.as_deref() == Some(reason)).then(|| command::check_line(dir, &declared)))

@@ -19,7 +19,7 @@ use super::high_precision::{high_precision, HighPrecisionStats};
 use super::model::{model_check, ModelCheck};
 use crate::gemm::{
     compare_outputs_with_bound, reference, CaseReport, GemmOutputs, Pass, Passes, Precision,
-    ReferenceResult,
+    ReferenceResult, Verify,
 };
 use crate::Error;
 
@@ -61,10 +61,13 @@ pub struct Fp8Report {
 }
 
 /// The passes the model-based check runs on (none when it does not run): those whose
-/// recipe-exact bound admits an all-zero output, when a fast accumulator is declared and every
-/// element passed.
+/// recipe-exact bound admits an all-zero output, when a fast accumulator is declared, every
+/// element passed, and every element was checked (not under fast verification).
 pub(super) fn undecided(case: &Fp8GemmCase, recipe_exact: &CaseReport) -> Vec<Pass> {
-    if case.recipe.accumulation == AccumModel::Exact || !recipe_exact.passed() {
+    if case.recipe.accumulation == AccumModel::Exact
+        || !recipe_exact.passed()
+        || recipe_exact.verify != Verify::Full
+    {
         return Vec::new();
     }
     recipe_exact

@@ -1,6 +1,6 @@
-//! The FP8 grouped GEMM verified fast (`moecheck gemm --dtype fp8 --verify fast`): the
-//! recipe-exact comparison by the grouped GEMM's fast verification ([`crate::gemm::fast`]),
-//! with the FP8 bound.
+//! The FP8 grouped GEMM verified fast (`moecheck gemm --dtype fp8 --verify fast`, the
+//! [`crate::gemm::Verify::Fast`] mode of [`super::Fp8Gemm`]): the recipe-exact comparison by
+//! the grouped GEMM's fast verification ([`crate::gemm::fast`]), with the FP8 bound.
 //!
 //! ## Why the grouped GEMM's fast check applies
 //! Every scale is constant over a group's rows and over an expert's weight (group, expert or
@@ -39,23 +39,13 @@ use half::bf16;
 
 use super::bulk::decode_all;
 use super::case::{Fp8GemmCase, Fp8Recipe, ScalingKind};
-use super::files::Fp8Json;
-use super::gemm::{quantize_operands, reference_from_operands, Fp8Bound, Fp8Operands};
-use super::op::{fp8_precision, Fp8Gemm};
-use super::report::{Fp8Document, Fp8Extra};
+use super::compare::Fp8Report;
+use super::gemm::{quantize_operands, Fp8Bound, Fp8Operands};
 use super::scaling::Quantized;
 use crate::format::Format;
-use crate::gemm::fast::{fast_compare_with_bound, fast_expected, FastExpected, FastReport};
-use crate::gemm::shard::{merge_fast, Shard, Sharded};
-use crate::gemm::{GemmFast, GemmOutputs, GroupedGemmCase, Pass, Passes, Precision, Weights};
-use crate::op::Op;
-use crate::protocol::{FileError, Files, Protocol, Stored};
-use crate::report::{Reported, RunInfo};
+use crate::gemm::fast::{fast_compare_with_bound, fast_expected, FastExpected};
+use crate::gemm::{GemmOutputs, GroupedGemmCase, Pass, Passes, Precision, Weights};
 use crate::Error;
-
-/// The FP8 grouped GEMM, verified fast (see the [module docs](self)).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Fp8GemmFast;
 
 impl Fp8Recipe {
     /// `None` when fast verification applies to this recipe ([module docs](self)); otherwise
@@ -128,145 +118,40 @@ pub fn scaled(mut fast: FastExpected, ops: &Fp8Operands, groups: usize) -> FastE
     fast
 }
 
-impl Op for Fp8GemmFast {
-    const NAME: &'static str = "fp8";
-    type Case = Fp8GemmCase;
-    type Ask = Passes;
-    type Declaration = ();
-    type Precision = Precision;
-    type Outputs = GemmOutputs;
-    type Expected = FastExpected;
-    type Report = FastReport;
-    type Internals = Fp8Operands;
-
-    fn validate(case: &Fp8GemmCase, passes: Passes) -> Result<(), Error> {
-        case.validate(passes)
-    }
-
-    fn declared_precision(case: &Fp8GemmCase, _: &()) -> Precision {
-        fp8_precision(case)
-    }
-
-    fn reference_precision(case: &Fp8GemmCase) -> Precision {
-        fp8_precision(case)
-    }
-
-    fn expected(case: &Fp8GemmCase, passes: Passes) -> Result<FastExpected, Error> {
-        case.validate(passes)?;
-        if let Some(why) = case.recipe.fast_applies() {
-            return Err(Error::InvalidRecipe {
-                reason: format!("--verify fast: {why}"),
-            });
-        }
-        let ops = quantize_operands(case, passes);
-        let fast = fast_expected(&decoded(case, &ops), passes)?;
-        Ok(scaled(fast, &ops, case.gemm.groups()))
-    }
-
-    /// The recipe-exact reference's values, every element (what runs as `--impl reference`,
-    /// not what checks).
-    fn reference_outputs(case: &Fp8GemmCase, passes: Passes, _: FastExpected) -> GemmOutputs {
-        let ops = quantize_operands(case, passes);
-        reference_from_operands(case, &ops, passes).value.into()
-    }
-
-    fn compare(
-        case: &Fp8GemmCase,
-        passes: Passes,
-        precision: &Precision,
-        expected: &FastExpected,
-        got: &GemmOutputs,
-    ) -> Result<FastReport, Error> {
-        let bound = Fp8Bound {
-            accumulation: case.recipe.accumulation,
-            output: case.gemm.out_dtype,
-        };
-        Ok(fast_compare_with_bound(
-            &case.gemm,
-            passes,
-            precision,
-            expected,
-            got,
-            &|n| bound.at_len(n),
-        ))
-    }
-
-    fn reference_internals(case: &Fp8GemmCase, passes: Passes) -> Option<Fp8Operands> {
-        Some(quantize_operands(case, passes))
-    }
-}
-
-/// The FP8 grouped GEMM's case directory, unchanged.
-impl Protocol for Fp8GemmFast {
-    const PROTOCOL_OP: &'static str = <Fp8Gemm as Protocol>::PROTOCOL_OP;
-    const MARKER: Option<&'static str> = <Fp8Gemm as Protocol>::MARKER;
-    type CaseJson = Fp8Json;
-
-    fn case_json(case: &Fp8GemmCase, passes: Passes) -> Fp8Json {
-        Fp8Gemm::case_json(case, passes)
-    }
-    fn input_files(case: &Fp8GemmCase, passes: Passes) -> Vec<(String, Stored)> {
-        Fp8Gemm::input_files(case, passes)
-    }
-    fn read_case(json: Fp8Json, files: &mut dyn Files) -> Result<(Fp8GemmCase, Passes), FileError> {
-        Fp8Gemm::read_case(json, files)
-    }
-    fn output_files(outputs: &GemmOutputs) -> Vec<(String, Stored)> {
-        Fp8Gemm::output_files(outputs)
-    }
-    fn read_outputs(
-        case: &Fp8GemmCase,
-        passes: Passes,
-        files: &mut dyn Files,
-    ) -> Result<GemmOutputs, FileError> {
-        Fp8Gemm::read_outputs(case, passes, files)
-    }
-}
-
-/// The FP8 document: the grouped GEMM's fast document of the recipe-exact comparison, the
-/// recipe, and no comparison with the unquantised GEMM.
-impl Reported for Fp8GemmFast {
-    type Document = Fp8Document;
-
-    fn document(run: &RunInfo<Fp8GemmFast>) -> Fp8Document {
-        let gemm = <GemmFast as Reported>::document(&RunInfo::<GemmFast> {
-            implementation: run.implementation,
-            case: &run.case.gemm,
-            ask: run.ask,
-            expected: run.expected,
-            precision: run.precision,
-            verdict: run.verdict,
-            draws: run.draws,
-            reference_seconds: run.reference_seconds,
+/// The fast reference of `case` ([`Fp8Recipe::fast_applies`] must hold): the fast reference
+/// of the decoded case, scaled group by group ([`scaled`]).
+pub fn fp8_fast_expected(case: &Fp8GemmCase, passes: Passes) -> Result<FastExpected, Error> {
+    case.validate(passes)?;
+    if let Some(why) = case.recipe.fast_applies() {
+        return Err(Error::InvalidRecipe {
+            reason: format!("--verify fast: {why}"),
         });
-        Fp8Document {
-            gemm,
-            fp8: Fp8Extra {
-                recipe: run.case.recipe,
-                verdict_from: "recipe-exact",
-                high_precision: Vec::new(),
-                model_check: None,
-            },
-        }
     }
-
-    fn render(doc: &Fp8Document) -> String {
-        Fp8Gemm::render(doc)
-    }
+    let ops = quantize_operands(case, passes);
+    let fast = fast_expected(&decoded(case, &ops), passes)?;
+    Ok(scaled(fast, &ops, case.gemm.groups()))
 }
 
-impl Sharded for Fp8GemmFast {
-    fn grouped(case: &Fp8GemmCase) -> &GroupedGemmCase {
-        &case.gemm
-    }
-    fn shard(case: &Fp8GemmCase, shard: &Shard) -> Fp8GemmCase {
-        case.shard(shard)
-    }
-    fn merge(case: &Fp8GemmCase, parts: &[(Shard, FastReport)]) -> FastReport {
-        merge_fast(&case.gemm, parts)
-    }
-    fn unheld() -> FastExpected {
-        FastExpected { passes: Vec::new() }
+/// Compares `got` with the fast reference `expected` of `case` under the FP8 bound: the
+/// recipe-exact report of fast verification, nothing against the unquantised GEMM and no
+/// model-based check ([module docs](self)).
+pub fn fp8_fast_compare(
+    case: &Fp8GemmCase,
+    passes: Passes,
+    precision: &Precision,
+    expected: &FastExpected,
+    got: &GemmOutputs,
+) -> Fp8Report {
+    let bound = Fp8Bound {
+        accumulation: case.recipe.accumulation,
+        output: case.gemm.out_dtype,
+    };
+    Fp8Report {
+        recipe_exact: fast_compare_with_bound(&case.gemm, passes, precision, expected, got, &|n| {
+            bound.at_len(n)
+        }),
+        high_precision: Vec::new(),
+        model: None,
     }
 }
 
@@ -275,7 +160,7 @@ mod tests {
     use ndarray::{Array2, Array3};
 
     use super::*;
-    use crate::fp8::fp8_reference;
+    use crate::fp8::{fp8_precision, fp8_reference};
     use crate::gemm::TailContract;
     use crate::seed::mix;
 
@@ -324,10 +209,10 @@ mod tests {
             dlhs: r.value.dlhs.clone().map(|a| a.mapv(|x| x as f32).into()),
             drhs: r.value.drhs.clone().map(|a| a.mapv(|x| x as f32).into()),
         };
-        let expected = Fp8GemmFast::expected(&c, Passes::ALL).unwrap();
+        let expected = fp8_fast_expected(&c, Passes::ALL).unwrap();
         let precision = fp8_precision(&c);
         let judge = |got: &GemmOutputs| {
-            Fp8GemmFast::compare(&c, Passes::ALL, &precision, &expected, got).unwrap()
+            fp8_fast_compare(&c, Passes::ALL, &precision, &expected, got).recipe_exact
         };
         let clean = judge(&good);
         assert!(clean.passed(), "{:?}", clean.first_failure());
@@ -353,7 +238,10 @@ mod tests {
         let out = bad.out.as_mut().unwrap().f64_mut();
         out[(row, col)] += 100.0 * row_bounds;
         let caught = judge(&bad);
-        assert!(caught.sampled.passed(), "the moved element was sampled");
+        assert!(
+            caught.passes.iter().all(crate::gemm::PassReport::passed),
+            "the moved element was sampled"
+        );
         assert!(
             caught.fast[0].failed_rows > 0,
             "100x the row's bounds escaped the projections"

@@ -77,7 +77,7 @@ pub use case::{
     ScalingKind, ScopeKind,
 };
 pub use compare::{compare_fp8, Fp8Expected, Fp8Report};
-pub use fast::Fp8GemmFast;
+pub use fast::{fp8_fast_compare, fp8_fast_expected};
 pub use files::Fp8Json;
 pub use gemm::{
     fp8_reference, quantize_operands, reference_from_operands, rhs_rows, Fp8Bound, Fp8Operands,

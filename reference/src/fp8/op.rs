@@ -1,15 +1,17 @@
 //! The FP8 grouped GEMM as an [`Op`]: its case ([`Fp8GemmCase`], whose recipe declares the
 //! accumulation model the bound is derived from, so an external implementation declares
 //! nothing more), both references computed once ([`Fp8Expected`]) and the two comparisons
-//! ([`compare_fp8`]). Its internals are the quantised operands an implementation used
+//! ([`compare_fp8`]), or under fast verification ([`Verify::Fast`]) the fast reference of the
+//! recipe-exact GEMM ([`super::fast`]). Its internals are the quantised operands an implementation used
 //! ([`Fp8Operands`]), for the quantisation and copy properties.
 
 use super::accum::{AccumModel, PROMOTE_INTERVAL};
 use super::case::Fp8GemmCase;
 use super::compare::{compare_fp8, Fp8Expected, Fp8Report};
-use super::gemm::{quantize_operands, Fp8Operands};
+use super::fast::{fp8_fast_compare, fp8_fast_expected};
+use super::gemm::{quantize_operands, reference_from_operands, Fp8Operands};
 use crate::format::Format;
-use crate::gemm::{Accumulator, GemmOutputs, Passes, Precision};
+use crate::gemm::{Accumulator, ByMode, GemmOutputs, Passes, Precision, Verify};
 use crate::op::{Comparison, Op};
 use crate::Error;
 
@@ -42,7 +44,9 @@ impl Op for Fp8Gemm {
     type Declaration = ();
     type Precision = Precision;
     type Outputs = GemmOutputs;
-    type Expected = Fp8Expected;
+    /// Every element (the default) or fast verification ([`super::fast`]).
+    type Check = Verify;
+    type Expected = ByMode<Fp8Expected>;
     type Report = Fp8Report;
     type Internals = Fp8Operands;
 
@@ -60,23 +64,43 @@ impl Op for Fp8Gemm {
         fp8_precision(case)
     }
 
-    fn expected(case: &Fp8GemmCase, passes: Passes) -> Result<Fp8Expected, Error> {
-        Fp8Expected::of(case, passes)
+    fn expected(
+        case: &Fp8GemmCase,
+        passes: Passes,
+        check: Verify,
+    ) -> Result<ByMode<Fp8Expected>, Error> {
+        match check {
+            Verify::Full => Fp8Expected::of(case, passes).map(ByMode::Full),
+            Verify::Fast => fp8_fast_expected(case, passes).map(ByMode::Fast),
+        }
     }
 
-    /// The GEMM of the recipe's dequantised operands.
-    fn reference_outputs(_: &Fp8GemmCase, _: Passes, expected: Fp8Expected) -> GemmOutputs {
-        expected.recipe_exact.value.into()
+    /// The GEMM of the recipe's dequantised operands (every element, in either mode).
+    fn reference_outputs(
+        case: &Fp8GemmCase,
+        passes: Passes,
+        expected: ByMode<Fp8Expected>,
+    ) -> GemmOutputs {
+        match expected {
+            ByMode::Full(e) => e.recipe_exact.value.into(),
+            ByMode::Fast(_) => {
+                let ops = quantize_operands(case, passes);
+                reference_from_operands(case, &ops, passes).value.into()
+            }
+        }
     }
 
     fn compare(
         case: &Fp8GemmCase,
         passes: Passes,
         precision: &Precision,
-        expected: &Fp8Expected,
+        expected: &ByMode<Fp8Expected>,
         got: &GemmOutputs,
     ) -> Result<Fp8Report, Error> {
-        Ok(compare_fp8(case, passes, precision, expected, got))
+        Ok(match expected {
+            ByMode::Full(e) => compare_fp8(case, passes, precision, e, got),
+            ByMode::Fast(e) => fp8_fast_compare(case, passes, precision, e, got),
+        })
     }
 
     /// The operands exactly as the recipe quantises them.

@@ -19,7 +19,8 @@ use super::high_precision::HighPrecisionStats;
 use super::model::ModelCheck;
 use super::op::Fp8Gemm;
 use crate::gemm::render_fast;
-use crate::gemm::{render_case, render_kinds, render_passes, Gemm, GemmDocument};
+use crate::gemm::{render_case, render_kinds, render_passes, ByMode, Gemm, GemmDocument};
+use crate::gemm::{Streamed, Verify};
 use crate::report::{verdict_line, Reported, RunInfo};
 
 /// The `--json` document of `moecheck gemm --dtype fp8` and of `moecheck check` on an FP8
@@ -49,11 +50,13 @@ impl Reported for Fp8Gemm {
     fn document(run: &RunInfo<Fp8Gemm>) -> Fp8Document {
         // The verdict of the recipe-exact comparison alone, as the grouped GEMM reports it.
         let verdict = run.verdict.map(|v| v.map(|r| r.recipe_exact.clone()));
+        // The grouped GEMM's document reads only the mode of its reference.
+        let expected = ByMode::unheld(run.expected.mode(), Streamed);
         let gemm = <Gemm as Reported>::document(&RunInfo::<Gemm> {
             implementation: run.implementation,
             case: &run.case.gemm,
             ask: run.ask,
-            expected: &crate::gemm::Streamed,
+            expected: &expected,
             precision: run.precision,
             verdict: verdict.as_ref(),
             draws: run.draws,
@@ -81,7 +84,8 @@ impl Reported for Fp8Gemm {
         let g = &doc.gemm;
         g.head.render(&mut s);
         render_case(&mut s, g);
-        if !g.fast.is_empty() {
+        let fast = g.verification.mode == Verify::Fast;
+        if fast {
             let v = &g.verification;
             let _ = writeln!(s, "verification: {}: {}", v.mode, v.guarantee);
         }
@@ -89,7 +93,7 @@ impl Reported for Fp8Gemm {
         render_kinds(&mut s, &g.passes);
         render_passes(&mut s, &g.passes);
         render_fast(&mut s, &g.fast);
-        if !g.fast.is_empty() {
+        if fast {
             let _ = writeln!(s, "against the unquantised f64 GEMM: not computed under --verify fast (information only; --verify full computes it)");
         }
         render_high_precision(&mut s, &doc.fp8.high_precision);

@@ -21,7 +21,7 @@ use super::high_precision::merge_high_precision;
 use super::model::ModelCheck;
 use super::op::Fp8Gemm;
 use crate::gemm::shard::{merge_case, Shard, Sharded};
-use crate::gemm::{GroupedGemmCase, ReferenceResult};
+use crate::gemm::{ByMode, GroupedGemmCase, ReferenceResult, Verify};
 
 impl Fp8Recipe {
     /// `None` when a shard of experts keeps every scale of the whole case (module docs);
@@ -120,15 +120,18 @@ impl Sharded for Fp8Gemm {
         merge_fp8(case, parts)
     }
     /// Empty references and operands: a report reads neither.
-    fn unheld() -> Fp8Expected {
+    fn unheld(check: Verify) -> ByMode<Fp8Expected> {
         let empty = || ReferenceResult {
             value: Default::default(),
             magnitude: Default::default(),
         };
-        Fp8Expected {
-            recipe_exact: empty(),
-            high_precision: empty(),
-            operands: Fp8Operands::empty(),
-        }
+        ByMode::unheld(
+            check,
+            Fp8Expected {
+                recipe_exact: empty(),
+                high_precision: empty(),
+                operands: Fp8Operands::empty(),
+            },
+        )
     }
 }

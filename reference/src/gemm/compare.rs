@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::bound::{ErrorBound, Precision};
 use super::case::{GemmOutputs, GroupedGemmCase, Pass, Passes, TailContract};
+use super::fast::{FastPass, Verify};
 use super::fit::Fit;
 use super::grouped::ReferenceResult;
 pub(crate) use super::judge::zero_ratio;
@@ -78,17 +79,34 @@ impl PassReport {
     }
 }
 
-/// The comparison of every asked pass of a case.
+/// The comparison of every asked pass of a case, in either mode ([`Verify`]).
+///
+/// Full verification: `passes` holds every element, `fast` is empty. Fast verification
+/// ([`super::fast`]): `passes` holds the sampled rows and columns, tail rows and zero-length
+/// reductions (per group, as full mode reports them), and `fast` per pass the random
+/// projections of every row and the NaN/inf scan.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CaseReport {
     pub precision: Precision,
     pub tail: TailContract,
+    /// The mode that made this report.
+    #[serde(default = "full")]
+    pub verify: Verify,
     pub passes: Vec<PassReport>,
+    /// Fast verification only: per pass the projections and the NaN/inf scan.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fast: Vec<FastPass>,
+}
+
+fn full() -> Verify {
+    Verify::Full
 }
 
 impl CaseReport {
+    /// Every pass held, and under fast verification every projection and every element's
+    /// finiteness.
     pub fn passed(&self) -> bool {
-        self.passes.iter().all(PassReport::passed)
+        self.passes.iter().all(PassReport::passed) && self.fast.iter().all(FastPass::passed)
     }
     /// When every pass passed but one admits an all-zero output, one line naming it.
     pub fn inconclusive(&self) -> Option<String> {
@@ -101,8 +119,18 @@ impl CaseReport {
         ))
     }
 
-    /// A one-line description of the first failure, if any.
+    /// A one-line description of the first failure, if any: under fast verification
+    /// non-finite elements first, then the sampled elements, then the projections.
     pub fn first_failure(&self) -> Option<String> {
+        let non_finite = self.fast.iter().find(|f| f.non_finite > 0);
+        non_finite
+            .and_then(FastPass::failure)
+            .or_else(|| self.element_failure())
+            .or_else(|| self.fast.iter().find_map(FastPass::failure))
+    }
+
+    /// The first pass with an element outside its bound (or unreadable), in one line.
+    fn element_failure(&self) -> Option<String> {
         let p = self.passes.iter().find(|p| !p.passed())?;
         if let Some(e) = &p.error {
             return Some(format!("{}: {e}", p.pass));
@@ -286,7 +314,9 @@ fn compare_with(
     CaseReport {
         precision: *precision,
         tail: case.tail,
+        verify: Verify::Full,
         passes: reports,
+        fast: Vec::new(),
     }
 }
 

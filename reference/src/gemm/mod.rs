@@ -45,13 +45,13 @@ pub use compare::{
     compare_outputs, compare_outputs_with_bound, compare_streamed, CaseReport, GemmAt, GroupId,
     GroupStats, PassReport, Worst,
 };
-pub use fast::{GemmFast, Verify};
+pub use fast::Verify;
 pub use files::{read_group_sizes, GemmJson};
 pub use grouped::{
     grouped_dgrad, grouped_fwd, grouped_fwd_into, grouped_wgrad, reference, ReferenceResult, CHUNK,
 };
 pub use held::{OutArray, OutArray2, OutArray3, OutView, OutView2};
-pub use op::{Gemm, GemmDeclaration, Streamed};
+pub use op::{ByMode, Gemm, GemmDeclaration, Streamed};
 pub use report::{
     hints, render_case, render_fast, render_kinds, render_passes, GemmDocument, Shape,
 };

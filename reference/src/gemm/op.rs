@@ -1,10 +1,12 @@
 //! The grouped GEMM as an [`Op`]: its case ([`GroupedGemmCase`]), the passes asked, the
 //! accumulator an external implementation declares, and the comparison with the f64
-//! reference, computed expert by expert as it is compared ([`super::compare_streamed`]).
+//! reference in either mode ([`Verify`]): element by element, computed expert by expert as it
+//! is compared ([`super::compare_streamed`]), or fast ([`super::fast`]).
 
 use super::bound::{Accumulator, Precision};
 use super::case::{GemmOutputs, GroupedGemmCase, Passes};
 use super::compare::{compare_streamed, CaseReport};
+use super::fast::{fast_compare, fast_expected, FastExpected, Verify};
 use super::stream::reference_written;
 use crate::format::Format;
 use crate::op::{Comparison, Op};
@@ -23,9 +25,12 @@ impl Op for Gemm {
     type Declaration = GemmDeclaration;
     type Precision = Precision;
     type Outputs = GemmOutputs;
-    /// Nothing is computed before the implementation runs: the reference is computed where
-    /// it is compared, so it is never held whole ([`super::stream`]).
-    type Expected = Streamed;
+    /// Every element (the default) or fast verification.
+    type Check = Verify;
+    /// Full: nothing is computed before the implementation runs, the reference is computed
+    /// where it is compared, so it is never held whole ([`super::stream`]). Fast: the
+    /// projections and sampled rows and columns ([`super::fast::FastExpected`]).
+    type Expected = ByMode<Streamed>;
     type Report = CaseReport;
     type Internals = ();
 
@@ -51,13 +56,29 @@ impl Op for Gemm {
         }
     }
 
-    /// Validates the case; the reference itself is computed by [`Gemm::compare`].
-    fn expected(case: &GroupedGemmCase, passes: Passes) -> Result<Streamed, Error> {
-        case.validate(passes)?;
-        Ok(Streamed)
+    /// Full: validates the case (the reference itself is computed by [`Gemm::compare`]).
+    /// Fast: the fast reference.
+    fn expected(
+        case: &GroupedGemmCase,
+        passes: Passes,
+        check: Verify,
+    ) -> Result<ByMode<Streamed>, Error> {
+        match check {
+            Verify::Full => {
+                case.validate(passes)?;
+                Ok(ByMode::Full(Streamed))
+            }
+            Verify::Fast => fast_expected(case, passes).map(ByMode::Fast),
+        }
     }
 
-    fn reference_outputs(case: &GroupedGemmCase, passes: Passes, _: Streamed) -> GemmOutputs {
+    /// Every element, in either mode (the reference as an implementation is what runs, not
+    /// what checks).
+    fn reference_outputs(
+        case: &GroupedGemmCase,
+        passes: Passes,
+        _: ByMode<Streamed>,
+    ) -> GemmOutputs {
         reference_written(case, passes)
     }
 
@@ -65,10 +86,40 @@ impl Op for Gemm {
         case: &GroupedGemmCase,
         passes: Passes,
         precision: &Precision,
-        _: &Streamed,
+        expected: &ByMode<Streamed>,
         got: &GemmOutputs,
     ) -> Result<CaseReport, Error> {
-        Ok(compare_streamed(case, passes, precision, got))
+        Ok(match expected {
+            ByMode::Full(Streamed) => compare_streamed(case, passes, precision, got),
+            ByMode::Fast(fast) => fast_compare(case, passes, precision, fast, got),
+        })
+    }
+}
+
+/// What a grouped GEMM's check compares with, by mode: the full reference `F` of the
+/// operation, or the fast one ([`FastExpected`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ByMode<F> {
+    Full(F),
+    Fast(FastExpected),
+}
+
+impl<F> ByMode<F> {
+    /// The mode it was computed for.
+    pub fn mode(&self) -> Verify {
+        match self {
+            ByMode::Full(_) => Verify::Full,
+            ByMode::Fast(_) => Verify::Fast,
+        }
+    }
+
+    /// A reference of mode `check` that holds nothing: `full` for the full mode, the fast
+    /// reference of no pass for the fast one.
+    pub fn unheld(check: Verify, full: F) -> ByMode<F> {
+        match check {
+            Verify::Full => ByMode::Full(full),
+            Verify::Fast => ByMode::Fast(FastExpected { passes: Vec::new() }),
+        }
     }
 }
 

@@ -22,8 +22,8 @@ use serde::Serialize;
 use super::bound::Precision;
 use super::case::{GroupedGemmCase, TailContract};
 use super::compare::PassReport;
-use super::fast::check::FastPass;
 use super::fast::mode::Verification;
+use super::fast::FastPass;
 use super::op::Gemm;
 use crate::op::Op;
 use crate::report::{
@@ -80,8 +80,9 @@ pub struct GemmDocument {
 }
 
 impl GemmDocument {
-    /// The document of `run` (of [`Gemm`] or of [`super::fast::GemmFast`]), with the compared
-    /// passes, the projections of a fast check (none for a full one) and its mode.
+    /// The document of `run` (of [`Gemm`], or of another operation whose run is a grouped
+    /// GEMM's), with the compared passes, the projections of a fast check (none for a full
+    /// one) and its mode.
     pub fn of<O: Op<Case = GroupedGemmCase, Precision = Precision>>(
         run: &RunInfo<O>,
         passes: Vec<PassReport>,
@@ -108,8 +109,13 @@ impl Reported for Gemm {
     type Document = GemmDocument;
 
     fn document(run: &RunInfo<Gemm>) -> GemmDocument {
-        let passes = run.report().map_or_else(Vec::new, |r| r.passes.clone());
-        GemmDocument::of(run, passes, Vec::new(), Verification::full())
+        let report = run.report();
+        GemmDocument::of(
+            run,
+            report.map_or_else(Vec::new, |r| r.passes.clone()),
+            report.map_or_else(Vec::new, |r| r.fast.clone()),
+            Verification::of(run.expected.mode()),
+        )
     }
 
     fn render(doc: &GemmDocument) -> String {

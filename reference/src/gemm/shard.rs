@@ -7,7 +7,7 @@
 //! 15 GB in f32) can therefore be cut into [`Shard`]s of consecutive experts, each a valid
 //! grouped-GEMM case of its own ([`GroupedGemmCase::shard`]): the implementation runs one
 //! shard, the shard is compared, its outputs are dropped, and the shards' reports are merged
-//! into the report of the whole case ([`merge_case`], [`merge_fast`]), with experts, rows and
+//! into the report of the whole case ([`merge_case`]), with experts, rows and
 //! worst elements numbered as in the whole case. The last shard also holds the tail rows.
 //!
 //! Under full verification the merged report is the whole case's report, field for field (a
@@ -28,9 +28,9 @@ use ndarray::s;
 
 use super::case::{GemmOutputs, GroupedGemmCase, Pass, Passes};
 use super::compare::{CaseReport, GemmAt, GroupId, GroupStats, PassReport};
-use super::fast::{FastExpected, FastPass, FastReport, GemmFast, ProjectionWorst};
+use super::fast::{FastPass, ProjectionWorst, Verify};
 use super::fit::Fit;
-use super::op::{Gemm, Streamed};
+use super::op::{ByMode, Gemm, Streamed};
 use super::weights::Weights;
 use crate::format::Format;
 use crate::op::Op;
@@ -255,8 +255,10 @@ fn merge_pass(
 }
 
 /// The report of the whole case from its shards' reports (in shard order, every one of the
-/// same passes): groups, rows and worst elements renumbered as in the whole case; counts
-/// summed, maxima taken; the first shard's error, naming the shard, fails its pass.
+/// same passes and mode): groups, rows and worst elements renumbered as in the whole case;
+/// counts summed, maxima taken; the first shard's error, naming the shard, fails its pass.
+/// Under fast verification the projections' rows and failures are summed too, the worst
+/// projection the one furthest past its threshold.
 ///
 /// # Panics
 /// When `parts` is empty.
@@ -272,20 +274,14 @@ pub fn merge_case(case: &GroupedGemmCase, parts: &[(Shard, CaseReport)]) -> Case
     CaseReport {
         precision: first.precision,
         tail: first.tail,
+        verify: first.verify,
         passes,
+        fast: merge_projections(parts),
     }
 }
 
-/// [`merge_case`] for fast verification: the sampled elements as there, the projections'
-/// rows and failures summed, the worst projection the one furthest past its threshold.
-///
-/// # Panics
-/// When `parts` is empty.
-pub fn merge_fast(case: &GroupedGemmCase, parts: &[(Shard, FastReport)]) -> FastReport {
-    let sampled: Vec<(Shard, CaseReport)> = parts
-        .iter()
-        .map(|(s, r)| (s.clone(), r.sampled.clone()))
-        .collect();
+/// The shards' projections of fast verification, pass by pass (none under full).
+fn merge_projections(parts: &[(Shard, CaseReport)]) -> Vec<FastPass> {
     // A shard whose output of a pass could not be read has no projections for it: the
     // passes are matched by name, and such a pass fails in the sampled report.
     let mut fast: Vec<FastPass> = Vec::new();
@@ -325,27 +321,24 @@ pub fn merge_fast(case: &GroupedGemmCase, parts: &[(Shard, FastReport)]) -> Fast
         }
     }
     fast.sort_by_key(|f| f.pass);
-    FastReport {
-        sampled: merge_case(case, &sampled),
-        fast,
-    }
+    fast
 }
 
 /// A grouped-GEMM check whose case cuts into shards and whose reports merge across them:
-/// [`Gemm`], [`GemmFast`] and the FP8 grouped GEMM.
-pub trait Sharded: Op<Ask = Passes, Outputs = GemmOutputs> {
+/// [`Gemm`] and the FP8 grouped GEMM, in either mode ([`Verify`]).
+pub trait Sharded: Op<Ask = Passes, Outputs = GemmOutputs, Check = Verify> {
     /// The grouped GEMM the shards are planned on ([`plan`]).
     fn grouped(case: &Self::Case) -> &GroupedGemmCase;
 
     /// The case of `shard`'s experts alone.
     fn shard(case: &Self::Case, shard: &Shard) -> Self::Case;
 
-    /// The report of the whole case from its shards' ([`merge_case`], [`merge_fast`]).
+    /// The report of the whole case from its shards' ([`merge_case`]).
     fn merge(case: &Self::Case, parts: &[(Shard, Self::Report)]) -> Self::Report;
 
-    /// What a run checked in shards keeps as its reference: nothing is held for the whole
-    /// case, and the grouped GEMM's reports read nothing of it.
-    fn unheld() -> Self::Expected;
+    /// What a run checked in shards in mode `check` keeps as its reference: nothing is held
+    /// for the whole case, and the grouped GEMM's reports read only its mode.
+    fn unheld(check: Verify) -> Self::Expected;
 }
 
 impl Sharded for Gemm {
@@ -358,23 +351,8 @@ impl Sharded for Gemm {
     fn merge(case: &GroupedGemmCase, parts: &[(Shard, CaseReport)]) -> CaseReport {
         merge_case(case, parts)
     }
-    fn unheld() -> Streamed {
-        Streamed
-    }
-}
-
-impl Sharded for GemmFast {
-    fn grouped(case: &GroupedGemmCase) -> &GroupedGemmCase {
-        case
-    }
-    fn shard(case: &GroupedGemmCase, shard: &Shard) -> GroupedGemmCase {
-        case.shard(shard)
-    }
-    fn merge(case: &GroupedGemmCase, parts: &[(Shard, FastReport)]) -> FastReport {
-        merge_fast(case, parts)
-    }
-    fn unheld() -> FastExpected {
-        FastExpected { passes: Vec::new() }
+    fn unheld(check: Verify) -> ByMode<Streamed> {
+        ByMode::unheld(check, Streamed)
     }
 }
 

@@ -229,7 +229,7 @@ fn merged_fast_reports_find_what_the_whole_case_finds() {
     let c = case();
     let p = precision();
     let fast = |got: &GemmOutputs, parts: usize| {
-        let reports: Vec<(Shard, FastReport)> = plan(&c, parts)
+        let reports: Vec<(Shard, CaseReport)> = plan(&c, parts)
             .into_iter()
             .map(|s| {
                 let sub = c.shard(&s);
@@ -238,7 +238,7 @@ fn merged_fast_reports_find_what_the_whole_case_finds() {
                 (s, r)
             })
             .collect();
-        merge_fast(&c, &reports)
+        merge_case(&c, &reports)
     };
     let right = reference_written(&c, Passes::ALL);
     let whole = fast_compare(
@@ -263,11 +263,11 @@ fn merged_fast_reports_find_what_the_whole_case_finds() {
         // dlhs: the NaN is found at its place in the whole case; the tail row is judged.
         let nan = wrong.fast[1].first_non_finite.unwrap();
         assert_eq!((nan.group, nan.row, nan.col), (GroupId::Expert(1), 10, 3));
-        let tail = wrong.sampled.passes[1].groups.last().unwrap();
+        let tail = wrong.passes[1].groups.last().unwrap();
         assert_eq!((tail.group, tail.stats.failed), (GroupId::Tail, 1));
         // drhs: the last expert's gradient is not zero, in its sampled elements and in
         // its projections (the row of a drhs projection is the k index, in any shard).
-        let g6 = &wrong.sampled.passes[2].groups[6];
+        let g6 = &wrong.passes[2].groups[6];
         assert_eq!(g6.group, GroupId::Expert(6));
         assert!(g6.stats.failed >= 1, "{parts}: {g6:?}");
         let worst = wrong.fast[2].worst.as_ref().unwrap();
@@ -282,7 +282,7 @@ fn a_shard_without_an_output_fails_its_pass_in_fast_mode() {
     let c = case();
     let p = precision();
     let got = reference_written(&c, Passes::ALL);
-    let reports: Vec<(Shard, FastReport)> = plan(&c, 3)
+    let reports: Vec<(Shard, CaseReport)> = plan(&c, 3)
         .into_iter()
         .enumerate()
         .map(|(i, s)| {
@@ -300,13 +300,13 @@ fn a_shard_without_an_output_fails_its_pass_in_fast_mode() {
         2,
         "no projections of the missing dlhs"
     );
-    let merged = merge_fast(&c, &reports);
+    let merged = merge_case(&c, &reports);
     let passes: Vec<Pass> = merged.fast.iter().map(|f| f.pass).collect();
     assert_eq!(passes, vec![Pass::Fwd, Pass::Dgrad, Pass::Wgrad]);
     // The two shards that were read, every row of theirs.
     let read: usize = [0, 2].iter().map(|&i| reports[i].1.fast[1].rows).sum();
     assert_eq!(merged.fast[1].rows, read);
     assert!(!merged.passed());
-    assert!(merged.sampled.passes[1].error.is_some());
-    assert!(merged.sampled.passes[0].passed() && merged.sampled.passes[2].passed());
+    assert!(merged.passes[1].error.is_some());
+    assert!(merged.passes[0].passed() && merged.passes[2].passed());
 }

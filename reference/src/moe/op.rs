@@ -58,6 +58,8 @@ impl Op for MoeLayer {
     type Declaration = LayerFormats;
     type Precision = LayerPrecision;
     type Outputs = MoeOutputs;
+    /// Checked one way.
+    type Check = ();
     type Expected = LayerExpected;
     type Report = LayerReport;
     type Internals = RoundTrip;
@@ -98,7 +100,7 @@ impl Op for MoeLayer {
         }
     }
 
-    fn expected(case: &MoeCase, _: ()) -> Result<LayerExpected, Error> {
+    fn expected(case: &MoeCase, _: (), _: ()) -> Result<LayerExpected, Error> {
         let forward = forward(case)?;
         let grads = backward(case, &forward).grads;
         Ok(LayerExpected { forward, grads })

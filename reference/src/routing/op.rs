@@ -32,6 +32,8 @@ impl Op for Route {
     type Declaration = ComputeFormat;
     type Precision = RoutePrecision;
     type Outputs = RouteOutputs;
+    /// Checked one way.
+    type Check = ();
     type Expected = Routing;
     type Report = RouteReport;
     type Internals = ();
@@ -55,7 +57,7 @@ impl Op for Route {
         }
     }
 
-    fn expected(case: &RoutingCase, _: ()) -> Result<Routing, Error> {
+    fn expected(case: &RoutingCase, _: (), _: ()) -> Result<Routing, Error> {
         route(case)
     }
 

@@ -3,11 +3,12 @@
 
 pub(crate) mod blocked;
 pub mod emulate;
-pub mod fast;
 mod simd;
 
 use moecheck_reference::format::Format;
-use moecheck_reference::gemm::{Accumulator, Gemm, GemmDeclaration, GroupedGemmCase, Precision};
+use moecheck_reference::gemm::{
+    Accumulator, Gemm, GemmDeclaration, GroupedGemmCase, Precision, Verify,
+};
 use moecheck_reference::op::Implementation;
 
 use crate::backends::{Backends, Declared};
@@ -41,6 +42,11 @@ impl Backends for Gemm {
             out_dtype: (p.output != case.out_dtype).then_some(p.output),
             ..Declared::default()
         }
+    }
+
+    /// Full (the default) or fast verification.
+    fn check_mode(verify: Option<Verify>) -> Result<Verify, String> {
+        Ok(verify.unwrap_or_default())
     }
 
     fn emulate(bug: Option<emulate::Bug>) -> Option<Box<dyn Implementation<Gemm>>> {

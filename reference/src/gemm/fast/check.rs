@@ -2,105 +2,16 @@
 //! and columns against their own bounds, and each row's projections against its threshold
 //! (derived in the [module docs](super)).
 
-use serde::{Deserialize, Serialize};
-
 use super::expected::{lanes, BlockExpected, FastExpected, PassExpected};
 use super::flat::{flat, Flat};
-use super::mode::VECTORS;
+use super::mode::{Verify, VECTORS};
+use super::projection::{FastPass, ProjectionWorst};
 use crate::format::Format;
 use crate::gemm::bound::{gamma, ErrorBound, Precision};
 use crate::gemm::case::{GemmOutputs, GroupedGemmCase, Pass, Passes, TailContract};
 use crate::gemm::compare::{zero_ratio, CaseReport, GemmAt, GroupId, GroupStats, PassReport};
 use crate::gemm::fit::Fit;
-use crate::report::sci;
 use crate::stats::{ElementStats, StatsAcc};
-
-/// The row of a projection check that came closest to (or furthest past) its threshold.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ProjectionWorst {
-    pub group: usize,
-    /// Row of `out`/`dlhs` (global), or the `k` index of `drhs[group]`.
-    pub row: usize,
-    /// `max_v |Σ_j got_ij·x_j − p̂_i|` over the vectors.
-    pub deviation: f64,
-    pub threshold: f64,
-}
-
-/// What fast verification checked of one pass beyond the sampled elements.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FastPass {
-    pub pass: Pass,
-    /// `±1` vectors each row was projected on.
-    pub vectors: usize,
-    /// Rows projected (every row of every expert; tail rows are checked element by element).
-    pub rows: usize,
-    /// Rows whose projection left its threshold (NaN included).
-    pub failed_rows: usize,
-    /// `max deviation / threshold` over the rows.
-    pub max_ratio: f64,
-    pub worst: Option<ProjectionWorst>,
-    /// NaN or ±inf elements anywhere in the output (every element is read).
-    pub non_finite: usize,
-    pub first_non_finite: Option<GemmAt>,
-}
-
-impl FastPass {
-    /// Adds the rows of `later` (the next blocks of the same pass): counts summed, the first
-    /// non-finite element kept, the worst row replaced only by a strictly worse one (as
-    /// inside a block).
-    fn absorb(&mut self, later: FastPass) {
-        self.rows += later.rows;
-        self.failed_rows += later.failed_rows;
-        self.non_finite += later.non_finite;
-        self.first_non_finite = self.first_non_finite.or(later.first_non_finite);
-        if later.worst.is_some() && (self.worst.is_none() || later.max_ratio > self.max_ratio) {
-            self.max_ratio = later.max_ratio;
-            self.worst = later.worst;
-        }
-    }
-
-    pub fn passed(&self) -> bool {
-        self.failed_rows == 0 && self.non_finite == 0
-    }
-
-    /// One line on its failure, `None` when it passed.
-    pub fn failure(&self) -> Option<String> {
-        if let Some(at) = &self.first_non_finite {
-            return Some(format!(
-                "{}: {} NaN/inf element(s), the first at {} row {} col {} (fast verification fails every one; where rounding to the output format may overflow, --verify full judges each infinity)",
-                self.pass, self.non_finite, at.group, at.row, at.col
-            ));
-        }
-        let w = self.worst.as_ref().filter(|_| self.failed_rows > 0)?;
-        Some(format!(
-            "{}: {} row(s) of {} fail their random projections (the error is above the row's summed bound); worst expert {} row {}: deviation {}, threshold {}",
-            self.pass, self.failed_rows, self.rows, w.group, w.row, sci(w.deviation), sci(w.threshold)
-        ))
-    }
-}
-
-/// The comparison of fast verification: the sampled and structural elements as a
-/// [`CaseReport`] (per group, as full mode reports them), and per pass the projections.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FastReport {
-    pub sampled: CaseReport,
-    pub fast: Vec<FastPass>,
-}
-
-impl FastReport {
-    pub fn passed(&self) -> bool {
-        self.sampled.passed() && self.fast.iter().all(FastPass::passed)
-    }
-
-    /// Non-finite elements first, then the sampled elements, then the projections.
-    pub fn first_failure(&self) -> Option<String> {
-        let non_finite = self.fast.iter().find(|f| f.non_finite > 0);
-        non_finite
-            .and_then(FastPass::failure)
-            .or_else(|| self.sampled.first_failure())
-            .or_else(|| self.fast.iter().find_map(FastPass::failure))
-    }
-}
 
 /// Compares `got` with the fast reference `expected` of `case`, for an implementation that
 /// declared `precision` (the per-element bound is [`ErrorBound::new`]).
@@ -110,7 +21,7 @@ pub fn fast_compare(
     precision: &Precision,
     expected: &FastExpected,
     got: &GemmOutputs,
-) -> FastReport {
+) -> CaseReport {
     fast_compare_with_bound(case, passes, precision, expected, got, &|n| {
         ErrorBound::new(precision, n)
     })
@@ -127,7 +38,7 @@ pub fn fast_compare_with_bound(
     expected: &FastExpected,
     got: &GemmOutputs,
     bound: &(dyn Fn(usize) -> ErrorBound + Sync),
-) -> FastReport {
+) -> CaseReport {
     let mut sampled = Vec::new();
     let mut fast = Vec::new();
     for pe in expected.passes.iter().filter(|p| passes.contains(p.pass)) {
@@ -135,12 +46,11 @@ pub fn fast_compare_with_bound(
         sampled.push(report);
         fast.extend(projections);
     }
-    FastReport {
-        sampled: CaseReport {
-            precision: *precision,
-            tail: case.tail,
-            passes: sampled,
-        },
+    CaseReport {
+        precision: *precision,
+        tail: case.tail,
+        verify: Verify::Fast,
+        passes: sampled,
         fast,
     }
 }

@@ -116,7 +116,8 @@ pub struct PassExpected {
     pub blocks: Vec<BlockExpected>,
 }
 
-/// What [`super::GemmFast`] computes before comparing: one entry per asked pass.
+/// What fast verification computes before comparing ([`super::ByMode::Fast`]): one entry per
+/// asked pass.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FastExpected {
     pub passes: Vec<PassExpected>,

@@ -1,4 +1,5 @@
-//! Fast verification of a grouped GEMM (`--verify fast`): checks that cost
+//! Fast verification of a grouped GEMM (`--verify fast`, [`Verify::Fast`], a mode of
+//! [`crate::gemm::Gemm`] and of the FP8 grouped GEMM, not an operation of its own): checks that cost
 //! `O(V·(M·K + G·K·N))` plus a few sampled rows and columns per group, instead of the full
 //! reference's `O(M·K·N)`, with `V =` [`VECTORS`].
 //!
@@ -81,13 +82,13 @@ pub mod check;
 pub mod expected;
 mod flat;
 pub mod mode;
-mod op;
+mod projection;
 pub mod sample;
 
-pub use check::{fast_compare, fast_compare_with_bound, FastPass, FastReport, ProjectionWorst};
+pub use check::{fast_compare, fast_compare_with_bound};
 pub use expected::{fast_expected, flat_shape, FastExpected};
 pub use mode::{Verification, Verify, FAST_ABOVE_MACS, VECTORS};
-pub use op::GemmFast;
+pub use projection::{FastPass, ProjectionWorst};
 pub use sample::sampled;
 
 #[cfg(test)]

@@ -18,11 +18,14 @@ pub const VECTORS: usize = 8;
 /// DeepSeek-V3's layer (4096 tokens, top-8, K = 7168, N = 2048) is about 7 times above it.
 pub const FAST_ABOVE_MACS: u64 = 1 << 36;
 
-/// How a grouped GEMM's outputs are checked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// How a grouped GEMM's outputs are checked: the [`crate::op::Op::Check`] mode of the grouped
+/// GEMM and of the FP8 grouped GEMM.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verify {
-    /// Every element against its own bound (the full f64 reference, `O(M·K·N)`).
+    /// Every element against its own bound (the full f64 reference, `O(M·K·N)`); the
+    /// default where no size decides ([`Verify::default_for`]).
+    #[default]
     Full,
     /// Projections, sampled rows and columns, and structural checks on every element
     /// (`O(VECTORS·(M·K + G·K·N))` plus the samples); see the [module docs](super).
@@ -85,7 +88,15 @@ impl Verification {
         }
     }
 
-    /// What [`super::GemmFast`] guarantees.
+    /// The guarantee of `mode`.
+    pub fn of(mode: Verify) -> Verification {
+        match mode {
+            Verify::Full => Verification::full(),
+            Verify::Fast => Verification::fast(),
+        }
+    }
+
+    /// What fast verification guarantees.
     pub fn fast() -> Verification {
         let tiles: Vec<String> = TILES.iter().map(|t| t.to_string()).collect();
         Verification {
