@@ -19,7 +19,7 @@ use moecheck_properties::PropertyOp;
 use moecheck_reference::format::Format;
 use moecheck_reference::gemm::{Passes, TailContract};
 use moecheck_reference::routing::{
-    Convention, DropPolicy, GroupScore, ScoreFunction, SigmoidNorm, Ties,
+    Convention, DropPolicy, GroupScore, ScoreFunction, SigmoidNorm, SlotOrder, Ties,
 };
 
 use crate::protocol::Declared;
@@ -413,6 +413,9 @@ fn route_domain(r: &mut Reader) -> Result<RouteDomain, String> {
             named(&SigmoidNorm::ALL, SigmoidNorm::name, s)
         })?,
         ties: r.parsed(D, "ties", |s| named(&Ties::ALL, Ties::name, s))?,
+        slot_order: r.parsed(D, "slot_order", |s| {
+            named(&SlotOrder::ALL, SlotOrder::name, s)
+        })?,
         scores: r.list(S, "scores", |s| {
             named(&ScoreFunction::ALL, ScoreFunction::name, s)
         })?,

@@ -431,3 +431,68 @@ fn moe_takes_the_conventions_and_refuses_what_it_cannot_follow() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// Hugging Face DeepSeek-V3's router without `norm_topk_prob`: `--sigmoid-norm never` and
+/// `--slot-order any` are recorded in case.json and the report; the model passes under
+/// `never` and its planted `normalise-sigmoid-despite-never` fails there; `--no-norm-topk`
+/// turns off an earlier `--norm-topk`; `--slot-order any` with the position drop policy
+/// exits 2 naming the flag.
+#[test]
+fn sigmoid_norm_never_and_slot_order_any_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let dump = dir.path().join("case");
+    let hf = [
+        "--sigmoid-norm",
+        "never",
+        "--slot-order",
+        "any",
+        "--scaling-factor",
+        "2.5",
+    ];
+    let (code, text) = route(
+        &[
+            &GROUPED[..],
+            &hf[..],
+            &["--impl", "emulate", "--dump", dump.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dump.join("case.json")).unwrap()).unwrap();
+    assert_eq!(json["sigmoid_norm"], "never");
+    assert_eq!(json["slot_order"], "any");
+    let (code, text) = route(
+        &[
+            &GROUPED[..],
+            &hf[..],
+            &[
+                "--impl",
+                "emulate",
+                "--inject",
+                "normalise-sigmoid-despite-never",
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("--sigmoid-norm"), "{text}");
+    // --no-norm-topk after --norm-topk: softmax weights are not normalised.
+    let weights = |extra: &[&str]| {
+        let out = moecheck()
+            .args([
+                "route", "--tokens", "4", "--topk", "2", "--score", "softmax",
+            ])
+            .args(["--experts", "8", "--json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        doc["config"]["norm_topk"].clone()
+    };
+    assert_eq!(weights(&["--norm-topk"]), true);
+    assert_eq!(weights(&["--norm-topk", "--no-norm-topk"]), false);
+    let (code, text) = route(&[&POSITION[..], &["--slot-order", "any"]].concat());
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("--slot-order"), "{text}");
+}

@@ -11,7 +11,8 @@
   top-1 as DeepSeek-V3 without a bias does), the best `topk_groups` groups kept, the rest
   masked to -inf before the top-k;
 * gates from the pre-bias scores of the selected experts, normalised by `sum + norm_eps` for
-  sigmoid (not at K = 1 when case.json says `sigmoid_norm: skip-k1`, as Megatron-Core) or with
+  sigmoid (not at K = 1 when case.json says `sigmoid_norm: skip-k1`, as Megatron-Core; never
+  under `never`, as Hugging Face's DeepseekV3TopkRouter without norm_topk_prob) or with
   `norm_topk`, times `scaling_factor` (MaxText `deepseek_scale_weights`);
 * capacity dropping: `position` (MaxText `generate_masks`: one-hot of the (token, slot)
   assignments, cumulative count per sequence, keep while `count <= C`,
@@ -122,8 +123,9 @@ def route(logits, bias, cfg):
     picked = jnp.take_along_axis(s, indices, axis=-1)
     gates = jax.nn.softmax(picked, axis=-1) if score == "topk-softmax" else picked
     weights = gates
-    skip_k1 = cfg.get("sigmoid_norm", "always") == "skip-k1" and k == 1
-    if (score == "sigmoid" and not skip_k1) or (score != "sigmoid" and cfg.get("norm_topk")):
+    sigmoid_norm = cfg.get("sigmoid_norm", "always")
+    plain = sigmoid_norm == "never" or (sigmoid_norm == "skip-k1" and k == 1)
+    if (score == "sigmoid" and not plain) or (score != "sigmoid" and cfg.get("norm_topk")):
         weights = weights / (weights.sum(axis=-1, keepdims=True) + cfg["norm_eps"])
     weights = weights * cfg["scaling_factor"]
 

@@ -65,8 +65,9 @@ _DROP_POLICIES = ("position", "probs", "token-order")
 _CONVENTIONS = {
     "convention": ("maxtext", "megatron", "deepseek-v3"),
     "group_score": ("top2", "top-k-per-group", "max"),
-    "sigmoid_norm": ("always", "skip-k1"),
+    "sigmoid_norm": ("always", "skip-k1", "never"),
     "ties": ("lower-index", "any"),
+    "slot_order": ("score", "any"),
 }
 
 #: The keys of a contract (docs/protocol.md): op key -> "declared"/"supports" -> key -> what

@@ -6,7 +6,7 @@ use moecheck_reference::format::Format;
 use moecheck_reference::op::Op;
 use moecheck_reference::routing::{
     route, Capacity, DropPolicy, GroupLimit, GroupScore, Route, RouteOutputs, RoutePrecision,
-    RouteReport, RoutingCase, RoutingConfig, ScoreFunction, SigmoidNorm, Ties,
+    RouteReport, RoutingCase, RoutingConfig, ScoreFunction, SigmoidNorm, SlotOrder, Ties,
 };
 use ndarray::{array, Array2};
 
@@ -95,15 +95,16 @@ fn top_k_per_group_needs_at_least_one_term() {
     .is_ok());
 }
 
-/// At K = 1 a sigmoid weight is `α·s/(s + ε)` (`always`: α itself) or `α·s` (`skip-k1`); at
-/// K = 2 both normalise.
+/// At K = 1 a sigmoid weight is `α·s/(s + ε)` (`always`: α itself) or `α·s` (`skip-k1`,
+/// `never`); at K = 2 `always` and `skip-k1` normalise, `never` does not.
 #[test]
-fn sigmoid_norm_only_matters_at_k1() {
+fn sigmoid_norm_at_k1_and_never() {
     let l = array![[0.0, -1.0, 2.0]];
     let s2 = 1.0 / (1.0 + (-2.0f64).exp());
     for (k, norm, want) in [
         (1, SigmoidNorm::Always, s2 / (s2 + 1e-20) * 2.5),
         (1, SigmoidNorm::SkipK1, 2.5 * s2),
+        (1, SigmoidNorm::Never, 2.5 * s2),
     ] {
         let mut cfg = RoutingConfig::new(k, ScoreFunction::Sigmoid);
         cfg.scaling_factor = 2.5;
@@ -112,7 +113,7 @@ fn sigmoid_norm_only_matters_at_k1() {
         assert_eq!(r.indices[[0, 0]], 2);
         assert_eq!(r.combine[[0, 0]], want, "{}", norm.name());
     }
-    for norm in SigmoidNorm::ALL {
+    for norm in [SigmoidNorm::Always, SigmoidNorm::SkipK1] {
         let mut cfg = RoutingConfig::new(2, ScoreFunction::Sigmoid);
         cfg.sigmoid_norm = norm;
         let r = route(&case(l.clone(), cfg)).unwrap();
@@ -126,6 +127,84 @@ fn sigmoid_norm_only_matters_at_k1() {
             norm.name()
         );
     }
+}
+
+/// `never` (Hugging Face's `DeepseekV3TopkRouter` without `norm_topk_prob`) is needed: its
+/// weights, the sigmoids times α at K = 2, fail every weight under `always`, and the failure
+/// names `--sigmoid-norm`; under `never` they pass, and normalised weights (the planted
+/// `normalise-sigmoid-despite-never`) fail.
+#[test]
+fn sigmoid_norm_never_is_needed_and_still_catches_normalising() {
+    let l = array![[0.0, -1.0, 2.0, 1.0], [1.5, 0.5, -2.0, 0.0]];
+    let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
+    let mut cfg = RoutingConfig::new(2, ScoreFunction::Sigmoid);
+    cfg.scaling_factor = 2.5;
+    cfg.sigmoid_norm = SigmoidNorm::Never;
+    let never = case(l.clone(), cfg);
+    let hf = reference(&never);
+    assert_eq!(hf.indices.row(0).to_vec(), vec![2, 3]);
+    assert_eq!(
+        hf.weights.row(0).to_vec(),
+        vec![2.5 * sig(2.0), 2.5 * sig(1.0)]
+    );
+    assert!(compare(&never, &hf).passed());
+    let mut always = never.clone();
+    always.config.sigmoid_norm = SigmoidNorm::Always;
+    let r = compare(&always, &hf);
+    assert_eq!(r.weight_failures, 4, "{:?}", r.first_failure());
+    let line = r.first_failure().unwrap();
+    assert!(
+        line.contains("--sigmoid-norm") && line.contains("never"),
+        "{line}"
+    );
+    // Normalised weights under never: caught.
+    assert!(!compare(&never, &reference(&always)).passed());
+}
+
+/// `slot_order = any` (`torch.topk(sorted=False)`): a token's slots in another order, each
+/// weight with its expert, fail under `score` with a message naming `--slot-order` and pass
+/// under `any`; experts reordered without their weights still fail under `any`; and `any`
+/// with the slot-ranked `position` drop policy is refused.
+#[test]
+fn slot_order_any_accepts_permuted_slots_and_nothing_else() {
+    let l = array![
+        [0.0, -1.0, 2.0, 1.0],
+        [1.5, 0.5, -2.0, 0.0],
+        [3.0, 2.0, 1.0, 0.0]
+    ];
+    let mut cfg = RoutingConfig::new(3, ScoreFunction::Softmax);
+    cfg.norm_topk = true;
+    let sorted = case(l.clone(), cfg);
+    let want = reference(&sorted);
+    let shuffled = swap(&swap(&want, 0, 0, 2), 2, 1, 2);
+    let r = compare(&sorted, &shuffled);
+    assert_eq!(r.index_mismatch_tokens, 2);
+    let line = r.first_failure().unwrap();
+    assert!(line.contains("--slot-order any"), "{line}");
+    let mut any = sorted.clone();
+    any.config.slot_order = SlotOrder::Any;
+    let r = compare(&any, &shuffled);
+    assert!(r.passed(), "{:?}", r.first_failure());
+    // Experts moved, weights left in place: a weight now belongs to another expert.
+    let mut wrong = want.clone();
+    wrong.indices.swap([0, 0], [0, 2]);
+    let r = compare(&any, &wrong);
+    assert!(!r.passed() && r.weight_failures > 0, "{r:?}");
+    // Another expert set is still a mismatch.
+    let mut other = want.clone();
+    let unused = (0..4)
+        .find(|x| !want.indices.row(1).iter().any(|y| y == x))
+        .unwrap();
+    other.indices[[1, 2]] = unused;
+    assert_eq!(compare(&any, &other).index_mismatch_tokens, 1);
+    let mut position = any.clone();
+    position.config.capacity = Some(Capacity {
+        factor: 1.0,
+        policy: DropPolicy::Position,
+        seq_len: None,
+    });
+    let e = route(&position).unwrap_err().to_string();
+    assert!(e.contains("slot_order") && e.contains("position"), "{e}");
 }
 
 /// Four tokens that all pick expert 0 (K = 1, E = 2, softmax), with token-order dropping at

@@ -58,13 +58,18 @@ pub struct PropFlags {
     /// How a group is scored (top2, top-k-per-group, max); default: the convention's.
     #[arg(long, value_parser = ["top2", "top-k-per-group", "max"], help_heading = CONTRACT)]
     pub group_score: Option<String>,
-    /// Sigmoid weights at K = 1: always normalised, or skip-k1; default: the convention's.
-    #[arg(long, value_parser = ["always", "skip-k1"], help_heading = CONTRACT)]
+    /// Sigmoid weights divided by their sum: always, skip-k1 (not at K = 1) or never;
+    /// default: the convention's.
+    #[arg(long, value_parser = ["always", "skip-k1", "never"], help_heading = CONTRACT)]
     pub sigmoid_norm: Option<String>,
     /// Exact ties: lower-index or any (any choice among equal values is valid;
     /// ties-to-lower-index is then not applicable); default: the convention's.
     #[arg(long, value_parser = ["lower-index", "any"], help_heading = CONTRACT)]
     pub ties: Option<String>,
+    /// Order of a router's slots: score (largest first) or any (a token's experts as a set;
+    /// torch.topk(sorted=False)).
+    #[arg(long, value_parser = ["score", "any"], help_heading = CONTRACT)]
+    pub slot_order: Option<String>,
     /// What the implementation supports, as the greeting's "supports" keys
     /// (docs/protocol.md): dtypes=f32,bf16, k_min=1, k_multiple=8, capacity=false, ...
     /// Repeatable; each replaces the greeting's value for its key.
@@ -145,6 +150,7 @@ fn contract_of(a: &PropFlags) -> (Contract, Vec<String>) {
         ("--group-score", "group_score", &a.group_score),
         ("--sigmoid-norm", "sigmoid_norm", &a.sigmoid_norm),
         ("--ties", "ties", &a.ties),
+        ("--slot-order", "slot_order", &a.slot_order),
     ];
     for (flag, key, value) in declared {
         if let Some(v) = value {

@@ -7,7 +7,7 @@ use clap::Args;
 
 use moecheck_reference::routing::{
     Capacity, Convention, DropPolicy, GroupLimit, GroupScore, RoutingConfig, ScoreFunction,
-    SigmoidNorm, Ties, NORM_EPS,
+    SigmoidNorm, SlotOrder, Ties, NORM_EPS,
 };
 
 #[derive(Debug, Args)]
@@ -29,13 +29,15 @@ pub struct RoutingFlags {
     /// deepseek-v3 (top2, always, ties any). The flags below override it.
     #[arg(long, value_enum)]
     pub convention: Option<ConventionArg>,
-    /// How a group is scored: top2 (sum of its two largest scores; MaxText, DeepSeek-V3 with a
-    /// bias), top-k-per-group (sum of its topk/topk_groups largest; Megatron-Core) or max
-    /// (DeepSeek-V3 without a bias). Default: the convention's.
+    /// How a group is scored: top2 (sum of its two largest scores; MaxText, DeepSeek-V3's Gate
+    /// with a bias, Hugging Face DeepseekV3TopkRouter with or without one), top-k-per-group
+    /// (sum of its topk/topk_groups largest; Megatron-Core) or max (DeepSeek-V3's own
+    /// inference Gate without a bias). Default: the convention's.
     #[arg(long, value_enum)]
     pub group_score: Option<GroupScoreArg>,
-    /// Sigmoid weights at K = 1: always normalised (DeepSeek-V3, MaxText) or skip-k1 (not
-    /// normalised; Megatron-Core). Default: the convention's.
+    /// Sigmoid weights divided by their sum: always (DeepSeek-V3's Gate, MaxText), skip-k1
+    /// (not at K = 1; Megatron-Core) or never (the sigmoids times --scaling-factor; Hugging
+    /// Face DeepseekV3TopkRouter without norm_topk_prob). Default: the convention's.
     #[arg(long, value_enum)]
     pub sigmoid_norm: Option<SigmoidNormArg>,
     /// Exact ties: lower-index (the lower expert, group or token index wins; jax.lax.top_k)
@@ -43,10 +45,19 @@ pub struct RoutingFlags {
     /// follows the implementation's choice). Default: the convention's.
     #[arg(long, value_enum)]
     pub ties: Option<TiesArg>,
-    /// Normalise the gates by their sum (norm_topk_prob; sigmoid weights are normalised
-    /// whatever it says, but at K = 1 under --sigmoid-norm skip-k1).
-    #[arg(long)]
+    /// Order of a token's K slots: score (largest selection score first; jax.lax.top_k,
+    /// torch.topk) or any (a token's experts as a set, each weight with its expert;
+    /// torch.topk(sorted=False), Hugging Face DeepseekV3TopkRouter). Not with
+    /// --drop-policy position.
+    #[arg(long, value_enum, default_value = "score")]
+    pub slot_order: SlotOrderArg,
+    /// Normalise softmax gates by their sum (norm_topk_prob). Sigmoid weights follow
+    /// --sigmoid-norm instead.
+    #[arg(long, overrides_with = "no_norm_topk")]
     pub norm_topk: bool,
+    /// Do not normalise softmax gates (the default; turns off a --norm-topk given earlier).
+    #[arg(long, overrides_with = "norm_topk")]
+    pub no_norm_topk: bool,
     /// routed_scaling_factor: the weights are multiplied by it.
     #[arg(long, default_value_t = 1.0)]
     pub scaling_factor: f64,
@@ -96,6 +107,22 @@ pub enum GroupScoreArg {
 pub enum SigmoidNormArg {
     Always,
     SkipK1,
+    Never,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum SlotOrderArg {
+    Score,
+    Any,
+}
+
+impl From<SlotOrderArg> for SlotOrder {
+    fn from(s: SlotOrderArg) -> Self {
+        match s {
+            SlotOrderArg::Score => SlotOrder::Score,
+            SlotOrderArg::Any => SlotOrder::Any,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -129,6 +156,7 @@ impl From<SigmoidNormArg> for SigmoidNorm {
         match s {
             SigmoidNormArg::Always => SigmoidNorm::Always,
             SigmoidNormArg::SkipK1 => SigmoidNorm::SkipK1,
+            SigmoidNormArg::Never => SigmoidNorm::Never,
         }
     }
 }
@@ -195,7 +223,7 @@ impl RoutingFlags {
             topk,
             score: score.into(),
             groups,
-            norm_topk: self.norm_topk,
+            norm_topk: self.norm_topk && !self.no_norm_topk,
             scaling_factor: self.scaling_factor,
             norm_eps: NORM_EPS,
             capacity,
@@ -206,6 +234,7 @@ impl RoutingFlags {
                 .sigmoid_norm
                 .map_or(convention.sigmoid_norm(), Into::into),
             ties: self.ties.map_or(convention.ties(), Into::into),
+            slot_order: self.slot_order.into(),
         })
     }
 }

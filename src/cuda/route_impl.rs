@@ -49,11 +49,12 @@ pub fn params_of(case: &RoutingCase) -> Result<RouteParams, String> {
             c.group_score.name()
         ));
     }
-    if c.score == ScoreFunction::Sigmoid && c.topk == 1 && !c.normalises() {
-        return Err(
-            "--sigmoid-norm skip-k1 with K = 1: the CUDA kernels always normalise sigmoid weights"
-                .into(),
-        );
+    if c.score == ScoreFunction::Sigmoid && !c.normalises() {
+        return Err(format!(
+            "--sigmoid-norm {}{}: the CUDA kernels always normalise sigmoid weights",
+            c.sigmoid_norm.name(),
+            if c.topk == 1 { " with K = 1" } else { "" }
+        ));
     }
     let (t, e, k) = (case.tokens(), case.experts(), c.topk);
     let capacity = match c.capacity {

@@ -6,7 +6,7 @@
 //! ([`RouteDomain::fit_config`]).
 
 use moecheck_reference::routing::{
-    Convention, DropPolicy, GroupScore, RoutingConfig, ScoreFunction, SigmoidNorm, Ties,
+    Convention, DropPolicy, GroupScore, RoutingConfig, ScoreFunction, SigmoidNorm, SlotOrder, Ties,
 };
 
 use super::strategies::{LogitPattern, RouteArgs};
@@ -20,6 +20,8 @@ pub struct RouteDomain {
     pub group_score: Option<GroupScore>,
     pub sigmoid_norm: Option<SigmoidNorm>,
     pub ties: Option<Ties>,
+    /// The order of a token's slots it writes (`None`: by score).
+    pub slot_order: Option<SlotOrder>,
     /// Score functions it runs (`None`: all).
     pub scores: Option<Vec<ScoreFunction>>,
     /// Whether it drops assignments over capacity (`None`: yes).
@@ -103,6 +105,17 @@ impl RouteDomain {
         cfg.group_score = group_score.unwrap_or(cfg.group_score);
         cfg.sigmoid_norm = sigmoid_norm.unwrap_or(cfg.sigmoid_norm);
         cfg.ties = ties.unwrap_or(cfg.ties);
+        cfg.slot_order = self.slot_order.unwrap_or(cfg.slot_order);
+        if cfg.slot_order == SlotOrder::Any
+            && cfg
+                .capacity
+                .is_some_and(|c| c.policy == DropPolicy::Position)
+        {
+            return Err(
+                "drop policy position under slot order any (it ranks a token's assignments by slot)"
+                    .into(),
+            );
+        }
         if let Some(limit) = cfg.groups {
             // Megatron's group score sums the top K/TG scores of a group: at least one.
             if cfg.group_score == GroupScore::TopKPerGroup && cfg.topk < limit.topk_groups {
@@ -122,6 +135,7 @@ impl RouteDomain {
             group_score: cfg.group_score,
             sigmoid_norm: cfg.sigmoid_norm,
             ties: cfg.ties,
+            slot_order: cfg.slot_order,
             ..args.clone()
         })
     }
@@ -132,6 +146,10 @@ impl RouteDomain {
         match name {
             "ties-to-lower-index" if ties == Some(Ties::Any) => Some(
                 "the implementation declares ties any: any choice among equal scores is valid"
+                    .into(),
+            ),
+            "ties-to-lower-index" if self.slot_order == Some(SlotOrder::Any) => Some(
+                "the implementation declares slot order any: the order of equal scores' slots is not its contract"
                     .into(),
             ),
             "capacity-survivors" | "no-renormalisation" if self.capacity == Some(false) => {

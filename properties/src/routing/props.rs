@@ -9,7 +9,7 @@ use moecheck_reference::op::Implementation;
 use moecheck_reference::routing::scores::{gates, normalise_and_scale, scores};
 use moecheck_reference::routing::topk::{group_scores, group_terms, kept_groups};
 use moecheck_reference::routing::{
-    weight_bound, Route, RoutingCase, ScoreFunction, SigmoidNorm, Ties,
+    weight_bound, Route, RoutingCase, ScoreFunction, SlotOrder, Ties,
 };
 use ndarray::Array2;
 
@@ -109,7 +109,7 @@ impl PropertyOp for Route {
             },
             Property {
                 name: "sigmoid-k1-weight",
-                description: "at K = 1 a sigmoid weight is α·s/(s + ε) (always) or α·s (skip-k1)",
+                description: "at K = 1 a sigmoid weight is α·s/(s + ε) (always) or α·s (skip-k1, never)",
                 strategy: || {
                     route_args(RouteRequire {
                         k1_sigmoid: true,
@@ -117,7 +117,20 @@ impl PropertyOp for Route {
                         ..RouteRequire::default()
                     })
                 },
-                test: |imp, a| sigmoid_k1_weight(imp, a).into(),
+                test: |imp, a| sigmoid_weight(imp, a).into(),
+                case: None,
+            },
+            Property {
+                name: "sigmoid-weight",
+                description: "sigmoid weights are α·s/(Σ s + ε) where normalised (always; skip-k1 at K > 1), α·s where not (never)",
+                strategy: || {
+                    route_args(RouteRequire {
+                        sigmoid: true,
+                        capacity: Some(false),
+                        ..RouteRequire::default()
+                    })
+                },
+                test: |imp, a| sigmoid_weight(imp, a).into(),
                 case: None,
             },
         ]
@@ -168,23 +181,37 @@ fn permutation_equivariance(
     let a = run(imp, &case)?;
     let b = run(imp, &moved)?;
     let precision = imp.precision(&case);
+    // Under slot order any a token's experts are a set: each slot is matched by its expert.
+    let any_order = case.config.slot_order == SlotOrder::Any;
+    let sorted = |mut v: Vec<usize>| {
+        if any_order {
+            v.sort_unstable();
+        }
+        v
+    };
     for (new, &old) in perm.iter().enumerate() {
         let sel: Vec<usize> = a.indices.row(old).to_vec();
-        if b.indices.row(new).to_vec() != sel {
+        let moved_sel: Vec<usize> = b.indices.row(new).to_vec();
+        if sorted(moved_sel.clone()) != sorted(sel.clone()) {
             return Err(format!(
-                "token {old} moved to position {new} selects {:?} instead of {sel:?}",
-                b.indices.row(new).to_vec()
+                "token {old} moved to position {new} selects {moved_sel:?} instead of {sel:?}"
             ));
         }
-        for j in 0..sel.len() {
-            if a.kept[[old, j]] != b.kept[[new, j]] {
+        for (j, &expert) in sel.iter().enumerate() {
+            // The slot of the same expert at the new position (`j` itself in score order).
+            let jn = if any_order {
+                moved_sel.iter().position(|&y| y == expert).unwrap_or(j)
+            } else {
+                j
+            };
+            if a.kept[[old, j]] != b.kept[[new, jn]] {
                 return Err(format!(
                     "token {old} slot {j}: kept = {} at position {old} but {} at position {new}",
                     a.kept[[old, j]],
-                    b.kept[[new, j]]
+                    b.kept[[new, jn]]
                 ));
             }
-            let (x, y) = (a.weights[[old, j]], b.weights[[new, j]]);
+            let (x, y) = (a.weights[[old, j]], b.weights[[new, jn]]);
             if (x - y).abs() > 2.0 * weight_bound(&case, precision, old, &sel, x) {
                 return Err(format!(
                     "token {old} slot {j}: weight {x:e} at position {old} but {y:e} at {new}"
@@ -310,28 +337,44 @@ fn group_limited_selection(
     Ok(())
 }
 
-fn sigmoid_k1_weight(imp: &dyn Implementation<Route>, args: &RouteArgs) -> Result<(), String> {
+/// Every sigmoid weight as the declared `sigmoid_norm` gives it: `α·s/(Σ s + ε)` where the
+/// weights are normalised (always; skip-k1 at `K > 1`), `α·s` where not (skip-k1 at `K = 1`,
+/// never).
+fn sigmoid_weight(imp: &dyn Implementation<Route>, args: &RouteArgs) -> Result<(), String> {
     let case = valid_case(args)?;
     let cfg = &case.config;
-    if cfg.score != ScoreFunction::Sigmoid || cfg.topk != 1 || cfg.capacity.is_some() {
-        return Err("the case is not a sigmoid K = 1 case without dropping".into());
+    if cfg.score != ScoreFunction::Sigmoid || cfg.capacity.is_some() {
+        return Err("the case is not a sigmoid case without dropping".into());
     }
     let got = run(imp, &case)?;
     let precision = imp.precision(&case);
+    let sigmoid = |ti: usize, x: usize| 1.0 / (1.0 + (-case.logits[[ti, x]]).exp());
     for ti in 0..case.tokens() {
-        let x = got.indices[[ti, 0]];
-        let s = 1.0 / (1.0 + (-case.logits[[ti, x]]).exp());
-        let want = match cfg.sigmoid_norm {
-            SigmoidNorm::Always => cfg.scaling_factor * s / (s + cfg.norm_eps),
-            SigmoidNorm::SkipK1 => cfg.scaling_factor * s,
+        let xs: Vec<usize> = got.indices.row(ti).to_vec();
+        let s: Vec<f64> = xs.iter().map(|&x| sigmoid(ti, x)).collect();
+        let denominator = if cfg.normalises() {
+            s.iter().sum::<f64>() + cfg.norm_eps
+        } else {
+            1.0
         };
-        let have = got.weights[[ti, 0]];
-        if (have - want).abs() > weight_bound(&case, precision, ti, &[x], want) || have.is_nan() {
-            return Err(format!(
-                "token {ti} (expert {x}, sigmoid {s:e}): weight {have:e}, but sigmoid-norm {} \
-                 gives {want:e}",
-                cfg.sigmoid_norm.name()
-            ));
+        for (j, (&x, &sj)) in xs.iter().zip(&s).enumerate() {
+            let want = cfg.scaling_factor * sj / denominator;
+            let have = got.weights[[ti, j]];
+            if (have - want).abs() > weight_bound(&case, precision, ti, &xs, want) || have.is_nan()
+            {
+                let how = if cfg.normalises() {
+                    "normalised"
+                } else {
+                    "not normalised"
+                };
+                return Err(format!(
+                    "token {ti} slot {j} (expert {x}, sigmoid {s:e}): weight {have:e}, but \
+                     sigmoid-norm {} at K = {} gives {want:e} ({how})",
+                    cfg.sigmoid_norm.name(),
+                    cfg.topk,
+                    s = sj
+                ));
+            }
         }
     }
     Ok(())

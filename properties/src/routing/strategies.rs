@@ -12,7 +12,7 @@
 
 use moecheck_reference::routing::{
     Capacity, DropPolicy, GroupLimit, GroupScore, RoutingCase, RoutingConfig, ScoreFunction,
-    SigmoidNorm, Ties, NORM_EPS,
+    SigmoidNorm, SlotOrder, Ties, NORM_EPS,
 };
 use moecheck_reference::seed::mix;
 use ndarray::{Array1, Array2};
@@ -57,6 +57,8 @@ pub struct RouteRequire {
     pub ties: bool,
     /// Sigmoid scores with `K = 1` and no groups (where `sigmoid_norm` decides the weight).
     pub k1_sigmoid: bool,
+    /// Sigmoid scores, any shape.
+    pub sigmoid: bool,
 }
 
 /// The arguments a routing case is built from.
@@ -79,6 +81,9 @@ pub struct RouteArgs {
     /// Bias integers in `-bias_max..=bias_max` times 1/8; `None`: no bias.
     pub bias_max: Option<i32>,
     pub value_seed: u64,
+    /// The order of a token's slots the checker accepts: [`SlotOrder::Score`] as drawn, `any`
+    /// where the implementation declares it ([`super::RouteDomain`]).
+    pub slot_order: SlotOrder,
     /// Which choices among equal values are valid: [`Ties::LowerIndex`] as drawn (the
     /// properties check that order; the checker's `any` is tested on its own), `any` where
     /// the implementation declares it ([`super::RouteDomain`]).
@@ -112,6 +117,7 @@ impl RouteArgs {
             group_score: self.group_score,
             sigmoid_norm: self.sigmoid_norm,
             ties: self.ties,
+            slot_order: self.slot_order,
         }
     }
 
@@ -276,7 +282,11 @@ fn conventions() -> impl Strategy<Value = (GroupScore, SigmoidNorm)> {
             1 => Just(GroupScore::TopKPerGroup),
             1 => Just(GroupScore::Max),
         ],
-        prop_oneof![Just(SigmoidNorm::Always), Just(SigmoidNorm::SkipK1)],
+        prop_oneof![
+            Just(SigmoidNorm::Always),
+            Just(SigmoidNorm::SkipK1),
+            Just(SigmoidNorm::Never)
+        ],
     )
 }
 
@@ -285,7 +295,7 @@ pub fn route_args(req: RouteRequire) -> BoxedStrategy<RouteArgs> {
     (
         experts(req),
         tokens(req),
-        if req.k1_sigmoid {
+        if req.k1_sigmoid || req.sigmoid {
             Just(ScoreFunction::Sigmoid).boxed()
         } else {
             score().boxed()
@@ -353,6 +363,7 @@ pub fn route_args(req: RouteRequire) -> BoxedStrategy<RouteArgs> {
                     bias_max,
                     value_seed,
                     ties: Ties::LowerIndex,
+                    slot_order: SlotOrder::Score,
                 }
             },
         )

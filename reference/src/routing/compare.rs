@@ -2,7 +2,9 @@
 //! [`super::bound`]).
 //!
 //! ## What must match exactly
-//! `indices` (in selection order), `kept` and `group_sizes` are discrete and must be equal.
+//! `indices` (in selection order, or as a set per token under [`SlotOrder::Any`], each
+//! weight and kept flag following its expert), `kept` and `group_sizes` are discrete and must
+//! be equal.
 //! Where a token's indices differ its weights and kept flags are not compared (the index
 //! mismatch is the finding). A dropped assignment's weight must be exactly 0.
 //!
@@ -11,7 +13,7 @@ use serde::Serialize;
 
 use super::bound::{selection_score_bound, weight_bound, RouteOutputs, RoutePrecision};
 use super::config::{DropPolicy, ScoreFunction};
-use super::convention::Ties;
+use super::convention::{SlotOrder, Ties};
 use super::near_tie::probs_near_ties;
 use super::route::{route_following, Routing, RoutingCase};
 
@@ -143,6 +145,16 @@ pub fn compare_routing(
         },
         Ties::LowerIndex => want,
     };
+    // Under `slot_order = any`, the implementation's slots in the reference's order wherever
+    // a token holds the same experts.
+    let reordered;
+    let got = match case.config.slot_order {
+        SlotOrder::Any => {
+            reordered = in_order_of(want, got);
+            &reordered
+        }
+        SlotOrder::Score => got,
+    };
     let near = probs_near_ties(case, want, got, precision);
     for ti in 0..t {
         let wi: Vec<usize> = want.indices.row(ti).to_vec();
@@ -173,6 +185,11 @@ pub fn compare_routing(
                          cannot decide (use inputs without near-ties, e.g. grid logits)",
                         precision.compute.name()
                     ));
+                } else if same_set(&wi, &gi) {
+                    detail.push_str(
+                        "; the same experts in another slot order (--slot-order any accepts \
+                         any order of a token's slots, each weight with its expert)",
+                    );
                 } else {
                     detail.push_str(&format!(
                         "; at slot {j} selection scores {:.6e} (expert {a}) vs {:.6e} (expert {b})",
@@ -269,10 +286,11 @@ pub fn compare_routing(
             rep.max_weight_err_ratio = rep.max_weight_err_ratio.max(ratio);
             if !ok || gw.is_nan() {
                 rep.weight_failures += 1;
-                let why = if wk && case.config.score == ScoreFunction::Sigmoid && k == 1 {
+                let why = if wk && case.config.score == ScoreFunction::Sigmoid {
                     format!(
-                        "bound {bound:.3e}; at K = 1 a sigmoid weight is α normalised \
-                         (--sigmoid-norm always) and α·sigmoid not (skip-k1), declared {}",
+                        "bound {bound:.3e}; sigmoid weights are divided by their sum under \
+                         --sigmoid-norm always, not at K = 1 under skip-k1, not at all under \
+                         never; declared {}",
                         case.config.sigmoid_norm.name()
                     )
                 } else if wk {
@@ -304,4 +322,35 @@ pub fn compare_routing(
         }
     }
     rep
+}
+
+/// Whether two tokens' slots hold the same experts (as multisets).
+fn same_set(a: &[usize], b: &[usize]) -> bool {
+    let (mut a, mut b) = (a.to_vec(), b.to_vec());
+    a.sort_unstable();
+    b.sort_unstable();
+    a == b
+}
+
+/// `got` with each token's slots (experts, weights, kept flags together) put in `want`'s order
+/// wherever the token holds the same experts; other tokens as they are.
+fn in_order_of(want: &Routing, got: &RouteOutputs) -> RouteOutputs {
+    let mut out = got.clone();
+    for (ti, wi) in want.indices.rows().into_iter().enumerate() {
+        let gi = got.indices.row(ti);
+        if !same_set(wi.as_slice().unwrap_or(&wi.to_vec()), &gi.to_vec()) {
+            continue;
+        }
+        let mut used = vec![false; gi.len()];
+        for (j, &x) in wi.iter().enumerate() {
+            let p = (0..gi.len())
+                .find(|&p| !used[p] && gi[p] == x)
+                .expect("the same experts");
+            used[p] = true;
+            out.indices[[ti, j]] = x;
+            out.weights[[ti, j]] = got.weights[[ti, p]];
+            out.kept[[ti, j]] = got.kept[[ti, p]];
+        }
+    }
+    out
 }

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::convention::{Convention, GroupScore, SigmoidNorm, Ties};
+use super::convention::{Convention, GroupScore, SigmoidNorm, SlotOrder, Ties};
 use crate::Error;
 
 /// The `ε` in the normalisation `g / (Σ g + ε)` (Megatron, HF DeepSeek-V3).
@@ -122,10 +122,12 @@ pub struct RoutingConfig {
     pub capacity: Option<Capacity>,
     /// How groups are scored (with a group limit; [`GroupScore`]).
     pub group_score: GroupScore,
-    /// Whether sigmoid gates are normalised at `K = 1` ([`SigmoidNorm`]).
+    /// Whether sigmoid gates are normalised ([`SigmoidNorm`]).
     pub sigmoid_norm: SigmoidNorm,
     /// Which choices among exactly equal values are valid ([`Ties`]).
     pub ties: Ties,
+    /// The order of a token's slots the checker accepts ([`SlotOrder`]).
+    pub slot_order: SlotOrder,
 }
 
 impl RoutingConfig {
@@ -143,14 +145,20 @@ impl RoutingConfig {
             group_score: GroupScore::default(),
             sigmoid_norm: SigmoidNorm::default(),
             ties: Ties::default(),
+            slot_order: SlotOrder::default(),
         }
     }
 
-    /// Whether the gates are divided by `Σ g + ε`: sigmoid always (but at `K = 1` under
-    /// [`SigmoidNorm::SkipK1`]), the others with `norm_topk`.
+    /// Whether the gates are divided by `Σ g + ε`: sigmoid as [`SigmoidNorm`] says (always;
+    /// but at `K = 1` under [`SigmoidNorm::SkipK1`]; never under [`SigmoidNorm::Never`]), the
+    /// others with `norm_topk`.
     pub fn normalises(&self) -> bool {
         match self.score {
-            ScoreFunction::Sigmoid => !(self.sigmoid_norm == SigmoidNorm::SkipK1 && self.topk == 1),
+            ScoreFunction::Sigmoid => match self.sigmoid_norm {
+                SigmoidNorm::Always => true,
+                SigmoidNorm::SkipK1 => self.topk != 1,
+                SigmoidNorm::Never => false,
+            },
             ScoreFunction::Softmax | ScoreFunction::TopkSoftmax => self.norm_topk,
         }
     }
@@ -255,6 +263,14 @@ impl RoutingConfig {
                 }
                 (DropPolicy::Position, Some(0)) => {
                     return bad("seq_len", "must be at least 1".into())
+                }
+                (DropPolicy::Position, _) if self.slot_order == SlotOrder::Any => {
+                    return bad(
+                        "slot_order",
+                        "any cannot be checked with drop_policy position, which ranks a token's \
+                         assignments by slot"
+                            .into(),
+                    )
                 }
                 (DropPolicy::Position, Some(s)) if !tokens.is_multiple_of(s) => {
                     return bad(

@@ -12,8 +12,11 @@
 //! * MaxText selects with `jax.lax.top_k`, which documents that equal elements come out lower
 //!   index first; Megatron-Core and DeepSeek-V3's reference `Gate` use `torch.topk`, which
 //!   promises no order among equal values, so their users declare `ties = any`.
-//! * DeepSeek-V3's `Gate` scores groups by their top-2 sum when it has a bias (V3 always
-//!   does) and by their maximum without one: declare `--group-score max` for the latter.
+//! * DeepSeek-V3's own `Gate` (its inference code) scores groups by their top-2 sum when it
+//!   has a bias (V3 always does) and by their maximum without one: declare `--group-score
+//!   max` for the latter. Hugging Face's `DeepseekV3TopkRouter` always sums the top 2.
+//! * Hugging Face's `DeepseekV3TopkRouter` normalises sigmoid weights only with
+//!   `norm_topk_prob`: without it, declare `--sigmoid-norm never`.
 
 use serde::{Deserialize, Serialize};
 
@@ -29,7 +32,10 @@ pub enum GroupScore {
     /// The sum of the group's `topk / topk_groups` (integer division) largest selection
     /// scores. Megatron-Core `group_limited_topk`.
     TopKPerGroup,
-    /// The group's largest selection score. DeepSeek-V3 `Gate.forward` without a bias.
+    /// The group's largest selection score. DeepSeek-V3's own inference code
+    /// (`inference/model.py`, `Gate.forward`) without a bias. Not Hugging Face transformers'
+    /// `DeepseekV3TopkRouter`, which sums each group's top 2 with or without a bias: its
+    /// users declare `top2`.
     Max,
 }
 
@@ -56,7 +62,7 @@ impl GroupScore {
     }
 }
 
-/// Whether sigmoid gates are normalised by their sum when `K = 1`.
+/// Whether sigmoid gates are normalised by their sum (`g / (Σ g + ε)`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SigmoidNorm {
@@ -67,15 +73,21 @@ pub enum SigmoidNorm {
     /// Not when `K = 1`: the weight is `α·g`. Megatron-Core
     /// `topk_routing_with_score_function` (`if topk > 1`).
     SkipK1,
+    /// Never: the weights are the selected sigmoids times `α`. Hugging Face transformers'
+    /// `DeepseekV3TopkRouter` with `norm_topk_prob = False` (it divides by the sum only when
+    /// `norm_topk_prob` is set).
+    Never,
 }
 
 impl SigmoidNorm {
-    pub const ALL: [SigmoidNorm; 2] = [SigmoidNorm::Always, SigmoidNorm::SkipK1];
+    pub const ALL: [SigmoidNorm; 3] =
+        [SigmoidNorm::Always, SigmoidNorm::SkipK1, SigmoidNorm::Never];
 
     pub fn name(self) -> &'static str {
         match self {
             SigmoidNorm::Always => "always",
             SigmoidNorm::SkipK1 => "skip-k1",
+            SigmoidNorm::Never => "never",
         }
     }
 }
@@ -104,6 +116,31 @@ impl Ties {
         match self {
             Ties::LowerIndex => "lower-index",
             Ties::Any => "any",
+        }
+    }
+}
+
+/// The order of a token's `K` slots (its selected experts, with their weights and kept flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SlotOrder {
+    /// Largest selection score first (`jax.lax.top_k`, `torch.topk(sorted=True)`).
+    #[default]
+    Score,
+    /// Any order: a token's experts are compared as a set, each weight and kept flag with its
+    /// expert. `torch.topk(sorted=False)`: Hugging Face transformers'
+    /// `DeepseekV3TopkRouter`. Not with capacity dropping, whose `position` policy ranks
+    /// assignments by slot.
+    Any,
+}
+
+impl SlotOrder {
+    pub const ALL: [SlotOrder; 2] = [SlotOrder::Score, SlotOrder::Any];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SlotOrder::Score => "score",
+            SlotOrder::Any => "any",
         }
     }
 }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::bound::RouteOutputs;
 use super::config::{Capacity, DropPolicy, GroupLimit, RoutingConfig, ScoreFunction};
-use super::convention::{GroupScore, SigmoidNorm, Ties};
+use super::convention::{GroupScore, SigmoidNorm, SlotOrder, Ties};
 use super::op::Route;
 use super::route::RoutingCase;
 use crate::format::Format;
@@ -44,13 +44,17 @@ pub struct RoutingJson {
     /// `top2` (default when absent), `top-k-per-group` or `max`.
     #[serde(default)]
     pub group_score: GroupScore,
-    /// `always` (default when absent) or `skip-k1`.
+    /// `always` (default when absent), `skip-k1` or `never`.
     #[serde(default)]
     pub sigmoid_norm: SigmoidNorm,
     /// `lower-index` (default when absent) or `any`: what the checker accepts; an
     /// implementation needs not read it.
     #[serde(default)]
     pub ties: Ties,
+    /// `score` (default when absent: largest selection score first) or `any` (a token's
+    /// experts as a set): what the checker accepts.
+    #[serde(default)]
+    pub slot_order: SlotOrder,
     /// Whether `bias.npy` is present.
     pub bias: bool,
 }
@@ -72,6 +76,7 @@ impl RoutingJson {
             group_score: config.group_score,
             sigmoid_norm: config.sigmoid_norm,
             ties: config.ties,
+            slot_order: config.slot_order,
             bias,
         }
     }
@@ -115,6 +120,7 @@ impl RoutingJson {
             group_score: self.group_score,
             sigmoid_norm: self.sigmoid_norm,
             ties: self.ties,
+            slot_order: self.slot_order,
         })
     }
 }

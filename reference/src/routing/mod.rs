@@ -107,7 +107,7 @@ pub use bound::{selection_score_bound, weight_bound, RouteOutputs, RoutePrecisio
 pub use capacity::{apply_capacity, position_capacity, probs_capacity};
 pub use compare::{compare_routing, RouteMismatch, RouteReport};
 pub use config::{Capacity, DropPolicy, GroupLimit, RoutingConfig, ScoreFunction, NORM_EPS};
-pub use convention::{Convention, GroupScore, SigmoidNorm, Ties};
+pub use convention::{Convention, GroupScore, SigmoidNorm, SlotOrder, Ties};
 pub use files::{logits_dtype, RouteJson, RoutingJson};
 pub use op::{ComputeFormat, Route};
 pub use report::RouteDocument;

@@ -11,7 +11,7 @@ use moecheck_reference::format::Format;
 use moecheck_reference::op::{Implementation, RunError};
 use moecheck_reference::routing::{
     position_capacity, probs_capacity, DropPolicy, GroupScore, Route, RouteOutputs, RoutePrecision,
-    RoutingCase, ScoreFunction, SigmoidNorm,
+    RoutingCase, ScoreFunction,
 };
 use ndarray::Array2;
 
@@ -35,6 +35,8 @@ pub enum RouteBug {
     DefaultCapacityDrop,
     /// Sigmoid weights are normalised at `K = 1` even under `sigmoid_norm = skip-k1`.
     NormaliseSigmoidAtK1,
+    /// Sigmoid weights are normalised (at `K > 1`) even under `sigmoid_norm = never`.
+    NormaliseSigmoidDespiteNever,
 }
 
 impl PlantedBug for RouteBug {
@@ -46,6 +48,7 @@ impl PlantedBug for RouteBug {
         RouteBug::GroupScoreTop1,
         RouteBug::DefaultCapacityDrop,
         RouteBug::NormaliseSigmoidAtK1,
+        RouteBug::NormaliseSigmoidDespiteNever,
     ];
 
     fn name(self) -> &'static str {
@@ -57,6 +60,7 @@ impl PlantedBug for RouteBug {
             RouteBug::GroupScoreTop1 => "group-score-top1",
             RouteBug::DefaultCapacityDrop => "default-capacity-drop",
             RouteBug::NormaliseSigmoidAtK1 => "normalise-sigmoid-at-k1",
+            RouteBug::NormaliseSigmoidDespiteNever => "normalise-sigmoid-despite-never",
         }
     }
 
@@ -72,6 +76,9 @@ impl PlantedBug for RouteBug {
             }
             RouteBug::NormaliseSigmoidAtK1 => {
                 "sigmoid weights normalised at K = 1 although skip-k1 is declared"
+            }
+            RouteBug::NormaliseSigmoidDespiteNever => {
+                "sigmoid weights normalised at K > 1 although never is declared"
             }
         }
     }
@@ -194,9 +201,9 @@ impl Implementation<Route> for RouteEmulate {
             }
             let normalise = match cfg.score {
                 ScoreFunction::Sigmoid => {
-                    k > 1
-                        || cfg.sigmoid_norm == SigmoidNorm::Always
-                        || self.has(RouteBug::NormaliseSigmoidAtK1)
+                    cfg.normalises()
+                        || (k == 1 && self.has(RouteBug::NormaliseSigmoidAtK1))
+                        || (k > 1 && self.has(RouteBug::NormaliseSigmoidDespiteNever))
                 }
                 _ => cfg.norm_topk,
             };
