@@ -303,7 +303,8 @@ pub trait Contracted: PropertyOp {
 }
 
 /// The precision keys every external implementation of an op with them declares: `acc`,
-/// `acc_block`, `compute`, `out_dtype` (a format; `input` is read by the op itself).
+/// `acc_block`, `compute`, `out_dtype`, `router_compute` (a format; `input` is read by the op
+/// itself).
 fn precision(r: &mut Reader, keys: &[&str]) -> Result<Declared, String> {
     let mut d = Declared::default();
     for key in keys {
@@ -312,6 +313,9 @@ fn precision(r: &mut Reader, keys: &[&str]) -> Result<Declared, String> {
             "acc_block" => d.acc_block = r.count(Section::Declared, "acc_block", 1)?,
             "compute" => d.compute = r.parsed(Section::Declared, "compute", format)?,
             "out_dtype" => d.out_dtype = r.parsed(Section::Declared, "out_dtype", format)?,
+            "router_compute" => {
+                d.router_compute = r.parsed(Section::Declared, "router_compute", format)?
+            }
             _ => unreachable!("not a precision key: {key}"),
         }
     }
@@ -447,7 +451,7 @@ impl Contracted for moecheck_reference::moe::MoeLayer {
 
     fn read_contract(c: &Contract) -> Result<(MoeDomain, Declared), String> {
         let mut r = c.reader(Self::CONTRACT_KEY);
-        let declared = precision(&mut r, &["compute", "out_dtype"])?;
+        let declared = precision(&mut r, &["compute", "out_dtype", "router_compute"])?;
         let domain = MoeDomain {
             route: route_domain(&mut r)?,
             dtypes: r.list(Section::Supports, "dtypes", |s| match format(s)? {

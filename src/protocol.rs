@@ -56,6 +56,10 @@ pub struct Declared {
     /// case's, `check` and `prop` only: on `moecheck gemm` the flag is the case's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub out_dtype: Option<Format>,
+    /// `--router-compute`: the router's compute format where it is not `--compute`'s (MoE
+    /// layer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router_compute: Option<Format>,
 }
 
 impl Declared {
@@ -66,6 +70,7 @@ impl Declared {
             acc_block: self.acc_block.or(recorded.acc_block),
             compute: self.compute.or(recorded.compute),
             out_dtype: self.out_dtype.or(recorded.out_dtype),
+            router_compute: self.router_compute.or(recorded.router_compute),
         }
     }
 }
@@ -78,6 +83,7 @@ impl Declared {
             (self.acc_block.is_some(), "--acc-block"),
             (self.compute.is_some(), "--compute"),
             (self.out_dtype.is_some(), "--out-dtype"),
+            (self.router_compute.is_some(), "--router-compute"),
         ]
         .into_iter()
         .filter(|(given, _)| *given)

@@ -440,3 +440,44 @@ fn declaration_flags_need_an_exec_implementation() {
         );
     }
 }
+
+/// `--router-compute`: an f64 layer whose router gradient is f32 (an f64 Hugging Face module
+/// with its f32 router) fails `check --compute f64` naming dw_router and passes with
+/// `--router-compute f32`, which the report states; a built-in implementation refuses it.
+#[test]
+fn router_compute_is_declared_apart_from_compute() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("case");
+    small(&["--impl", "reference", "--dump", d.to_str().unwrap()])
+        .assert()
+        .code(0);
+    let p = d.join("dw_router.npy");
+    let g: ndarray::Array2<f64> = ndarray_npy::read_npy(&p).unwrap();
+    ndarray_npy::write_npy(&p, &g.mapv(|v| v as f32 as f64)).unwrap();
+    let check = |extra: &[&str]| {
+        Command::cargo_bin("moecheck")
+            .unwrap()
+            .args(["check", d.to_str().unwrap(), "--compute", "f64"])
+            .args(["--out-dtype", "f64"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = check(&[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("dw_router   FAIL"), "{text}");
+    let out = check(&["--router-compute", "f32"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("compute f64, router f32, output f64"),
+        "{text}"
+    );
+    let out = small(&["--impl", "emulate", "--router-compute", "f32"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--router-compute"), "{err}");
+}

@@ -733,3 +733,27 @@ fn f64_weights_are_checked_at_f64_precision() {
         String::from_utf8_lossy(&o.stdout)
     );
 }
+
+/// `route --bias` without a file generates one, as `moe --bias` does: the case directory holds
+/// it, a flag may follow it, the same seed gives the same bias, and the model passes on it.
+#[test]
+fn route_bias_without_a_file_is_generated() {
+    let dir = tempfile::tempdir().unwrap();
+    let dump = |name: &str, seed: &str| {
+        let d = dir.path().join(name);
+        moecheck()
+            .args(["route", "--bias", "--topk", "2", "--score", "sigmoid"])
+            .args(["--experts", "16", "--tokens", "32", "--seed", seed])
+            .args(["--impl", "emulate", "--dump", s(&d)])
+            .assert()
+            .code(0);
+        let bias: ndarray::Array1<f32> = ndarray_npy::read_npy(d.join("bias.npy")).unwrap();
+        bias.mapv(f64::from)
+    };
+    let a = dump("a", "5");
+    assert_eq!(a.len(), 16);
+    assert!(a.iter().all(|v| (v * 8.0).fract() == 0.0 && v.abs() <= 1.0));
+    assert!(a.iter().any(|v| *v != 0.0));
+    assert_eq!(a, dump("b", "5"));
+    assert_ne!(a, dump("c", "6"));
+}

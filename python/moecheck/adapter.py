@@ -110,7 +110,9 @@ CONTRACT_KEYS = {
         },
     },
     "moe_layer": {
-        "declared": dict(compute=_FORMATS, out_dtype=_FORMATS, **_CONVENTIONS),
+        "declared": dict(
+            compute=_FORMATS, out_dtype=_FORMATS, router_compute=_FORMATS, **_CONVENTIONS
+        ),
         "supports": {
             "dtypes": [_INPUT_DTYPES],
             "scores": [_SCORES],

@@ -193,6 +193,37 @@ pub fn sci(x: f64) -> String {
     }
 }
 
+/// A failing element's value and its reference in a failure line: [`sci`] each, with more
+/// significant digits (up to 17) where 7 would print them the same although they differ
+/// (`-4.454131e-2` and `-4.4541309e-2`, not twice `-4.454131e-2`).
+///
+/// ```
+/// use moecheck_reference::report::sci_pair;
+/// assert_eq!(sci_pair(1.5, 2.0), ("1.5e0".to_string(), "2e0".to_string()));
+/// let (g, w) = sci_pair(0.1 + 1e-12, 0.1);
+/// assert_ne!(g, w);
+/// assert_eq!(w, "1e-1");
+/// ```
+pub fn sci_pair(got: f64, want: f64) -> (String, String) {
+    let (g, w) = (sci(got), sci(want));
+    if g != w || got == want || got.is_nan() || want.is_nan() {
+        return (g, w);
+    }
+    let with = |x: f64, digits: usize| {
+        let s = format!("{x:.digits$e}");
+        match s.split_once('e') {
+            Some((m, e)) if m.contains('.') => {
+                format!("{}e{e}", m.trim_end_matches('0').trim_end_matches('.'))
+            }
+            _ => s,
+        }
+    };
+    (7..=16)
+        .map(|d| (with(got, d), with(want, d)))
+        .find(|(g, w)| g != w)
+        .unwrap_or_else(|| (with(got, 16), with(want, 16)))
+}
+
 /// A bound in a failure line: `0 (contract)` where the contract demands exactly 0.
 pub fn bound_text(b: f64) -> String {
     if b == 0.0 {

@@ -40,6 +40,10 @@ pub struct CheckArgs {
     /// inputs) [default: what case.json records, else the case's].
     #[arg(long, value_parser = super::format_in(super::FLOATS))]
     pub out_dtype: Option<Format>,
+    /// Declared compute format of the router alone, where it is not --compute's (MoE layer)
+    /// [default: what case.json records, else --compute's].
+    #[arg(long, value_parser = super::format_in(super::FLOATS))]
+    pub router_compute: Option<Format>,
     /// How a grouped GEMM's outputs are checked (plain or FP8): full (every element
     /// against its own bound) or fast (projections, sampled rows and columns, NaN/inf and
     /// exact zeros everywhere; see docs/commands.md) [default: full]. Routing and the MoE
@@ -59,6 +63,7 @@ pub fn run(a: CheckArgs) -> anyhow::Result<ExitCode> {
         acc_block: a.acc_block,
         compute: a.compute,
         out_dtype: a.out_dtype,
+        router_compute: a.router_compute,
     }
     .or(header.declared);
     let mut check = CheckAs {

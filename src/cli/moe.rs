@@ -53,6 +53,11 @@ pub struct MoeFlags {
     /// Declared output format of an exec: or worker: implementation [default: f32].
     #[arg(long, value_parser = super::format_in(super::FLOATS))]
     pub out_dtype: Option<Format>,
+    /// Declared compute format of the router alone (its logits GEMM, scores, gates, weights
+    /// and their gradients) where it is not --compute's: Hugging Face's routers compute in
+    /// f32 even in an f64 module (--compute f64 --router-compute f32) [default: --compute].
+    #[arg(long, value_parser = super::format_in(super::FLOATS))]
+    pub router_compute: Option<Format>,
     /// Seed of the generated case.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -90,6 +95,7 @@ impl MoeFlags {
         self.imp.choice(Declared {
             compute: self.compute,
             out_dtype: self.out_dtype,
+            router_compute: self.router_compute,
             ..Declared::default()
         })
     }

@@ -33,6 +33,10 @@ pub struct PropFlags {
     /// Compute format an exec: routing or MoE layer declares [default: f32].
     #[arg(long, value_parser = super::format_in(super::FLOATS))]
     pub compute: Option<Format>,
+    /// Router compute format an exec: MoE layer declares where it is not --compute's (Hugging
+    /// Face's routers: f32 in an f64 module) [default: --compute's].
+    #[arg(long, value_parser = super::format_in(super::FLOATS))]
+    pub router_compute: Option<Format>,
     /// Output format an exec: MoE layer declares [default: f32], or the format an exec:
     /// grouped GEMM rounds its outputs to whatever each case asks [default: each case's];
     /// `input` for a grouped GEMM that writes its input dtype (torch's grouped_mm, bf16 for
@@ -196,6 +200,7 @@ pub fn run(a: PropFlags) -> anyhow::Result<ExitCode> {
             Some(OutDtype::Format(f)) => Some(f),
             _ => None,
         },
+        router_compute: a.router_compute,
     };
     let (flags, flag_words) = contract_of(&a);
     let c = Campaign {

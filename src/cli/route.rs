@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use moecheck::generate::route::{Logits, RouteSpec};
+use moecheck::generate::route::{Bias, Logits, RouteSpec};
 use moecheck::registry::{self, Choice, Declared};
 use moecheck::{pipeline, report};
 use moecheck_reference::format::Format;
@@ -29,10 +29,11 @@ pub struct RouteFlags {
     /// happen, near-ties that a reduced-precision implementation could order either way do not.
     #[arg(long)]
     pub logits: Option<PathBuf>,
-    /// Per-expert selection bias (E,), float32 or float64 .npy (DeepSeek-V3's correction bias:
-    /// moves the choice of experts, never the weights).
-    #[arg(long)]
-    pub bias: Option<PathBuf>,
+    /// Per-expert selection bias (DeepSeek-V3's correction bias: moves the choice of experts,
+    /// never the weights): a (E,) float32 or float64 .npy FILE, or without one a generated
+    /// bias (multiples of 1/8 in [-1, 1] from --seed).
+    #[arg(long, value_name = "FILE", num_args = 0..=1)]
+    pub bias: Option<Option<PathBuf>>,
     #[command(flatten)]
     pub routing: RoutingFlags,
     /// Write indices.npy, weights.npy (float32), kept.npy and group_sizes.npy (the
@@ -82,7 +83,10 @@ impl RouteFlags {
                     seed: self.seed,
                 },
             },
-            bias: self.bias.clone(),
+            bias: self.bias.as_ref().map(|p| match p {
+                Some(p) => Bias::File(p.clone()),
+                None => Bias::Generated,
+            }),
             config: self.routing.config()?,
         })
     }
@@ -132,7 +136,7 @@ pub fn run(a: RouteFlags) -> anyhow::Result<ExitCode> {
         let inputs: Vec<&std::path::Path> = a
             .logits
             .iter()
-            .chain(&a.bias)
+            .chain(a.bias.iter().flatten())
             .map(|p| p.as_path())
             .collect();
         pipeline::prepare_out_dir(

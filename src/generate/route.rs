@@ -31,13 +31,29 @@ pub enum Logits {
     },
 }
 
+/// Where the selection bias comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Bias {
+    /// A float32 or float64 `.npy` file of shape `(E,)`.
+    File(PathBuf),
+    /// One value per expert on a grid ([`grid_bias`]) from the logits' seed.
+    Generated,
+}
+
 /// Everything that defines a routing case.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RouteSpec {
     pub logits: Logits,
-    /// A float32 or float64 `.npy` file of shape `(E,)`.
-    pub bias: Option<PathBuf>,
+    pub bias: Option<Bias>,
     pub config: RoutingConfig,
+}
+
+/// A selection bias for `experts` experts from `seed`: multiples of 1/8 in `[-1, 1]` (exact
+/// in every format, so sums with grid logits are exact and their ties stay ties).
+pub fn grid_bias(experts: usize, seed: u64) -> Array1<f64> {
+    // Its own stream: the logits of the same seed are not shifted by drawing it.
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6269_6173);
+    Array1::from_shape_simple_fn(experts, || rng.random_range(-8i32..=8) as f64 / 8.0)
 }
 
 /// The grid logits of `tokens × experts` from `seed`.
@@ -97,8 +113,13 @@ impl RouteSpec {
                 grid_logits(*tokens, *experts, *seed)
             }
         };
+        let seed = match &self.logits {
+            Logits::Generated { seed, .. } => *seed,
+            Logits::File(_) => 0,
+        };
         let bias: Option<Array1<f64>> = match &self.bias {
-            Some(p) => Some(read(p, &[logits.ncols()])?.into_dimensionality::<Ix1>()?),
+            Some(Bias::File(p)) => Some(read(p, &[logits.ncols()])?.into_dimensionality::<Ix1>()?),
+            Some(Bias::Generated) => Some(grid_bias(logits.ncols(), seed)),
             None => None,
         };
         let case = RoutingCase {
@@ -122,7 +143,7 @@ impl RouteSpec {
                         reason,
                     },
                     _,
-                    Some(p),
+                    Some(Bias::File(p)),
                 ) => {
                     anyhow!("{}: {reason}", p.display())
                 }

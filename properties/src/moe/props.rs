@@ -189,6 +189,7 @@ fn sparse_equals_dense(imp: &dyn Implementation<MoeLayer>, args: &MoeArgs) -> Ca
 const F64: LayerPrecision = LayerPrecision {
     input: Format::F64,
     compute: Format::F64,
+    router: None,
     output: Format::F64,
 };
 

@@ -137,9 +137,10 @@ impl CaseReport {
         }
         let g = worst_slice(p.groups.iter().filter(|g| !g.passed()), |g| &g.stats)?;
         let w = g.stats.worst.as_ref()?;
+        let (got, want) = crate::report::sci_pair(w.got, w.want);
         Some(format!(
             "{}: {} of {} elements of {} outside the bound; worst at row {} col {}: got {}, want {}, bound {}",
-            p.pass, g.stats.failed, g.stats.checked, g.group, w.at.row, w.at.col, crate::report::sci(w.got), crate::report::sci(w.want), crate::report::bound_text(w.bound)
+            p.pass, g.stats.failed, g.stats.checked, g.group, w.at.row, w.at.col, got, want, crate::report::bound_text(w.bound)
         ))
     }
 }

@@ -265,9 +265,10 @@ pub fn render_passes(s: &mut String, passes: &[PassReport]) {
             .filter(|g| !g.passed())
             .map(|g| {
                 let w = g.stats.worst.as_ref().expect("a failed group has a worst element");
+                let (got, want) = crate::report::sci_pair(w.got, w.want);
                 format!(
-                    "{}: {} of {} elements outside the bound; worst row {} col {}: got {}, want {}, bound {}",
-                    g.group, g.stats.failed, g.stats.checked, w.at.row, w.at.col, crate::report::sci(w.got), crate::report::sci(w.want), bound_text(w.bound)
+                    "{}: {} of {} elements outside the bound; worst row {} col {}: got {got}, want {want}, bound {}",
+                    g.group, g.stats.failed, g.stats.checked, w.at.row, w.at.col, bound_text(w.bound)
                 )
             })
             .collect();

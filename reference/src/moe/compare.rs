@@ -77,9 +77,10 @@ impl LayerReport {
             .expert
             .map(|e| format!(" of expert {e}"))
             .unwrap_or_default();
+        let (got, want) = crate::report::sci_pair(w.got, w.want);
         Some(format!(
-            "{}{at}: {} of {} elements outside the bound; worst at {:?}: got {:e}, want {:e}, bound {:e}",
-            t.tensor, s.stats.failed, s.stats.elements, w.at.index, w.got, w.want, w.bound
+            "{}{at}: {} of {} elements outside the bound; worst at {:?}: got {got}, want {want}, bound {:.3e}",
+            t.tensor, s.stats.failed, s.stats.elements, w.at.index, w.bound
         ))
     }
 }

@@ -194,6 +194,7 @@ pub fn check_gradients(
     let f64p = LayerPrecision {
         input: Format::F64,
         compute: Format::F64,
+        router: None,
         output: Format::F64,
     };
     let ref_bound = layer_bound(case, &fwd, &f64p);

@@ -21,11 +21,13 @@ use crate::Error;
 pub struct MoeLayer;
 
 /// What an external layer implementation declares: the format of every intermediate
-/// operation (GEMM accumulation included) and the format of its outputs (`f32` and `f32`
-/// unless declared otherwise). Inputs are read in the case's `dtype`.
+/// operation (GEMM accumulation included), the router's where it differs (`None`: the same),
+/// and the format of its outputs (`f32`, the same, `f32` unless declared otherwise). Inputs
+/// are read in the case's `dtype`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LayerFormats {
     pub compute: Format,
+    pub router: Option<Format>,
     pub output: Format,
 }
 
@@ -33,6 +35,7 @@ impl Default for LayerFormats {
     fn default() -> Self {
         LayerFormats {
             compute: Format::F32,
+            router: None,
             output: Format::F32,
         }
     }
@@ -87,6 +90,7 @@ impl Op for MoeLayer {
         LayerPrecision {
             input: case.dtype,
             compute: declared.compute,
+            router: declared.router.filter(|r| *r != declared.compute),
             output: declared.output,
         }
     }
@@ -96,6 +100,7 @@ impl Op for MoeLayer {
         LayerPrecision {
             input: case.dtype,
             compute: Format::F64,
+            router: None,
             output: Format::F64,
         }
     }

@@ -61,6 +61,8 @@ pub struct MoeDocument {
     pub dtype: String,
     pub shape: MoeShape,
     pub routing: RoutingConfig,
+    /// Whether the case has a per-expert selection bias (`bias.npy`).
+    pub bias: bool,
     pub precision: LayerPrecision,
     /// Cases drawn (from consecutive seeds) until one had no top-k/group/capacity near tie.
     pub draws: usize,
@@ -78,6 +80,7 @@ impl Reported for MoeLayer {
             dtype: run.case.dtype.to_string(),
             shape: MoeShape::of(run.case, &run.expected.forward),
             routing: run.case.routing,
+            bias: run.case.bias.is_some(),
             precision: *run.precision,
             draws: run.draws,
             outcome: RunOutcome::of(run),
@@ -107,14 +110,22 @@ fn render_case(s: &mut String, doc: &MoeDocument) {
         sh.tokens, sh.hidden, sh.experts, sh.ffn, sh.shared_ffn, sh.topk,
         sh.kept_assignments, sh.dropped_assignments, sh.empty_experts, doc.dtype
     );
+    let sigmoid = match r.score {
+        crate::routing::ScoreFunction::Sigmoid => {
+            format!(", sigmoid-norm {}", r.sigmoid_norm.name())
+        }
+        _ => String::new(),
+    };
     let _ = writeln!(
         s,
-        "routing: {}{}{}, scaling {}{}",
+        "routing: {}{}{}{}{}, scaling {}{}",
         r.score,
+        if doc.bias { ", selection bias" } else { "" },
         r.groups
             .map(|g| format!(", {} groups keep {}", g.groups, g.topk_groups))
             .unwrap_or_default(),
         if r.norm_topk { ", norm_topk" } else { "" },
+        sigmoid,
         r.scaling_factor,
         r.capacity
             .map(|c| format!(", capacity factor {} ({})", c.factor, c.policy.name()))
@@ -124,9 +135,13 @@ fn render_case(s: &mut String, doc: &MoeDocument) {
         0 => "case read from a directory".to_string(),
         n => format!("case drawn in {n} attempt(s) (near ties resampled)"),
     };
+    let router = match doc.precision.router {
+        Some(f) => format!(", router {f}"),
+        None => String::new(),
+    };
     let _ = writeln!(
         s,
-        "declared precision: compute {}, output {}; {drawn}",
+        "declared precision: compute {}{router}, output {}; {drawn}",
         doc.precision.compute, doc.precision.output
     );
 }
@@ -164,9 +179,10 @@ fn render_tensors(s: &mut String, tensors: &[TensorReport]) {
             .map(|g| {
                 let w = g.stats.worst.as_ref().expect("a failed slice has a worst element");
                 let at = g.expert.map_or_else(|| "all".into(), |e| format!("expert {e}"));
+                let (got, want) = crate::report::sci_pair(w.got, w.want);
                 format!(
-                    "{at}: {} of {} elements outside the bound; worst {:?}: got {}, want {}, bound {}",
-                    g.stats.failed, g.stats.elements, w.at.index, crate::report::sci(w.got), crate::report::sci(w.want), crate::report::bound_text(w.bound)
+                    "{at}: {} of {} elements outside the bound; worst {:?}: got {got}, want {want}, bound {}",
+                    g.stats.failed, g.stats.elements, w.at.index, crate::report::bound_text(w.bound)
                 )
             })
             .collect();

@@ -75,6 +75,7 @@ pub(crate) fn configs() -> Vec<RoutingConfig> {
 const F64: LayerPrecision = LayerPrecision {
     input: Format::F64,
     compute: Format::F64,
+    router: None,
     output: Format::F64,
 };
 
@@ -194,6 +195,7 @@ fn an_exact_tie_is_refused_by_both_guards() {
     let p = LayerPrecision {
         input: Format::F64,
         compute: Format::F32,
+        router: None,
         output: Format::F32,
     };
     assert!(tie_guard(&c, &p).unwrap().is_some());
@@ -224,6 +226,7 @@ fn bf16_rounded_outputs_fail_an_f32_declaration() {
             LayerPrecision {
                 input: case.dtype,
                 compute: Format::F32,
+                router: None,
                 output: Format::F32,
             }
         }
@@ -258,6 +261,79 @@ fn bf16_rounded_outputs_fail_an_f32_declaration() {
         );
     }
     // Near ties may skip a configuration, never all of them.
+    assert!(
+        checked * 2 >= configs().len(),
+        "only {checked} configurations checked"
+    );
+}
+
+/// The router's precision apart from the layer's: an f64 layer whose router writes its
+/// gradient in f32 (as an f64 Hugging Face module with its f32 router does) passes when the
+/// router is declared f32 and fails when it is not (the whole layer f64, the default); a
+/// router gradient rounded to bf16 fails the f32 router declaration too.
+#[test]
+fn router_precision_is_declared_apart_from_the_layer() {
+    use crate::format::{round_to, Overflow};
+    use crate::op::{verify, Implementation, Reference, RunError, Verdict};
+
+    struct RouterRounded {
+        declared: Option<Format>,
+        to: Format,
+    }
+    impl Implementation<MoeLayer> for RouterRounded {
+        fn name(&self) -> String {
+            format!("reference with dw_router rounded to {}", self.to)
+        }
+        fn is_model(&self) -> bool {
+            true
+        }
+        fn precision(&self, case: &MoeCase) -> LayerPrecision {
+            LayerPrecision {
+                input: case.dtype,
+                compute: Format::F64,
+                router: self.declared,
+                output: Format::F64,
+            }
+        }
+        fn run(&self, case: &MoeCase, ask: ()) -> Result<MoeOutputs, RunError> {
+            let mut g = Implementation::<MoeLayer>::run(&Reference, case, ask)?;
+            g.dw_router
+                .mapv_inplace(|v| round_to(v, self.to, Overflow::Ieee));
+            Ok(g)
+        }
+    }
+    let f32_router = RouterRounded {
+        declared: Some(Format::F32),
+        to: Format::F32,
+    };
+    let mut checked = 0;
+    for (i, cfg) in configs().into_iter().enumerate() {
+        let c = case(700 + i as u64, 8, 5, 6, 4, cfg, false);
+        if tie_guard(&c, &f32_router.precision(&c)).unwrap().is_some() {
+            continue;
+        }
+        checked += 1;
+        let v = verify(&f32_router, &c, ()).verdict;
+        assert!(v.passed(), "{cfg:?}: {:?}", v.failure());
+        let undeclared = RouterRounded {
+            declared: None,
+            to: Format::F32,
+        };
+        let v = verify(&undeclared, &c, ()).verdict;
+        assert!(
+            matches!(&v, Verdict::Fail { reason, .. } if reason.contains("dw_router")),
+            "{cfg:?}: an f32 router gradient passed an f64 router: {v:?}"
+        );
+        let bf16 = RouterRounded {
+            declared: Some(Format::F32),
+            to: Format::Bf16,
+        };
+        let v = verify(&bf16, &c, ()).verdict;
+        assert!(
+            matches!(v, Verdict::Fail { .. }),
+            "{cfg:?}: a bf16 router gradient passed an f32 router: {v:?}"
+        );
+    }
     assert!(
         checked * 2 >= configs().len(),
         "only {checked} configurations checked"

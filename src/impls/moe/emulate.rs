@@ -161,6 +161,7 @@ impl Implementation<MoeLayer> for MoeEmulate {
         LayerPrecision {
             input: case.dtype,
             compute: Format::F32,
+            router: None,
             output: Format::F32,
         }
     }

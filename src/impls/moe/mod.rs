@@ -11,14 +11,16 @@ use crate::backends::{Backends, Declared};
 
 impl Backends for MoeLayer {
     type Bug = emulate::MoeBug;
-    const DECLARES: &'static str = "compute and output formats";
-    const DECLARATION_FLAGS: &'static [&'static str] = &["--compute", "--out-dtype"];
+    const DECLARES: &'static str = "compute, router and output formats";
+    const DECLARATION_FLAGS: &'static [&'static str] =
+        &["--compute", "--out-dtype", "--router-compute"];
     const NOT_DECLARED_BY: &'static str =
-        "the MoE layer declares its compute and output formats (--compute, --out-dtype)";
+        "the MoE layer declares its compute, router and output formats (--compute, --router-compute, --out-dtype)";
 
     fn declaration(d: &Declared) -> Result<LayerFormats, String> {
         Ok(LayerFormats {
             compute: d.compute.unwrap_or(Format::F32),
+            router: d.router_compute,
             output: d.out_dtype.unwrap_or(Format::F32),
         })
     }
@@ -27,6 +29,7 @@ impl Backends for MoeLayer {
         Declared {
             compute: Some(p.compute),
             out_dtype: Some(p.output),
+            router_compute: p.router,
             ..Declared::default()
         }
     }

@@ -16,10 +16,24 @@ use crate::routing::ScoreFunction;
 pub struct LayerPrecision {
     /// The format of every input value.
     pub input: Format,
-    /// The format of every intermediate operation (GEMM accumulation included).
+    /// The format of every intermediate operation of the experts, the combine and the
+    /// shared expert (GEMM accumulation included).
     pub compute: Format,
+    /// The format of the router's operations: its logits GEMM, scores, gates and weights, and
+    /// in the backward their gradients (`dz`, `dw_router`, the router's share of `dx`). Hugging
+    /// Face transformers' routers compute in f32 even inside an f64 module. Absent in JSON
+    /// written before it existed: the same as `compute`.
+    #[serde(default)]
+    pub router: Option<Format>,
     /// The format the outputs are written in.
     pub output: Format,
+}
+
+impl LayerPrecision {
+    /// The router's format: [`LayerPrecision::router`], else `compute`.
+    pub fn router(&self) -> Format {
+        self.router.unwrap_or(self.compute)
+    }
 }
 
 /// The bound of every output tensor, and the errors the tie guard needs.
@@ -43,20 +57,22 @@ impl LayerBound {
 /// `case` with the reference forward `fwd` (module documentation).
 pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) -> LayerBound {
     let u = precision.compute.info().unit_roundoff() + Format::F64.info().unit_roundoff();
+    // The router's own operations (module docs): `ur` wherever `u` would be, `u` elsewhere.
+    let ur = precision.router().info().unit_roundoff() + Format::F64.info().unit_roundoff();
     let u_out = precision.output.info().unit_roundoff();
     let r = &fwd.routing;
     let cfg = &r.config;
     let (t, e) = r.scores.dim();
     let k = cfg.topk;
     // Router logits.
-    let z = mm_exact_rhs(&T2::exact(case.x.clone()), case.wr.view(), u);
+    let z = mm_exact_rhs(&T2::exact(case.x.clone()), case.wr.view(), ur);
     // Scores and the selection scores.
     let mut s = T2::exact(r.scores.clone());
     match cfg.score {
         ScoreFunction::TopkSoftmax => s.e.assign(&z.e),
-        ScoreFunction::Sigmoid => s = z.map(|x| lip(x, sigmoid(x.v), 0.25, u)),
+        ScoreFunction::Sigmoid => s = z.map(|x| lip(x, sigmoid(x.v), 0.25, ur)),
         ScoreFunction::Softmax => {
-            let g = gamma(e + FN_ULPS as usize + 1, u);
+            let g = gamma(e + FN_ULPS as usize + 1, ur);
             for ti in 0..t {
                 let d = z.e.row(ti).fold(0.0f64, |m, v| m.max(*v));
                 let f = (2.0 * d).exp_m1() + g * (2.0 * d).exp();
@@ -69,7 +85,7 @@ pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) ->
     let mut selection_err = s.e.clone();
     if let Some(b) = &case.bias {
         Zip::indexed(&mut selection_err).for_each(|(ti, j), v| {
-            *v += u * (s.v[(ti, j)].abs() + *v + b[j].abs());
+            *v += ur * (s.v[(ti, j)].abs() + *v + b[j].abs());
         });
     }
     // Gates, weights, combine weights.
@@ -82,7 +98,7 @@ pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) ->
         let g: Vec<Ev> = match cfg.score {
             ScoreFunction::TopkSoftmax => {
                 let d = (0..k).map(|j| z.e[(ti, idx[j])]).fold(0.0f64, f64::max);
-                let f = (2.0 * d).exp_m1() + gamma(k + FN_ULPS as usize + 1, u) * (2.0 * d).exp();
+                let f = (2.0 * d).exp_m1() + gamma(k + FN_ULPS as usize + 1, ur) * (2.0 * d).exp();
                 (0..k)
                     .map(|j| Ev {
                         v: r.gates[(ti, j)],
@@ -97,10 +113,10 @@ pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) ->
                 let mut d = Ev::exact(cfg.norm_eps);
                 let m: f64 = g.iter().map(|x| x.mag()).sum::<f64>() + cfg.norm_eps;
                 d.v += g.iter().map(|x| x.v).sum::<f64>();
-                d.e += g.iter().map(|x| x.e).sum::<f64>() + gamma(k, u) * m;
-                g[j].div(d, u).mul(alpha, u)
+                d.e += g.iter().map(|x| x.e).sum::<f64>() + gamma(k, ur) * m;
+                g[j].div(d, ur).mul(alpha, ur)
             } else {
-                g[j].mul(alpha, u)
+                g[j].mul(alpha, ur)
             };
             w.v[(ti, j)] = wj.v;
             w.e[(ti, j)] = wj.e;
@@ -110,6 +126,14 @@ pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) ->
             }
         }
         gates_ev.push(g);
+    }
+    // Combine weights made in the router's format enter the experts' operations rounded to
+    // theirs once more (exact when the router's format is the narrower).
+    let separate_router = precision.router() != precision.compute;
+    if separate_router {
+        Zip::from(&mut c.e)
+            .and(&c.v)
+            .for_each(|e, v| *e += u * (v.abs() + *e));
     }
     // Experts.
     let p = &fwd.perm;
@@ -205,31 +229,42 @@ pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) ->
     let mut dz = T2::exact(Array2::zeros((t, e)));
     for (ti, g) in gates_ev.iter().enumerate() {
         let idx = r.indices.row(ti);
-        let dw: Vec<Ev> = (0..k).map(|j| dc.at(ti, j)).collect();
+        // `<dout, y>` is computed with the experts (`u`) and enters a router of another
+        // format rounded once more there.
+        let entry = if separate_router { ur } else { 0.0 };
+        let dw: Vec<Ev> = (0..k)
+            .map(|j| {
+                let x = dc.at(ti, j);
+                Ev {
+                    v: x.v,
+                    e: x.e + entry * x.mag(),
+                }
+            })
+            .collect();
         let dg: Vec<Ev> = if cfg.normalises() {
             let m: f64 = g.iter().map(|x| x.mag()).sum::<f64>() + cfg.norm_eps;
             let d = Ev {
                 v: g.iter().map(|x| x.v).sum::<f64>() + cfg.norm_eps,
-                e: g.iter().map(|x| x.e).sum::<f64>() + gamma(k, u) * m,
+                e: g.iter().map(|x| x.e).sum::<f64>() + gamma(k, ur) * m,
             };
             let pairs: Vec<(Ev, Ev)> = (0..k).map(|i| (dw[i], g[i])).collect();
-            let dot = Ev::dot(&pairs, u).div(d, u);
+            let dot = Ev::dot(&pairs, ur).div(d, ur);
             dw.iter()
-                .map(|x| alpha.mul(x.sub(dot, u), u).div(d, u))
+                .map(|x| alpha.mul(x.sub(dot, ur), ur).div(d, ur))
                 .collect()
         } else {
-            dw.iter().map(|x| alpha.mul(*x, u)).collect()
+            dw.iter().map(|x| alpha.mul(*x, ur)).collect()
         };
         match cfg.score {
             ScoreFunction::Softmax => {
                 let mut ds = vec![Ev::exact(0.0); e];
                 for j in 0..k {
-                    ds[idx[j]] = ds[idx[j]].add(dg[j], u);
+                    ds[idx[j]] = ds[idx[j]].add(dg[j], ur);
                 }
                 let pairs: Vec<(Ev, Ev)> = (0..e).map(|f| (s.at(ti, f), ds[f])).collect();
-                let dot = Ev::dot(&pairs, u);
+                let dot = Ev::dot(&pairs, ur);
                 for (f, dsf) in ds.iter().enumerate() {
-                    let v = s.at(ti, f).mul(dsf.sub(dot, u), u);
+                    let v = s.at(ti, f).mul(dsf.sub(dot, ur), ur);
                     dz.v[(ti, f)] = v.v;
                     dz.e[(ti, f)] = v.e;
                 }
@@ -237,25 +272,25 @@ pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) ->
             ScoreFunction::Sigmoid => {
                 for j in 0..k {
                     let sv = s.at(ti, idx[j]);
-                    let v = dg[j].mul(sv, u).mul(Ev::exact(1.0).sub(sv, u), u);
+                    let v = dg[j].mul(sv, ur).mul(Ev::exact(1.0).sub(sv, ur), ur);
                     dz.v[(ti, idx[j])] = v.v;
                     dz.e[(ti, idx[j])] = v.e;
                 }
             }
             ScoreFunction::TopkSoftmax => {
                 let pairs: Vec<(Ev, Ev)> = (0..k).map(|i| (g[i], dg[i])).collect();
-                let dot = Ev::dot(&pairs, u);
+                let dot = Ev::dot(&pairs, ur);
                 for j in 0..k {
-                    let v = g[j].mul(dg[j].sub(dot, u), u);
+                    let v = g[j].mul(dg[j].sub(dot, ur), ur);
                     dz.v[(ti, idx[j])] = v.v;
                     dz.e[(ti, idx[j])] = v.e;
                 }
             }
         }
     }
-    let dx_router = mm_exact_rhs(&dz, case.wr.t(), u);
+    let dx_router = mm_exact_rhs(&dz, case.wr.t(), ur);
     dx = dx.zip(&dx_router, |a, b| a.add(b, u));
-    let gt = gamma(t, u);
+    let gt = gamma(t, ur);
     let ax = case.x.mapv(f64::abs);
     let dwr_e = ax.t().dot(&dz.e) * (1.0 + gt) + ax.t().dot(&dz.v.mapv(f64::abs)) * gt;
     let dwr_v = case.x.t().dot(&dz.v);

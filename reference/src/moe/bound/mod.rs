@@ -4,7 +4,13 @@
 //! The implementation declares a [`LayerPrecision`]: it reads the inputs exactly (they are
 //! representable in `input`), performs every operation — GEMM products and sums, the
 //! softmax / sigmoid / SiLU evaluations, the normalisation, the f32 combine — in `compute`
-//! with unit roundoff `u`, and rounds each returned tensor once to `output` (`u_out`). It
+//! with unit roundoff `u`, and rounds each returned tensor once to `output` (`u_out`). A
+//! router declared in another format (`router`, e.g. Hugging Face's f32 routers inside an f64
+//! module) does its own operations with `u_r` instead: the router logits GEMM, the scores,
+//! gates, normalisation and scaling, and in the backward the routing VJP (`dz`, `dw_router`,
+//! the router's share of `dx`); the combine-weight gradient `<dout, y>` enters it rounded
+//! once more with `u_r`, and the combine weights enter the experts rounded once more with `u`
+//! (both exact when widening, counted anyway). It
 //! must **select the same experts and drop the same assignments** as the reference: the
 //! case generators refuse cases whose top-k, group or capacity margins are within the
 //! selection-score error computed here ([`super::fd::near_tie`]), so this is a fact of every
@@ -33,7 +39,8 @@
 //! ## The reference's own error
 //! The reference is the same computation in f64. Every rule above is a polynomial in `u` with
 //! non-negative coefficients and no constant term, so `e(u_impl) + e(2^-53) <= e(u_impl + 2^-53)`:
-//! the replay runs with `u = u_compute + 2^-53` and bounds `|ŷ − y_ref|` directly.
+//! the replay runs with `u = u_compute + 2^-53` (and `u_r = u_router + 2^-53`) and bounds
+//! `|ŷ − y_ref|` directly.
 
 mod layer;
 mod replay;

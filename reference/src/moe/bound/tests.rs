@@ -163,6 +163,8 @@ type Derived = (Vec<(TensorId, Vec<f64>)>, Array2<f64>, Array2<f64>);
 fn derive(case: &crate::moe::MoeCase, precision: &LayerPrecision) -> Derived {
     let fwd = forward(case).unwrap();
     let u = precision.compute.info().unit_roundoff() + 2f64.powi(-53);
+    let ur = precision.router().info().unit_roundoff() + 2f64.powi(-53);
+    let separate = precision.router() != precision.compute;
     let u_out = precision.output.info().unit_roundoff();
     let r = &fwd.routing;
     let cfg = &r.config;
@@ -175,23 +177,23 @@ fn derive(case: &crate::moe::MoeCase, precision: &LayerPrecision) -> Derived {
         let p: Vec<(P, P)> = (0..hd)
             .map(|i| (ex(case.x[(ti, i)]), ex(case.wr[(i, j)])))
             .collect();
-        dot(&p, u)
+        dot(&p, ur)
     });
     // Scores.
     let s = Array2::from_shape_fn((t, e), |(ti, j)| match cfg.score {
         ScoreFunction::TopkSoftmax => (r.scores[(ti, j)], z[(ti, j)].1),
         ScoreFunction::Sigmoid => {
             let zz = z[(ti, j)];
-            lipf(zz, 1.0 / (1.0 + (-zz.0).exp()), 0.25, u)
+            lipf(zz, 1.0 / (1.0 + (-zz.0).exp()), 0.25, ur)
         }
         ScoreFunction::Softmax => {
             let d = (0..e).map(|f| z[(ti, f)].1).fold(0.0, f64::max);
-            let f = (2.0 * d).exp_m1() + gm(e + 4 + 1, u) * (2.0 * d).exp();
+            let f = (2.0 * d).exp_m1() + gm(e + 4 + 1, ur) * (2.0 * d).exp();
             (r.scores[(ti, j)], r.scores[(ti, j)] * f)
         }
     });
     let selection = Array2::from_shape_fn((t, e), |(ti, j)| match &case.bias {
-        Some(b) => s[(ti, j)].1 + u * (s[(ti, j)].0.abs() + s[(ti, j)].1 + b[j].abs()),
+        Some(b) => s[(ti, j)].1 + ur * (s[(ti, j)].0.abs() + s[(ti, j)].1 + b[j].abs()),
         None => s[(ti, j)].1,
     });
     // Gates, the normalisation's denominator, weights, combine weights.
@@ -204,7 +206,7 @@ fn derive(case: &crate::moe::MoeCase, precision: &LayerPrecision) -> Derived {
         let g: Vec<P> = match cfg.score {
             ScoreFunction::TopkSoftmax => {
                 let d = (0..k).map(|j| z[(ti, idx[j])].1).fold(0.0, f64::max);
-                let f = (2.0 * d).exp_m1() + gm(k + 4 + 1, u) * (2.0 * d).exp();
+                let f = (2.0 * d).exp_m1() + gm(k + 4 + 1, ur) * (2.0 * d).exp();
                 (0..k)
                     .map(|j| (r.gates[(ti, j)], r.gates[(ti, j)] * f))
                     .collect()
@@ -214,13 +216,13 @@ fn derive(case: &crate::moe::MoeCase, precision: &LayerPrecision) -> Derived {
         let dd: P = (
             g.iter().map(|x| x.0).sum::<f64>() + eps,
             g.iter().map(|x| x.1).sum::<f64>()
-                + gm(k, u) * (g.iter().map(|x| mag(*x)).sum::<f64>() + eps),
+                + gm(k, ur) * (g.iter().map(|x| mag(*x)).sum::<f64>() + eps),
         );
         for j in 0..k {
             w[(ti, j)] = if cfg.normalises() {
-                mul(div(g[j], dd, u), alpha, u)
+                mul(div(g[j], dd, ur), alpha, ur)
             } else {
-                mul(g[j], alpha, u)
+                mul(g[j], alpha, ur)
             };
             if r.kept[(ti, j)] {
                 c[(ti, j)] = w[(ti, j)];
@@ -228,6 +230,10 @@ fn derive(case: &crate::moe::MoeCase, precision: &LayerPrecision) -> Derived {
         }
         gates.push(g);
         denom.push(dd);
+    }
+    // Weights made in another format than the experts' enter them rounded once more.
+    if separate {
+        c.mapv_inplace(|x| (x.0, x.1 + u * (x.0.abs() + x.1)));
     }
     // Experts and the combine.
     let p = &fwd.perm;
@@ -291,38 +297,43 @@ fn derive(case: &crate::moe::MoeCase, precision: &LayerPrecision) -> Derived {
     let mut dz = Array2::from_elem((t, e), EXACT0);
     for ti in 0..t {
         let (g, dd, idx) = (&gates[ti], denom[ti], r.indices.row(ti));
+        // `<dout, y>` enters a router of another format rounded once more.
+        let entry = if separate { ur } else { 0.0 };
+        let dcr: Vec<P> = (0..k)
+            .map(|j| (dc[(ti, j)].0, dc[(ti, j)].1 + entry * mag(dc[(ti, j)])))
+            .collect();
         let dg: Vec<P> = if cfg.normalises() {
-            let pairs: Vec<(P, P)> = (0..k).map(|i| (dc[(ti, i)], g[i])).collect();
-            let d = div(dot(&pairs, u), dd, u);
+            let pairs: Vec<(P, P)> = (0..k).map(|i| (dcr[i], g[i])).collect();
+            let d = div(dot(&pairs, ur), dd, ur);
             (0..k)
-                .map(|j| div(mul(alpha, sub(dc[(ti, j)], d, u), u), dd, u))
+                .map(|j| div(mul(alpha, sub(dcr[j], d, ur), ur), dd, ur))
                 .collect()
         } else {
-            (0..k).map(|j| mul(alpha, dc[(ti, j)], u)).collect()
+            (0..k).map(|j| mul(alpha, dcr[j], ur)).collect()
         };
         match cfg.score {
             ScoreFunction::Softmax => {
                 let mut ds = vec![EXACT0; e];
                 for j in 0..k {
-                    ds[idx[j]] = add(ds[idx[j]], dg[j], u);
+                    ds[idx[j]] = add(ds[idx[j]], dg[j], ur);
                 }
                 let pairs: Vec<(P, P)> = (0..e).map(|f| (s[(ti, f)], ds[f])).collect();
-                let d = dot(&pairs, u);
+                let d = dot(&pairs, ur);
                 for f in 0..e {
-                    dz[(ti, f)] = mul(s[(ti, f)], sub(ds[f], d, u), u);
+                    dz[(ti, f)] = mul(s[(ti, f)], sub(ds[f], d, ur), ur);
                 }
             }
             ScoreFunction::Sigmoid => {
                 for j in 0..k {
                     let sv = s[(ti, idx[j])];
-                    dz[(ti, idx[j])] = mul(mul(dg[j], sv, u), sub(ex(1.0), sv, u), u);
+                    dz[(ti, idx[j])] = mul(mul(dg[j], sv, ur), sub(ex(1.0), sv, ur), ur);
                 }
             }
             ScoreFunction::TopkSoftmax => {
                 let pairs: Vec<(P, P)> = (0..k).map(|i| (g[i], dg[i])).collect();
-                let d = dot(&pairs, u);
+                let d = dot(&pairs, ur);
                 for j in 0..k {
-                    dz[(ti, idx[j])] = mul(g[j], sub(dg[j], d, u), u);
+                    dz[(ti, idx[j])] = mul(g[j], sub(dg[j], d, ur), ur);
                 }
             }
         }
@@ -333,14 +344,14 @@ fn derive(case: &crate::moe::MoeCase, precision: &LayerPrecision) -> Derived {
             let pairs: Vec<(P, P)> = (0..e)
                 .map(|j| (dz[(ti, j)], ex(case.wr[(col, j)])))
                 .collect();
-            dx[(ti, col)] = add(dx[(ti, col)], dot(&pairs, u), u);
+            dx[(ti, col)] = add(dx[(ti, col)], dot(&pairs, ur), u);
         }
     }
     let dwr = Array2::from_shape_fn((hd, e), |(i, j)| {
         let pairs: Vec<(P, P)> = (0..t)
             .map(|ti| (ex(case.x[(ti, i)]), dz[(ti, j)]))
             .collect();
-        dot(&pairs, u)
+        dot(&pairs, ur)
     });
     let round = |a: &P| a.1 + u_out * (a.0.abs() + a.1);
     let flat2 = |a: &Array2<P>| a.iter().map(round).collect::<Vec<f64>>();
@@ -384,11 +395,26 @@ fn layer_bound_matches_the_documented_derivation() {
         LayerPrecision {
             input: Format::F64,
             compute: Format::F64,
+            router: None,
             output: Format::F64,
         },
         LayerPrecision {
             input: Format::Bf16,
             compute: Format::Bf16,
+            router: None,
+            output: Format::F32,
+        },
+        // An f64 layer with an f32 router (Hugging Face), and an f32 router in a bf16 layer.
+        LayerPrecision {
+            input: Format::Bf16,
+            compute: Format::F64,
+            router: Some(Format::F32),
+            output: Format::F64,
+        },
+        LayerPrecision {
+            input: Format::Bf16,
+            compute: Format::Bf16,
+            router: Some(Format::F32),
             output: Format::F32,
         },
     ];
