@@ -99,9 +99,9 @@ pub fn build<O: Backends>(choice: &Choice) -> Result<Box<dyn Implementation<O>>,
         }
     }
     if let Some(t) = choice.timeout {
-        if !(t > 0.0 && t.is_finite()) {
+        if !(t > 0.0 && t <= MAX_TIMEOUT_S) {
             return Err(format!(
-                "--timeout {t} must be a positive number of seconds"
+                "--timeout {t} must be a positive number of seconds, at most {MAX_TIMEOUT_S:e} (about 31 years)"
             ));
         }
         if !external {
@@ -149,6 +149,10 @@ pub fn worker<O: Backends>(choice: &Choice) -> Option<Worker<O>> {
     let declaration = declaration::<O>(&choice.declared).ok()?;
     (!cmd.trim().is_empty()).then(|| Worker::new(program(cmd, choice), declaration))
 }
+
+/// The longest `--timeout` (seconds): far beyond any run, and far inside what a `Duration`
+/// and a deadline from now can hold (a larger one panicked converting it).
+pub const MAX_TIMEOUT_S: f64 = 1e9;
 
 /// The program `--impl exec:CMD` or `worker:CMD` names, with `--timeout`.
 fn program(cmd: &str, choice: &Choice) -> Program {

@@ -1081,3 +1081,130 @@ fn messages_say_each_cause_once_and_list_only_accepted_formats() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// A `--timeout` no deadline can hold (1e20 s panicked converting it), zero, negative or not a
+/// number: exit 2 with one line naming the flag, on every command that takes it.
+#[test]
+fn an_impossible_timeout_exits_2_naming_the_flag() {
+    let commands: [&[&str]; 4] = [
+        &[
+            "gemm",
+            "--experts",
+            "4",
+            "--tokens",
+            "8",
+            "--hidden",
+            "8",
+            "--ffn",
+            "8",
+        ],
+        &[
+            "route",
+            "--topk",
+            "2",
+            "--score",
+            "softmax",
+            "--tokens",
+            "4",
+            "--experts",
+            "4",
+        ],
+        &[
+            "moe",
+            "--tokens",
+            "4",
+            "--hidden",
+            "8",
+            "--ffn",
+            "8",
+            "--experts",
+            "4",
+        ],
+        &["prop", "--op", "route", "--cases", "1"],
+    ];
+    for cmd in commands {
+        for t in ["1e20", "0", "-1", "nan", "inf"] {
+            let out = moecheck()
+                .args(cmd)
+                .args(["--impl", "exec:true", "--timeout", t])
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{cmd:?} --timeout {t}: {err}");
+            assert!(err.contains("--timeout"), "{cmd:?} --timeout {t}: {err}");
+            assert_eq!(
+                err.trim().lines().count(),
+                1,
+                "{cmd:?} --timeout {t}: {err}"
+            );
+        }
+    }
+}
+
+/// int64 group sizes whose sum passes 2^64 (it wrapped, passed "sum <= M" and panicked):
+/// exit 2 naming group_sizes.npy, for a grouped GEMM and an FP8 case directory.
+#[test]
+fn group_sizes_summing_past_u64_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, extra) in [("gemm", &[][..]), ("fp8", &["--dtype", "fp8"][..])] {
+        let d = dir.path().join(name);
+        let mut args = vec!["--impl", "reference", "--dump", d.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        with_defaults(&["gemm"], &SMALL_GEMM, &args)
+            .assert()
+            .code(0);
+        let g: ndarray::Array1<i32> = ndarray_npy::read_npy(d.join("group_sizes.npy")).unwrap();
+        let mut huge = g.mapv(i64::from);
+        huge[0] = i64::MAX;
+        huge[1] = i64::MAX;
+        huge[2] = 4;
+        ndarray_npy::write_npy(d.join("group_sizes.npy"), &huge).unwrap();
+        let out = moecheck().arg("check").arg(&d).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains("group_sizes.npy"), "{name}: {err}");
+    }
+}
+
+/// A shape whose element count overflows 64 bits names the flags whose product overflows
+/// (it said "--experts" for a --tokens overflow).
+#[test]
+fn an_overflowing_shape_names_its_flags() {
+    for (args, want) in [
+        (
+            &["--tokens", "4611686018427387904", "--topk", "4"][..],
+            "--tokens × --topk",
+        ),
+        (
+            &[
+                "--tokens",
+                "4294967296",
+                "--topk",
+                "1",
+                "--hidden",
+                "4294967296",
+            ][..],
+            "--tokens × --topk × --hidden",
+        ),
+        (
+            &[
+                "--experts",
+                "4294967296",
+                "--hidden",
+                "4294967296",
+                "--ffn",
+                "2",
+            ][..],
+            "--experts × --hidden × --ffn",
+        ),
+    ] {
+        let out = moecheck().arg("gemm").args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(want) && err.contains("overflows 64 bits"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+}

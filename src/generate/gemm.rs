@@ -111,21 +111,34 @@ impl GemmSpec {
         }
         // Sizes are 64-bit everywhere; only a shape whose element count overflows is refused
         // here (what fits in memory is the memory guard's question).
-        let overflows = self
-            .tokens
-            .checked_mul(self.topk)
-            .and_then(|m| m.checked_mul(self.hidden.max(self.ffn)))
-            .is_none()
-            || self
-                .experts
-                .checked_mul(self.hidden)
-                .and_then(|x| x.checked_mul(self.ffn))
-                .is_none();
-        if overflows {
-            return Err(ParamError::new(
+        // The error names the flags whose product overflows.
+        let wide = if self.hidden >= self.ffn {
+            "hidden"
+        } else {
+            "ffn"
+        };
+        let too_large = |param, product: String| {
+            Err(ParamError::new(
+                param,
+                format!("the shape is too large: {product} overflows 64 bits"),
+            ))
+        };
+        match self.tokens.checked_mul(self.topk) {
+            None => return too_large("tokens", "--tokens × --topk (the rows)".into()),
+            Some(m) if m.checked_mul(self.hidden.max(self.ffn)).is_none() => {
+                return too_large("tokens", format!("--tokens × --topk × --{wide}"));
+            }
+            _ => {}
+        }
+        let weights = self
+            .experts
+            .checked_mul(self.hidden)
+            .and_then(|x| x.checked_mul(self.ffn));
+        if weights.is_none() {
+            return too_large(
                 "experts",
-                "the shape is too large (its element count overflows 64 bits)",
-            ));
+                "--experts × --hidden × --ffn (the weights)".into(),
+            );
         }
         Ok(())
     }

@@ -283,13 +283,12 @@ impl Session {
         match parse_answer(&line) {
             Ok(Answer::Done) => Ok(Ok(())),
             Ok(Answer::Failed(error)) => Ok(Err(RunError::new(with_stderr(
-                format!("{} failed the case: {}", self.who, one_line(&error)),
+                format!("{} failed the case: {}", self.who, error),
                 &self.settled_stderr(mark),
             )))),
             Ok(Answer::Refused(reason)) => Ok(Err(RunError::refused(format!(
                 "{} refused the case: {}",
-                self.who,
-                one_line(&reason)
+                self.who, reason
             )))),
             Err(reason) => {
                 self.process.end();
@@ -457,9 +456,13 @@ fn parse_answer(line: &str) -> Result<Answer, String> {
     let text = |key: &str| v.get(key).and_then(Value::as_str).map(str::to_string);
     match v.get("ok").and_then(Value::as_bool) {
         Some(true) => Ok(Answer::Done),
+        // A reason is printed for every case it comes with: one line, control characters
+        // (escape sequences, NUL) escaped, clipped.
         Some(false) => Ok(match (text("unsupported"), text("error")) {
-            (Some(reason), _) => Answer::Refused(reason),
-            (None, error) => Answer::Failed(error.unwrap_or_else(|| "(no error given)".into())),
+            (Some(reason), _) => Answer::Refused(clipped(&reason, REASON_CHARS)),
+            (None, error) => Answer::Failed(
+                error.map_or_else(|| "(no error given)".into(), |e| clipped(&e, REASON_CHARS)),
+            ),
         }),
         None => Err(format!(
             "answered '{}' where {{\"ok\": true}} or {{\"ok\": false, \"error\": \"...\"}} was expected (stdout is the protocol's: print nothing else there)",
@@ -468,17 +471,43 @@ fn parse_answer(line: &str) -> Result<Answer, String> {
     }
 }
 
+/// The most characters of a worker's error or refusal a message shows.
+const REASON_CHARS: usize = 1000;
+
 /// A worker's line as a message shows it: one line, at most 200 characters.
 fn shown(line: &str) -> String {
-    let line = one_line(line);
+    let line = clipped(line, usize::MAX);
     match line.char_indices().nth(200) {
         Some((at, _)) => format!("{}...", &line[..at]),
         None => line,
     }
 }
 
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+/// `text` as one line of at most `most` characters (then `... (N more characters)`), its
+/// whitespace runs made one space and every other control character escaped (`\u{1b}`), so
+/// that nothing a worker sends can move the terminal's cursor or colour the report.
+fn clipped(text: &str, most: usize) -> String {
+    let line: String = text
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect();
+    match line.char_indices().nth(most) {
+        Some((at, _)) => format!(
+            "{}... ({} more characters)",
+            &line[..at],
+            line[at..].chars().count()
+        ),
+        None => line,
+    }
 }
 
 #[cfg(test)]

@@ -52,3 +52,27 @@ fn answers() {
     }
     assert!(shown(&"x".repeat(500)).len() < 210);
 }
+
+/// An error or refusal is shown as one line, control characters escaped, clipped: an escape
+/// sequence, a NUL byte and a 900 KB traceback printed whole for every case before.
+#[test]
+fn reasons_are_one_clipped_line_without_control_characters() {
+    let evil = r"\u001b[2J\u001b[31mboom\u0000\nline 2";
+    let a = parse_answer(&format!(r#"{{"ok": false, "error": "{evil}"}}"#)).unwrap();
+    let Answer::Failed(e) = a else {
+        panic!("{a:?}")
+    };
+    assert!(!e.chars().any(|c| c.is_control()), "{e:?}");
+    assert!(e.contains("boom") && e.contains("line 2"), "{e:?}");
+    let huge = "x".repeat(900_000);
+    let a = parse_answer(&format!(r#"{{"ok": false, "unsupported": "{huge}"}}"#)).unwrap();
+    let Answer::Refused(r) = a else {
+        panic!("{a:?}")
+    };
+    assert!(r.len() < 1100, "{}", r.len());
+    assert!(
+        r.ends_with("(899000 more characters)"),
+        "{}",
+        &r[r.len() - 40..]
+    );
+}

@@ -38,13 +38,28 @@ pub fn read_group_sizes(
     groups: usize,
 ) -> Result<Vec<usize>, FileError> {
     let raw = files.int(file, &[groups])?;
-    raw.iter()
+    let sizes: Vec<usize> = raw
+        .iter()
         .enumerate()
         .map(|(g, &s)| {
             usize::try_from(s)
                 .map_err(|_| FileError::new(file, format!("group {g} has negative size {s}")))
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    // Every later sum of the sizes (offsets, `sum <= M`) is then safe from wrapping.
+    sizes
+        .iter()
+        .try_fold(0usize, |sum, &s| sum.checked_add(s))
+        .ok_or_else(|| {
+            FileError::new(
+                file,
+                format!(
+                    "the group sizes sum past {} (usize's largest value)",
+                    usize::MAX
+                ),
+            )
+        })?;
+    Ok(sizes)
 }
 
 impl Protocol for Gemm {
