@@ -480,4 +480,21 @@ fn router_compute_is_declared_apart_from_compute() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--router-compute"), "{err}");
+    // A router that cannot hold the inputs: its bound would take them as exact.
+    let out = small(&[
+        "--dtype",
+        "f32",
+        "--router-compute",
+        "bf16",
+        "--impl",
+        "exec:true",
+    ])
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--router-compute bf16") && err.contains("f32"),
+        "{err}"
+    );
 }

@@ -442,3 +442,42 @@ fn moe_layer_refuses_ties_any_on_an_exact_tie() {
     lower.routing.ties = Ties::LowerIndex;
     assert!(MoeLayer::validate(&lower, ()).is_ok());
 }
+
+/// `slot_order = any` with `ties = any` and a capacity policy that prefers among equals
+/// (`token-order`): a correct unsorted implementation that kept expert 1 for token 0 and
+/// expert 0 for token 1 passes (the tie order is read by expert, not by its unsorted slot);
+/// expert 0 keeping both tokens is no tie order and fails.
+#[test]
+fn slot_order_any_reads_capacity_ties_by_expert() {
+    let logits = array![[1.0, 0.0], [1.0, 0.0]];
+    let mut cfg = RoutingConfig::new(2, ScoreFunction::Softmax);
+    cfg.capacity = Some(Capacity {
+        factor: 0.5,
+        policy: DropPolicy::TokenOrder,
+        seq_len: None,
+    });
+    cfg.ties = Ties::Any;
+    cfg.slot_order = SlotOrder::Any;
+    let c = case(logits, cfg);
+    let want = reference(&c);
+    assert_eq!(want.indices, array![[0, 1], [0, 1]]);
+    // Each expert keeps one token (C = 1): here expert 1 token 0, expert 0 token 1, written
+    // with each token's slots reversed.
+    let mut got = swap(&swap(&want, 0, 0, 1), 1, 0, 1);
+    let full = reference(&case(c.logits.clone(), {
+        let mut u = cfg;
+        u.capacity = None;
+        u
+    }));
+    got.kept = array![[true, false], [false, true]];
+    got.weights = array![[full.weights[[0, 1]], 0.0], [0.0, full.weights[[1, 0]]]];
+    got.group_sizes = vec![1, 1];
+    let r = compare(&c, &got);
+    assert!(r.passed(), "{:?}", r.first_failure());
+    // Expert 0 keeping both tokens (2 > C) is no tie order.
+    let mut over = got.clone();
+    over.kept = array![[false, true], [false, true]];
+    over.weights = array![[0.0, full.weights[[0, 0]]], [0.0, full.weights[[1, 0]]]];
+    over.group_sizes = vec![2, 0];
+    assert!(!compare(&c, &over).passed());
+}

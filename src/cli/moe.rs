@@ -102,6 +102,18 @@ impl MoeFlags {
 }
 
 pub fn run(a: MoeFlags) -> anyhow::Result<ExitCode> {
+    if let Some(r) = a.router_compute {
+        // The bound takes the router's inputs as exact (moecheck_reference::moe::bound).
+        let holds = r == a.dtype
+            || r == Format::F64
+            || (r == Format::F32 && matches!(a.dtype, Format::Bf16 | Format::F16));
+        if !holds {
+            anyhow::bail!(
+                "--router-compute {r}: the router must read the {} inputs exactly (--dtype {}); declare a format that holds them",
+                a.dtype, a.dtype
+            );
+        }
+    }
     let spec = a.spec()?;
     let need = memory::moe_bytes(a.tokens, a.hidden, a.experts, a.ffn, a.shared_ffn);
     memory::guard(

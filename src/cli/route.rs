@@ -31,7 +31,9 @@ pub struct RouteFlags {
     pub logits: Option<PathBuf>,
     /// Per-expert selection bias (DeepSeek-V3's correction bias: moves the choice of experts,
     /// never the weights): a (E,) float32 or float64 .npy FILE, or without one a generated
-    /// bias (multiples of 1/8 in [-1, 1] from --seed).
+    /// bias (multiples of 1/8 in [-1, 1] from --seed; seed 0 with --logits). Added to the
+    /// scores, it can bring two experts' selection scores within rounding of each other: the
+    /// report then names the near-tie.
     #[arg(long, value_name = "FILE", num_args = 0..=1)]
     pub bias: Option<Option<PathBuf>>,
     #[command(flatten)]

@@ -48,8 +48,10 @@ pub struct RouteSpec {
     pub config: RoutingConfig,
 }
 
-/// A selection bias for `experts` experts from `seed`: multiples of 1/8 in `[-1, 1]` (exact
-/// in every format, so sums with grid logits are exact and their ties stay ties).
+/// A selection bias for `experts` experts from `seed`: multiples of 1/8 in `[-1, 1]`, exact
+/// in every format. It is added to the scores, not the logits: with `topk-softmax` (scores
+/// are the logits) the sums stay exact; with softmax or sigmoid scores two selection scores
+/// may come within rounding of each other, which the comparison reports as a near-tie.
 pub fn grid_bias(experts: usize, seed: u64) -> Array1<f64> {
     // Its own stream: the logits of the same seed are not shifted by drawing it.
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6269_6173);

@@ -133,6 +133,19 @@ pub fn compare_routing(
     if !rep.mismatches.is_empty() {
         return rep;
     }
+    // Under `slot_order = any`, the implementation's slots put in selection-score order
+    // first (stable: equal scores keep its order), so that everything read by slot below — the
+    // tie order `route_following` follows, which assignment a capacity policy prefers among
+    // equals, the slot that explains a mismatch — reads them as a sorted implementation
+    // would have written them.
+    let sorted;
+    let got = match case.config.slot_order {
+        SlotOrder::Any => {
+            sorted = by_score(&want.selection_scores, got);
+            &sorted
+        }
+        SlotOrder::Score => got,
+    };
     // Under `ties = any`, the routing that breaks every exact tie as the implementation did.
     let followed;
     let want = match case.config.ties {
@@ -163,7 +176,14 @@ pub fn compare_routing(
             rep.index_mismatch_tokens += 1;
             let mut detail = format!("got experts {gi:?}, expected {wi:?}");
             if let Some(j) = (0..k).find(|&j| wi[j] != gi[j]) {
-                let (a, b) = (wi[j], gi[j]);
+                // Under slot order any, the experts that differ as sets (not the first slot
+                // that differs, which may only be reordered).
+                let missing = wi.iter().find(|x| !gi.contains(x));
+                let extra = gi.iter().find(|x| !wi.contains(x));
+                let (a, b) = match (case.config.slot_order, missing, extra) {
+                    (SlotOrder::Any, Some(&a), Some(&b)) => (a, b),
+                    _ => (wi[j], gi[j]),
+                };
                 let u = &want.selection_scores;
                 let gap = (u[[ti, a]] - u[[ti, b]]).abs();
                 let tol = selection_score_bound(case, want, precision, ti, a)
@@ -286,7 +306,19 @@ pub fn compare_routing(
             rep.max_weight_err_ratio = rep.max_weight_err_ratio.max(ratio);
             if !ok || gw.is_nan() {
                 rep.weight_failures += 1;
-                let why = if wk && case.config.score == ScoreFunction::Sigmoid {
+                // A sigmoid weight that the other normalisation would give, within its bound.
+                let other_norm = || {
+                    let cfg = &case.config;
+                    let g = want.gates[[ti, j]];
+                    let other = if cfg.normalises() {
+                        cfg.scaling_factor * g
+                    } else {
+                        let sum: f64 = want.gates.row(ti).sum() + cfg.norm_eps;
+                        cfg.scaling_factor * g / sum
+                    };
+                    (gw - other).abs() <= weight_bound(case, precision, ti, &wi, other)
+                };
+                let why = if wk && case.config.score == ScoreFunction::Sigmoid && other_norm() {
                     format!(
                         "bound {bound:.3e}; sigmoid weights are divided by their sum under \
                          --sigmoid-norm always, not at K = 1 under skip-k1, not at all under \
@@ -348,6 +380,27 @@ fn in_order_of(want: &Routing, got: &RouteOutputs) -> RouteOutputs {
                 .expect("the same experts");
             used[p] = true;
             out.indices[[ti, j]] = x;
+            out.weights[[ti, j]] = got.weights[[ti, p]];
+            out.kept[[ti, j]] = got.kept[[ti, p]];
+        }
+    }
+    out
+}
+
+/// `got` with each token's slots (experts, weights, kept flags together) sorted by the
+/// selection `scores` of their experts, largest first, equal scores in `got`'s order; a token
+/// naming an expert out of range is left as it is (the comparison reports it).
+fn by_score(scores: &ndarray::Array2<f64>, got: &RouteOutputs) -> RouteOutputs {
+    let mut out = got.clone();
+    let e = scores.ncols();
+    for (ti, gi) in got.indices.rows().into_iter().enumerate() {
+        if gi.iter().any(|&x| x >= e) {
+            continue;
+        }
+        let mut order: Vec<usize> = (0..gi.len()).collect();
+        order.sort_by(|&a, &b| scores[[ti, gi[b]]].total_cmp(&scores[[ti, gi[a]]]));
+        for (j, &p) in order.iter().enumerate() {
+            out.indices[[ti, j]] = gi[p];
             out.weights[[ti, j]] = got.weights[[ti, p]];
             out.kept[[ti, j]] = got.kept[[ti, p]];
         }

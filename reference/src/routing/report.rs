@@ -124,6 +124,9 @@ fn render_reference(s: &mut String, r: &RouteDocument) {
         );
     }
     let _ = write!(s, ", ties {}", c.ties.name());
+    if c.slot_order == super::convention::SlotOrder::Any {
+        let _ = write!(s, ", slots in any order");
+    }
     if c.scaling_factor != 1.0 {
         let _ = write!(s, ", scaling {}", c.scaling_factor);
     }

@@ -289,7 +289,16 @@ pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) ->
         }
     }
     let dx_router = mm_exact_rhs(&dz, case.wr.t(), ur);
-    dx = dx.zip(&dx_router, |a, b| a.add(b, u));
+    // The router's share of `dx`, made in its format, enters the experts' `dx` rounded once
+    // more to theirs (exact when the router's is the narrower).
+    let entry_dx = if separate_router { u } else { 0.0 };
+    dx = dx.zip(&dx_router, |a, b| {
+        let b = Ev {
+            v: b.v,
+            e: b.e + entry_dx * b.mag(),
+        };
+        a.add(b, u)
+    });
     let gt = gamma(t, ur);
     let ax = case.x.mapv(f64::abs);
     let dwr_e = ax.t().dot(&dz.e) * (1.0 + gt) + ax.t().dot(&dz.v.mapv(f64::abs)) * gt;

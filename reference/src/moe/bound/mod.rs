@@ -9,8 +9,9 @@
 //! module) does its own operations with `u_r` instead: the router logits GEMM, the scores,
 //! gates, normalisation and scaling, and in the backward the routing VJP (`dz`, `dw_router`,
 //! the router's share of `dx`); the combine-weight gradient `<dout, y>` enters it rounded
-//! once more with `u_r`, and the combine weights enter the experts rounded once more with `u`
-//! (both exact when widening, counted anyway). It
+//! once more with `u_r`, and the combine weights and the router's share of `dx` enter the
+//! experts' operations rounded once more with `u` (each exact when widening, counted
+//! anyway). A router format must hold the inputs exactly, as `compute` must. It
 //! must **select the same experts and drop the same assignments** as the reference: the
 //! case generators refuse cases whose top-k, group or capacity margins are within the
 //! selection-score error computed here ([`super::fd::near_tie`]), so this is a fact of every

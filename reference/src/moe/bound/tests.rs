@@ -344,7 +344,14 @@ fn derive(case: &crate::moe::MoeCase, precision: &LayerPrecision) -> Derived {
             let pairs: Vec<(P, P)> = (0..e)
                 .map(|j| (dz[(ti, j)], ex(case.wr[(col, j)])))
                 .collect();
-            dx[(ti, col)] = add(dx[(ti, col)], dot(&pairs, ur), u);
+            let share = dot(&pairs, ur);
+            // Rounded once more into the experts' format when the router's differs.
+            let share = if separate {
+                (share.0, share.1 + u * mag(share))
+            } else {
+                share
+            };
+            dx[(ti, col)] = add(dx[(ti, col)], share, u);
         }
     }
     let dwr = Array2::from_shape_fn((hd, e), |(i, j)| {
