@@ -184,7 +184,12 @@ pub fn ratio(r: f64) -> String {
 /// A value in a failure line: scientific, at most 7 significant digits, trailing zeros
 /// dropped (`0e0`, `1.25e-2`, `3.402823e38`).
 pub fn sci(x: f64) -> String {
-    let s = format!("{x:.6e}");
+    sci_digits(x, 6)
+}
+
+/// [`sci`] with `digits` digits after the point before trailing zeros are dropped.
+fn sci_digits(x: f64, digits: usize) -> String {
+    let s = format!("{x:.digits$e}");
     match s.split_once('e') {
         Some((m, e)) if m.contains('.') => {
             format!("{}e{e}", m.trim_end_matches('0').trim_end_matches('.'))
@@ -209,19 +214,10 @@ pub fn sci_pair(got: f64, want: f64) -> (String, String) {
     if g != w || got == want || got.is_nan() || want.is_nan() {
         return (g, w);
     }
-    let with = |x: f64, digits: usize| {
-        let s = format!("{x:.digits$e}");
-        match s.split_once('e') {
-            Some((m, e)) if m.contains('.') => {
-                format!("{}e{e}", m.trim_end_matches('0').trim_end_matches('.'))
-            }
-            _ => s,
-        }
-    };
     (7..=16)
-        .map(|d| (with(got, d), with(want, d)))
+        .map(|d| (sci_digits(got, d), sci_digits(want, d)))
         .find(|(g, w)| g != w)
-        .unwrap_or_else(|| (with(got, 16), with(want, 16)))
+        .unwrap_or_else(|| (sci_digits(got, 16), sci_digits(want, 16)))
 }
 
 /// A bound in a failure line: `0 (contract)` where the contract demands exactly 0.

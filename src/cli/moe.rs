@@ -104,10 +104,7 @@ impl MoeFlags {
 pub fn run(a: MoeFlags) -> anyhow::Result<ExitCode> {
     if let Some(r) = a.router_compute {
         // The bound takes the router's inputs as exact (moecheck_reference::moe::bound).
-        let holds = r == a.dtype
-            || r == Format::F64
-            || (r == Format::F32 && matches!(a.dtype, Format::Bf16 | Format::F16));
-        if !holds {
+        if !r.holds(a.dtype) {
             anyhow::bail!(
                 "--router-compute {r}: the router must read the {} inputs exactly (--dtype {}); declare a format that holds them",
                 a.dtype, a.dtype

@@ -93,6 +93,21 @@ impl Format {
 
     /// The format's constants.
     #[inline]
+    /// Whether every finite value of `other` is exactly a value of `self`: at least its
+    /// precision, down to its smallest normal exponent (so its subnormals too), up to its
+    /// largest value.
+    ///
+    /// ```
+    /// use moecheck_reference::format::Format;
+    /// assert!(Format::F32.holds(Format::Bf16) && Format::F32.holds(Format::F16));
+    /// assert!(!Format::Bf16.holds(Format::F16) && !Format::F16.holds(Format::Bf16));
+    /// assert!(Format::F16.holds(Format::E4m3) && !Format::Bf16.holds(Format::F32));
+    /// ```
+    pub fn holds(self, other: Format) -> bool {
+        let (s, o) = (self.info(), other.info());
+        s.precision() >= o.precision() && s.emin <= o.emin && s.max >= o.max
+    }
+
     pub fn info(self) -> FormatInfo {
         match self {
             Format::F64 => FormatInfo {

@@ -133,11 +133,12 @@ pub fn compare_routing(
     if !rep.mismatches.is_empty() {
         return rep;
     }
-    // Under `slot_order = any`, the implementation's slots put in selection-score order
-    // first (stable: equal scores keep its order), so that everything read by slot below — the
-    // tie order `route_following` follows, which assignment a capacity policy prefers among
-    // equals, the slot that explains a mismatch — reads them as a sorted implementation
-    // would have written them.
+    // Under `slot_order = any`, the implementation's slots put in the order the reference
+    // writes them (selection score, equal scores lower expert first), so that everything read
+    // by slot below — the tie order `route_following` follows (which then orders equal scores
+    // the same way), which assignment a capacity policy prefers among equals, the slots
+    // compared with the reference's — reads them as a sorted implementation would have written
+    // them.
     let sorted;
     let got = match case.config.slot_order {
         SlotOrder::Any => {
@@ -157,16 +158,6 @@ pub fn compare_routing(
             Err(_) => want,
         },
         Ties::LowerIndex => want,
-    };
-    // Under `slot_order = any`, the implementation's slots in the reference's order wherever
-    // a token holds the same experts.
-    let reordered;
-    let got = match case.config.slot_order {
-        SlotOrder::Any => {
-            reordered = in_order_of(want, got);
-            &reordered
-        }
-        SlotOrder::Score => got,
     };
     let near = probs_near_ties(case, want, got, precision);
     for ti in 0..t {
@@ -364,32 +355,10 @@ fn same_set(a: &[usize], b: &[usize]) -> bool {
     a == b
 }
 
-/// `got` with each token's slots (experts, weights, kept flags together) put in `want`'s order
-/// wherever the token holds the same experts; other tokens as they are.
-fn in_order_of(want: &Routing, got: &RouteOutputs) -> RouteOutputs {
-    let mut out = got.clone();
-    for (ti, wi) in want.indices.rows().into_iter().enumerate() {
-        let gi = got.indices.row(ti);
-        if !same_set(wi.as_slice().unwrap_or(&wi.to_vec()), &gi.to_vec()) {
-            continue;
-        }
-        let mut used = vec![false; gi.len()];
-        for (j, &x) in wi.iter().enumerate() {
-            let p = (0..gi.len())
-                .find(|&p| !used[p] && gi[p] == x)
-                .expect("the same experts");
-            used[p] = true;
-            out.indices[[ti, j]] = x;
-            out.weights[[ti, j]] = got.weights[[ti, p]];
-            out.kept[[ti, j]] = got.kept[[ti, p]];
-        }
-    }
-    out
-}
-
 /// `got` with each token's slots (experts, weights, kept flags together) sorted by the
-/// selection `scores` of their experts, largest first, equal scores in `got`'s order; a token
-/// naming an expert out of range is left as it is (the comparison reports it).
+/// selection `scores` of their experts, largest first, equal scores lower expert first (as
+/// `super::topk::select` orders them); a token naming an expert out of range is left as it is
+/// (the comparison reports it).
 fn by_score(scores: &ndarray::Array2<f64>, got: &RouteOutputs) -> RouteOutputs {
     let mut out = got.clone();
     let e = scores.ncols();
@@ -398,7 +367,13 @@ fn by_score(scores: &ndarray::Array2<f64>, got: &RouteOutputs) -> RouteOutputs {
             continue;
         }
         let mut order: Vec<usize> = (0..gi.len()).collect();
-        order.sort_by(|&a, &b| scores[[ti, gi[b]]].total_cmp(&scores[[ti, gi[a]]]));
+        order.sort_by(|&a, &b| {
+            let (x, y) = (gi[a], gi[b]);
+            scores[[ti, y]]
+                .partial_cmp(&scores[[ti, x]])
+                .unwrap_or(std::cmp::Ordering::Equal)
+                .then(x.cmp(&y))
+        });
         for (j, &p) in order.iter().enumerate() {
             out.indices[[ti, j]] = gi[p];
             out.weights[[ti, j]] = got.weights[[ti, p]];
