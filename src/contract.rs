@@ -459,6 +459,7 @@ impl Contracted for moecheck_reference::moe::MoeLayer {
                 _ => Err("input dtypes among f32, bf16, f16".into()),
             })?,
             shared_expert: r.flag(Section::Supports, "shared_expert")?,
+            shared_gate: r.flag(Section::Supports, "shared_gate")?,
         };
         r.finish()?;
         Ok((domain, declared))

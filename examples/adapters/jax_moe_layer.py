@@ -12,7 +12,8 @@ by `routing_jax.route` (the routing adapter's module: `jax.lax.top_k`, DeepSeek-
 bias, normalisation, scaling, capacity), `permute` as a stable `argsort` of the flattened
 expert ids (dropped assignments get id E and sort last), `jax.lax.ragged_dot` for
 `silu(x W0) * (x W1)` and `@ Wo`, `unpermute` with the inverse permutation and the combine
-`einsum("TKH,TK->TH")` in the compute dtype, plus the shared expert. Every gradient (dx,
+`einsum("TKH,TK->TH")` in the compute dtype, plus the shared expert (scaled by
+`sigmoid(x @ shared_gate)` when case.json has `shared_gate: "sigmoid"`). Every gradient (dx,
 dw_router, dw0, dw1, dwo, dshared_*) comes from `jax.vjp` of that function: autodiff, nothing
 hand-written. Runs on CPU, in float32 (default) or float64 (`--f64`), whatever the case's
 input dtype (its values are exact in float32).
@@ -87,7 +88,11 @@ def layer(params, bias, cfg):
         hs = silu(jnp.matmul(x, params["shared_w0"], precision=HI)) * jnp.matmul(
             x, params["shared_w1"], precision=HI
         )
-        out = out + jnp.matmul(hs, params["shared_wo"], precision=HI)
+        ys = jnp.matmul(hs, params["shared_wo"], precision=HI)
+        if "shared_gate" in params:
+            # Qwen2-MoE: sigmoid(x . g) scales the shared expert per token.
+            ys = jax.nn.sigmoid(jnp.matmul(x, params["shared_gate"], precision=HI))[:, None] * ys
+        out = out + ys
     return out
 
 
@@ -100,6 +105,8 @@ def handler(case):
     names = ["x", "w_router", "w0", "w1", "wo"]
     if cfg["shared_ffn"] > 0:
         names += ["shared_w0", "shared_w1", "shared_wo"]
+        if cfg.get("shared_gate", "none") == "sigmoid":
+            names.append("shared_gate")
     params = {n: load(n) for n in names}
     bias = load("bias") if cfg.get("bias") else None
     out, vjp = jax.vjp(lambda p: layer(p, bias, cfg), params)

@@ -116,6 +116,8 @@ def _inputs(config):
             names.append("bias")
         if config.get("shared_ffn", 0) > 0:
             names += ["shared_w0", "shared_w1", "shared_wo"]
+            if config.get("shared_gate", "none") == "sigmoid":
+                names.append("shared_gate")
         return names
     if not isinstance(op, str):
         raise CaseFormatError(f"case.json: 'op' is {op!r}, expected an op name")
@@ -127,7 +129,7 @@ def _optional_names(config):
     return {
         "grouped_gemm": ("dout", "lhs_scale", "rhs_scale", "dout_scale"),
         "route": ("bias",),
-        "moe_layer": ("bias", "shared_w0", "shared_w1", "shared_wo"),
+        "moe_layer": ("bias", "shared_w0", "shared_w1", "shared_wo", "shared_gate"),
     }.get(config.get("op"), ())
 
 

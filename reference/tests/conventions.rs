@@ -427,6 +427,7 @@ fn moe_layer_refuses_ties_any_on_an_exact_tie() {
         dw1: swap3(&g.dw1),
         dwo: swap3(&g.dwo),
         dshared: None,
+        dshared_gate: None,
     };
     let ea = MoeLayer::expected(&a, (), ()).unwrap();
     // The other tie choice really is different, and the lower-index reference fails it: so

@@ -38,6 +38,11 @@ pub struct MoeFlags {
     /// Shared-expert FFN width (0: no shared expert).
     #[arg(long, default_value_t = 0)]
     pub shared_ffn: usize,
+    /// The shared expert's gate: none (DeepSeek-V3: out += shared(x)) or sigmoid (Qwen2-MoE's
+    /// shared_expert_gate: out += sigmoid(x·g)·shared(x), g an (H,) input whose gradient
+    /// dshared_gate is checked too). Needs --shared-ffn.
+    #[arg(long, default_value = "none", value_parser = ["none", "sigmoid"])]
+    pub shared_gate: String,
     #[command(flatten)]
     pub routing: RoutingFlags,
     /// Add a per-expert selection bias (DeepSeek-V3 e_score_correction_bias).
@@ -83,6 +88,7 @@ impl MoeFlags {
             experts: self.experts,
             ffn: self.ffn,
             shared_ffn: self.shared_ffn,
+            shared_gate: self.shared_gate == "sigmoid",
             routing: self.routing.config()?,
             bias: self.bias,
             dtype: self.dtype,

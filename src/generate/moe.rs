@@ -32,6 +32,8 @@ pub struct MoeSpec {
     pub ffn: usize,
     /// Shared-expert width, 0 for none.
     pub shared_ffn: usize,
+    /// Gate the shared expert by `σ(x·g)` (Qwen2-MoE).
+    pub shared_gate: bool,
     pub routing: RoutingConfig,
     /// A per-expert selection bias.
     pub bias: bool,
@@ -53,6 +55,10 @@ impl MoeSpec {
                 anyhow::bail!(ParamError::new(param, "must be at least 1").as_flag());
             }
         }
+        if self.shared_gate && self.shared_ffn == 0 {
+            let why = "sigmoid needs a shared expert (--shared-ffn > 0)";
+            anyhow::bail!(ParamError::new("shared-gate", why).as_flag());
+        }
         if !matches!(self.dtype, Format::Bf16 | Format::F32 | Format::F16) {
             let why = format!("expected bf16, f16 or f32, got {}", self.dtype);
             anyhow::bail!(ParamError::new("dtype", why).as_flag());
@@ -70,6 +76,7 @@ impl MoeSpec {
             experts: self.experts,
             ffn: self.ffn,
             shared_ffn: self.shared_ffn,
+            shared_gate: self.shared_gate,
             routing: self.routing,
             bias: self.bias,
             dtype: self.dtype,

@@ -18,6 +18,9 @@ pub struct MoeDomain {
     pub dtypes: Option<Vec<Format>>,
     /// Whether it has a shared expert (`None`: either).
     pub shared_expert: Option<bool>,
+    /// Whether its shared expert is gated by `σ(x·g)` (`None`: either). Drawn cases with a
+    /// shared expert take the declared gate.
+    pub shared_gate: Option<bool>,
 }
 
 impl MoeDomain {
@@ -34,6 +37,7 @@ impl MoeDomain {
             .fit_config(&args.routing, args.experts, args.bias)?;
         Ok(MoeArgs {
             routing,
+            shared_gate: args.shared_ffn > 0 && self.shared_gate.unwrap_or(args.shared_gate),
             ..args.clone()
         })
     }
@@ -50,7 +54,7 @@ impl MoeDomain {
 }
 
 /// The MoE layer's edge classes, in report order.
-const N_EDGES: usize = 12;
+const N_EDGES: usize = 13;
 
 /// The edge classes, in report order.
 pub const EDGES: &[&str; N_EDGES] = &[
@@ -58,6 +62,7 @@ pub const EDGES: &[&str; N_EDGES] = &[
     "k-equals-e",
     "empty-expert",
     "shared-expert",
+    "shared-gate",
     "capacity-dropping",
     "groups",
     "bias",
@@ -76,6 +81,7 @@ pub fn edges(a: &MoeArgs) -> Vec<&'static str> {
         r.topk == a.experts,
         a.tokens * r.topk < a.experts,
         a.shared_ffn > 0,
+        a.shared_ffn > 0 && a.shared_gate,
         r.capacity.is_some(),
         r.groups.is_some(),
         a.bias,
@@ -107,6 +113,7 @@ mod tests {
             },
             dtypes: Some(vec![Format::F32]),
             shared_expert: Some(false),
+            shared_gate: None,
         };
         let mut runner = TestRunner::deterministic();
         let s = any_case();
@@ -123,6 +130,21 @@ mod tests {
             }
         }
         assert!(inside > 5, "{inside} inside");
+        // A declared gate is what every drawn shared expert gets.
+        for gate in [false, true] {
+            let g = MoeDomain {
+                shared_gate: Some(gate),
+                ..MoeDomain::default()
+            };
+            let mut with_shared = 0;
+            for _ in 0..200 {
+                let a = s.new_tree(&mut runner).unwrap().current();
+                let f = g.fit(&a).unwrap();
+                assert_eq!(f.shared_gate, gate && a.shared_ffn > 0);
+                with_shared += usize::from(a.shared_ffn > 0);
+            }
+            assert!(with_shared > 10, "{with_shared} with a shared expert");
+        }
         let a = s.new_tree(&mut runner).unwrap().current();
         assert_eq!(MoeDomain::default().fit(&a), Ok(a));
         assert!(d.relaxed("dropped-contribute-zero").is_some());

@@ -3,7 +3,7 @@
 //! Cases are small (at most [`MAX_TOKENS`] tokens, [`MAX_EXPERTS`] experts, hidden and FFN
 //! sizes up to 6) and biased toward the edges: `k = 1` and `k = E`, more experts than
 //! assignments (empty experts), tight capacity factors (dropped assignments, whole tokens
-//! dropped), one-expert groups, a shared expert or none, a bias or none, every score function.
+//! dropped), one-expert groups, a shared expert (gated or not) or none, a bias or none, every score function.
 //! Every value is hashed from a seed, scaled, and rounded to the case dtype.
 
 use moecheck_reference::format::{round_to, Format, Overflow};
@@ -31,6 +31,8 @@ pub struct MoeArgs {
     pub ffn: usize,
     /// Shared-expert width, 0 for none.
     pub shared_ffn: usize,
+    /// The shared expert is gated by `σ(x·g)` (Qwen2-MoE); ignored without one.
+    pub shared_gate: bool,
     pub routing: RoutingConfig,
     pub bias: bool,
     pub dtype: Format,
@@ -75,6 +77,9 @@ impl MoeArgs {
                 w0: a2(6, h, fs, sh),
                 w1: a2(7, h, fs, sh),
                 wo: a2(8, fs, h, 1.0 / (fs as f64).sqrt()),
+                gate: self
+                    .shared_gate
+                    .then(|| Array1::from_shape_fn(h, |i| self.value(10, i, 2.0 * sh))),
             }),
             dout: a2(9, t, h, 1.0),
             routing: self.routing,
@@ -164,14 +169,16 @@ pub fn moe_args(req: MoeRequire) -> BoxedStrategy<MoeArgs> {
         any::<bool>(),
         prop_oneof![2 => Just(Format::Bf16), 1 => Just(Format::F32)],
         any::<u64>(),
+        any::<bool>(),
     )
-        .prop_flat_map(move |(t, h, e, f, fs, bias, dtype, seed)| {
+        .prop_flat_map(move |(t, h, e, f, fs, bias, dtype, seed, gate)| {
             routing_config(e, req).prop_map(move |routing| MoeArgs {
                 tokens: t,
                 hidden: h,
                 experts: e,
                 ffn: f,
                 shared_ffn: fs,
+                shared_gate: gate && fs > 0,
                 routing,
                 bias,
                 dtype,

@@ -1,8 +1,11 @@
 //! The hand-written VJP of the MoE layer (module documentation of [`super`]).
 
-use ndarray::{Array2, Array3, ArrayView2, ArrayView3, Axis};
+use ndarray::{Array1, Array2, Array3, ArrayView2, ArrayView3, Axis};
 
-use super::layer::{shared_as_group, silu_grad, FfnForward, Forward, MoeCase, MoeOutputs};
+use super::layer::{
+    shared_as_group, shared_gate_values, silu_grad, FfnForward, Forward, MoeCase, MoeOutputs,
+    SharedExpert,
+};
 use super::permute::Permutation;
 use crate::gemm::{grouped_dgrad, grouped_wgrad};
 use crate::routing::{Routing, ScoreFunction};
@@ -135,6 +138,35 @@ pub fn combine_vjp(
     (dyp, dc)
 }
 
+/// The shared expert's share of the backward (module documentation of [`super`]): its `dx`
+/// contribution, the gradients of `S0, S1, So` and, gated, of `g`. `sf` is its forward over
+/// all `T` tokens (the gate not applied).
+pub fn shared_backward(
+    x: ArrayView2<f64>,
+    s: &SharedExpert,
+    sf: &FfnForward,
+    dout: ArrayView2<f64>,
+) -> (Array2<f64>, [Array2<f64>; 3], Option<Array1<f64>>) {
+    let [w0, w1, wo] = shared_as_group(s);
+    let gate = s.gate.as_ref().map(|g| (g, shared_gate_values(x, g)));
+    let dys = match &gate {
+        Some((_, gv)) => &dout * &gv.view().insert_axis(Axis(1)),
+        None => dout.to_owned(),
+    };
+    let t = x.nrows();
+    let (mut dx, d0, d1, d_o) =
+        ffn_backward(x, w0.view(), w1.view(), wo.view(), sf, dys.view(), &[0, t]);
+    let dg = gate.map(|(g, gv)| {
+        let dl = Array1::from_shape_fn(t, |ti| {
+            dout.row(ti).dot(&sf.y.row(ti)) * gv[ti] * (1.0 - gv[ti])
+        });
+        dx += &(&dl.view().insert_axis(Axis(1)) * &g.view().insert_axis(Axis(0)));
+        x.t().dot(&dl)
+    });
+    let first = |a: Array3<f64>| a.index_axis_move(Axis(0), 0);
+    (dx, [first(d0), first(d1), first(d_o)], dg)
+}
+
 /// The layer's gradients with respect to `x`, `W_r`, `W0`, `W1`, `Wo` and the shared expert,
 /// for `dout = case.dout` (module documentation of [`super`]). Reads `case` and `fwd`.
 pub fn backward(case: &MoeCase, fwd: &Forward) -> Backward {
@@ -155,23 +187,13 @@ pub fn backward(case: &MoeCase, fwd: &Forward) -> Backward {
     let dlogits = routing_vjp(&fwd.routing, dcombine.view());
     dx += &dlogits.dot(&case.wr.t());
     let dw_router = case.x.t().dot(&dlogits);
-    let dshared = match (&case.shared, &fwd.shared) {
+    let (dshared, dshared_gate) = match (&case.shared, &fwd.shared) {
         (Some(s), Some(sf)) => {
-            let [w0, w1, wo] = shared_as_group(s);
-            let (dxs, d0, d1, d_o) = ffn_backward(
-                case.x.view(),
-                w0.view(),
-                w1.view(),
-                wo.view(),
-                sf,
-                dout,
-                &[0, case.tokens()],
-            );
+            let (dxs, d, dg) = shared_backward(case.x.view(), s, sf, dout);
             dx += &dxs;
-            let first = |a: Array3<f64>| a.index_axis_move(Axis(0), 0);
-            Some([first(d0), first(d1), first(d_o)])
+            (Some(d), dg)
         }
-        _ => None,
+        _ => (None, None),
     };
     Backward {
         grads: MoeOutputs {
@@ -182,6 +204,7 @@ pub fn backward(case: &MoeCase, fwd: &Forward) -> Backward {
             dw1,
             dwo,
             dshared,
+            dshared_gate,
         },
         dcombine,
         dlogits,

@@ -3,7 +3,8 @@
 //! lost to capacity) an expert, differentiated by hand the same way.
 //!
 //! `C[t, e] = c[t, s]` if `indices[t, s] = e` (kept), else 0;
-//! `out = Σ_e C[:, e] ⊙ FFN_e(x) + shared(x)`;
+//! `out = Σ_e C[:, e] ⊙ FFN_e(x) + shared(x)` (the shared expert, gated or not, and its
+//! backward are the sparse path's);
 //! backward: `dy_e = C[:, e] ⊙ dout`, `dC[t, e] = <dout[t], FFN_e(x)[t]>`, then each expert's
 //! FFN backward on all `T` tokens, `dc[t, s] = dC[t, indices[t, s]]` for kept slots, and the
 //! same [`super::routing_vjp`] and router step as the sparse path.
@@ -14,8 +15,8 @@
 
 use ndarray::{s, Array2, Array3, Axis};
 
-use super::backward::{ffn_backward, routing_vjp};
-use super::layer::{ffn_forward, shared_as_group, MoeCase, MoeOutputs};
+use super::backward::{ffn_backward, routing_vjp, shared_backward};
+use super::layer::{ffn_forward, shared_as_group, shared_gate_values, MoeCase, MoeOutputs};
 use crate::routing::route;
 use crate::Error;
 
@@ -72,22 +73,21 @@ pub fn dense_layer(case: &MoeCase) -> Result<MoeOutputs, Error> {
     let dz = routing_vjp(&routing, dc.view());
     dx += &dz.dot(&case.wr.t());
     let dw_router = case.x.t().dot(&dz);
+    let mut dshared_gate = None;
     let dshared = case.shared.as_ref().map(|sh| {
         let [w0, w1, wo] = shared_as_group(sh);
         let ffn = ffn_forward(case.x.view(), w0.view(), w1.view(), wo.view(), &all);
-        out += &ffn.y;
-        let (dxs, d0, d1, d_o) = ffn_backward(
-            case.x.view(),
-            w0.view(),
-            w1.view(),
-            wo.view(),
-            &ffn,
-            case.dout.view(),
-            &all,
-        );
+        match &sh.gate {
+            Some(g) => {
+                let gv = shared_gate_values(case.x.view(), g);
+                out += &(&ffn.y * &gv.insert_axis(Axis(1)));
+            }
+            None => out += &ffn.y,
+        }
+        let (dxs, d, dg) = shared_backward(case.x.view(), sh, &ffn, case.dout.view());
         dx += &dxs;
-        let first = |a: Array3<f64>| a.index_axis_move(Axis(0), 0);
-        [first(d0), first(d1), first(d_o)]
+        dshared_gate = dg;
+        d
     });
     Ok(MoeOutputs {
         out,
@@ -97,5 +97,6 @@ pub fn dense_layer(case: &MoeCase) -> Result<MoeOutputs, Error> {
         dw1,
         dwo,
         dshared,
+        dshared_gate,
     })
 }

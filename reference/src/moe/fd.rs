@@ -2,7 +2,7 @@
 //!
 //! ## What is compared
 //! With `L(θ) = Σ dout ⊙ out(θ)` (so `∇L` is exactly what the backward returns), for each input
-//! tensor `θ` (x, W_r, W0, W1, Wo, the shared expert) and a fixed pseudo-random direction `v`
+//! tensor `θ` (x, W_r, W0, W1, Wo, the shared expert and its gate) and a fixed pseudo-random direction `v`
 //! (entries in `[-1, 1]`, derived from a seed), the directional derivative `<∇_θ L, v>` of the
 //! implementation is compared with a finite-difference estimate.
 //!
@@ -146,6 +146,7 @@ fn input_mut(case: &mut MoeCase, id: TensorId) -> Option<ndarray::ArrayViewMutD<
         TensorId::DsharedW0 => case.shared.as_mut()?.w0.view_mut().into_dyn(),
         TensorId::DsharedW1 => case.shared.as_mut()?.w1.view_mut().into_dyn(),
         TensorId::DsharedWo => case.shared.as_mut()?.wo.view_mut().into_dyn(),
+        TensorId::DsharedGate => case.shared.as_mut()?.gate.as_mut()?.view_mut().into_dyn(),
     })
 }
 

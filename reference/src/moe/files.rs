@@ -3,9 +3,10 @@
 //! Inputs (float32, every value exactly representable in `dtype`): `x.npy (T,H)`,
 //! `w_router.npy (H,E)`, `bias.npy (E,)` (with a bias), `w0.npy (E,H,F)`, `w1.npy (E,H,F)`,
 //! `wo.npy (E,F,H)`, `shared_w0.npy (H,Fs)`, `shared_w1.npy (H,Fs)`, `shared_wo.npy (Fs,H)`
-//! (with a shared expert), `dout.npy (T,H)`. Outputs (float32 or float64): `out.npy (T,H)`,
+//! (with a shared expert), `shared_gate.npy (H,)` (with a gated one), `dout.npy (T,H)`. Outputs (float32 or float64): `out.npy (T,H)`,
 //! `dx.npy (T,H)`, `dw_router.npy (H,E)`, `dw0.npy`, `dw1.npy`, `dwo.npy` and, with a shared
-//! expert, `dshared_w0.npy`, `dshared_w1.npy`, `dshared_wo.npy`, each of its input's shape.
+//! expert, `dshared_w0.npy`, `dshared_w1.npy`, `dshared_wo.npy`, and with a gated one
+//! `dshared_gate.npy`, each of its input's shape.
 //! The routing fields of `case.json` are op `route`'s ([`RoutingJson`]).
 
 use ndarray::{ArrayD, Dimension, Ix1, Ix2, Ix3};
@@ -27,10 +28,31 @@ pub struct MoeJson {
     pub ffn: usize,
     /// Shared-expert width `Fs` (0: no shared expert).
     pub shared_ffn: usize,
+    /// The shared expert's gate: `none` (absent in JSON: none) or `sigmoid` (Qwen2-MoE,
+    /// input `shared_gate.npy (H,)`, output `dshared_gate.npy (H,)`).
+    #[serde(default, skip_serializing_if = "SharedGate::is_none")]
+    pub shared_gate: SharedGate,
     /// Every input value is exactly representable in this format.
     pub dtype: Format,
     #[serde(flatten)]
     pub routing: RoutingJson,
+}
+
+/// How a shared expert's output is gated.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SharedGate {
+    /// `out += shared(x)` (DeepSeek-V3, Qwen3-MoE has no shared expert).
+    #[default]
+    None,
+    /// `out += σ(x·g) ⊙ shared(x)` (Qwen2-MoE's `shared_expert_gate`).
+    Sigmoid,
+}
+
+impl SharedGate {
+    pub fn is_none(&self) -> bool {
+        *self == SharedGate::None
+    }
 }
 
 /// The float32 input `name.npy` of `shape`, widened to f64.
@@ -65,6 +87,10 @@ impl Protocol for MoeLayer {
             experts: case.experts(),
             ffn: case.ffn(),
             shared_ffn: case.shared.as_ref().map_or(0, |s| s.w0.ncols()),
+            shared_gate: match case.shared.as_ref().and_then(|s| s.gate.as_ref()) {
+                Some(_) => SharedGate::Sigmoid,
+                None => SharedGate::None,
+            },
             dtype: case.dtype,
             routing: RoutingJson::of(&case.routing, case.bias.is_some()),
         }
@@ -91,12 +117,22 @@ impl Protocol for MoeLayer {
             true => Some(input::<Ix1>(files, "bias", &[e])?),
             false => None,
         };
-        let shared = match fs {
-            0 => None,
-            _ => Some(SharedExpert {
+        let shared = match (fs, json.shared_gate) {
+            (0, SharedGate::Sigmoid) => {
+                return Err(FileError::new(
+                    "case.json",
+                    "shared_gate \"sigmoid\" needs a shared expert (shared_ffn > 0)",
+                ))
+            }
+            (0, SharedGate::None) => None,
+            (_, gate) => Some(SharedExpert {
                 w0: input::<Ix2>(files, "shared_w0", &[h, fs])?,
                 w1: input::<Ix2>(files, "shared_w1", &[h, fs])?,
                 wo: input::<Ix2>(files, "shared_wo", &[fs, h])?,
+                gate: match gate {
+                    SharedGate::Sigmoid => Some(input::<Ix1>(files, "shared_gate", &[h])?),
+                    SharedGate::None => None,
+                },
             }),
         };
         let case = MoeCase {
@@ -131,6 +167,10 @@ impl Protocol for MoeLayer {
             ]),
             None => None,
         };
+        let dshared_gate = match case.shared.as_ref().and_then(|s| s.gate.as_ref()) {
+            Some(_) => Some(output::<Ix1>(files, case, TensorId::DsharedGate)?),
+            None => None,
+        };
         Ok(MoeOutputs {
             out: output::<Ix2>(files, case, TensorId::Out)?,
             dx: output::<Ix2>(files, case, TensorId::Dx)?,
@@ -139,6 +179,7 @@ impl Protocol for MoeLayer {
             dw1: output::<Ix3>(files, case, TensorId::Dw1)?,
             dwo: output::<Ix3>(files, case, TensorId::Dwo)?,
             dshared,
+            dshared_gate,
         })
     }
 }

@@ -9,7 +9,9 @@ use crate::gemm::grouped_fwd;
 use crate::routing::{route, DropPolicy, Routing, RoutingCase, RoutingConfig, Ties};
 use crate::Error;
 
-/// The shared expert (DeepSeek-V3 `shared_experts`): one dense SwiGLU FFN on every token.
+/// The shared expert (DeepSeek-V3 `shared_experts`): one dense SwiGLU FFN on every token,
+/// optionally scaled per token by a sigmoid gate (Qwen2-MoE `shared_expert_gate`:
+/// `σ(x·g) ⊙ shared(x)`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SharedExpert {
     /// `(H, Fs)`
@@ -18,6 +20,13 @@ pub struct SharedExpert {
     pub w1: Array2<f64>,
     /// `(Fs, H)`
     pub wo: Array2<f64>,
+    /// `g (H,)`: the gate's weight (a bias-free `Linear(H, 1)`), if the shared expert is gated.
+    pub gate: Option<Array1<f64>>,
+}
+
+/// The per-token gate `σ(x·g)` of a gated shared expert.
+pub fn shared_gate_values(x: ArrayView2<f64>, g: &Array1<f64>) -> Array1<f64> {
+    x.dot(g).mapv(sigmoid)
 }
 
 /// One MoE-layer problem: inputs, weights, the output gradient and the routing.
@@ -94,6 +103,9 @@ impl MoeCase {
             shape("shared_w0", s.w0.shape(), vec![h, fs])?;
             shape("shared_w1", s.w1.shape(), vec![h, fs])?;
             shape("shared_wo", s.wo.shape(), vec![fs, h])?;
+            if let Some(g) = &s.gate {
+                shape("shared_gate", g.shape(), vec![h])?;
+            }
         }
         for (what, a) in self.named_inputs() {
             if let Some((i, v)) = a.indexed_iter().find(|(_, v)| !v.is_finite()) {
@@ -138,6 +150,9 @@ impl MoeCase {
             v.push(("shared_w0", s.w0.clone().into_dyn()));
             v.push(("shared_w1", s.w1.clone().into_dyn()));
             v.push(("shared_wo", s.wo.clone().into_dyn()));
+            if let Some(g) = &s.gate {
+                v.push(("shared_gate", g.clone().into_dyn()));
+            }
         }
         v
     }
@@ -174,10 +189,12 @@ pub enum TensorId {
     DsharedW1,
     /// `dshared_wo (Fs, H)`
     DsharedWo,
+    /// `dshared_gate (H,)`
+    DsharedGate,
 }
 
 impl TensorId {
-    pub const ALL: [TensorId; 9] = [
+    pub const ALL: [TensorId; 10] = [
         TensorId::Out,
         TensorId::Dx,
         TensorId::DwRouter,
@@ -187,6 +204,7 @@ impl TensorId {
         TensorId::DsharedW0,
         TensorId::DsharedW1,
         TensorId::DsharedWo,
+        TensorId::DsharedGate,
     ];
 
     /// The file stem in a case directory (`out`, `dx`, `dw_router`, …).
@@ -201,6 +219,7 @@ impl TensorId {
             TensorId::DsharedW0 => "dshared_w0",
             TensorId::DsharedW1 => "dshared_w1",
             TensorId::DsharedWo => "dshared_wo",
+            TensorId::DsharedGate => "dshared_gate",
         }
     }
 
@@ -212,15 +231,20 @@ impl TensorId {
     pub fn is_shared(self) -> bool {
         matches!(
             self,
-            TensorId::DsharedW0 | TensorId::DsharedW1 | TensorId::DsharedWo
+            TensorId::DsharedW0 | TensorId::DsharedW1 | TensorId::DsharedWo | TensorId::DsharedGate
         )
     }
 
-    /// The tensors a case has (the shared-expert gradients only with a shared expert).
+    /// The tensors a case has (the shared-expert gradients only with a shared expert, the
+    /// gate's only with a gated one).
     pub fn of_case(case: &MoeCase) -> Vec<TensorId> {
+        let gated = case.shared.as_ref().is_some_and(|s| s.gate.is_some());
         TensorId::ALL
             .into_iter()
-            .filter(|t| !t.is_shared() || case.shared.is_some())
+            .filter(|t| match t {
+                TensorId::DsharedGate => gated,
+                _ => !t.is_shared() || case.shared.is_some(),
+            })
             .collect()
     }
 
@@ -235,6 +259,7 @@ impl TensorId {
             TensorId::Dwo => vec![e, f, h],
             TensorId::DsharedW0 | TensorId::DsharedW1 => vec![h, fs],
             TensorId::DsharedWo => vec![fs, h],
+            TensorId::DsharedGate => vec![h],
         }
     }
 }
@@ -246,7 +271,7 @@ impl std::fmt::Display for TensorId {
 }
 
 /// The layer output and every gradient, widened to f64. The shared-expert gradients are
-/// `None` without a shared expert.
+/// `None` without a shared expert, the gate's without a gated one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MoeOutputs {
     pub out: Array2<f64>,
@@ -256,6 +281,8 @@ pub struct MoeOutputs {
     pub dw1: Array3<f64>,
     pub dwo: Array3<f64>,
     pub dshared: Option<[Array2<f64>; 3]>,
+    /// `(H,)`
+    pub dshared_gate: Option<Array1<f64>>,
 }
 
 impl MoeOutputs {
@@ -271,6 +298,7 @@ impl MoeOutputs {
             TensorId::DsharedW0 => self.dshared.as_ref()?[0].clone().into_dyn(),
             TensorId::DsharedW1 => self.dshared.as_ref()?[1].clone().into_dyn(),
             TensorId::DsharedWo => self.dshared.as_ref()?[2].clone().into_dyn(),
+            TensorId::DsharedGate => self.dshared_gate.as_ref()?.clone().into_dyn(),
         })
     }
 }
@@ -342,6 +370,8 @@ pub struct Forward {
     pub ffn: FfnForward,
     /// The shared expert's FFN over all tokens.
     pub shared: Option<FfnForward>,
+    /// The gated shared expert's per-token gate `σ(x·g) (T,)`.
+    pub shared_gate: Option<Array1<f64>>,
     /// `out (T, H)`
     pub out: Array2<f64>,
 }
@@ -377,8 +407,16 @@ pub(crate) fn forward_with_logits(case: &MoeCase, logits: Array2<f64>) -> Result
             &[0, case.tokens()],
         )
     });
+    let shared_gate = case
+        .shared
+        .as_ref()
+        .and_then(|s| s.gate.as_ref())
+        .map(|g| shared_gate_values(case.x.view(), g));
     if let Some(s) = &shared {
-        out += &s.y;
+        match &shared_gate {
+            Some(g) => out += &(&s.y * &g.view().insert_axis(Axis(1))),
+            None => out += &s.y,
+        }
     }
     Ok(Forward {
         logits,
@@ -387,6 +425,7 @@ pub(crate) fn forward_with_logits(case: &MoeCase, logits: Array2<f64>) -> Result
         xp,
         ffn,
         shared,
+        shared_gate,
         out,
     })
 }

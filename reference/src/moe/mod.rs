@@ -15,7 +15,9 @@
 //!    `a = xp·W0_e`, `b = xp·W1_e`, `h = silu(a) ⊙ b`, `yp = h·Wo_e` (`silu(a) = a·σ(a)`);
 //!    dropped rows are the GEMM's tail and give exactly 0;
 //! 5. unpermute and combine: `out[t] = Σ_{s kept} c[t, s]·yp[row of (t, s)]`;
-//! 6. shared expert (DeepSeek-V3): `out += (silu(x·S0) ⊙ (x·S1))·So`.
+//! 6. shared expert (DeepSeek-V3): `out += (silu(x·S0) ⊙ (x·S1))·So`; gated (Qwen2-MoE
+//!    `shared_expert_gate`, weight `g (H,)`): `out += σ(x·g) ⊙ (silu(x·S0) ⊙ (x·S1))·So`, the
+//!    gate one scalar per token.
 //!
 //! ## The backward ([`backward`]), given `dout (T, H)`, as a fused kernel decomposes it
 //! * `dyp[r] = c[t,s]·dout[t]` (tail rows 0); combine-weight gradient
@@ -29,7 +31,9 @@
 //! * routing ([`backward::routing_vjp`]): `dc` through the normalisation, the scaling and
 //!   the score function to `dz (T, E)`; the bias, the selection and the capacity mask are
 //!   piecewise constant and get no gradient;
-//! * router: `dx += dz·W_rᵀ`, `dW_r = xᵀ·dz`; shared expert as a one-group FFN.
+//! * router: `dx += dz·W_rᵀ`, `dW_r = xᵀ·dz`; shared expert as a one-group FFN (gated:
+//!   its output gradient is `γ[t]·dout[t]` with `γ = σ(x·g)`, and the gate's
+//!   `dℓ[t] = <dout[t], ys[t]>·γ[t](1 − γ[t])` gives `dx += dℓ·gᵀ`, `dg = xᵀ·dℓ`).
 //!
 //! Everything is f64. Two independent checks: [`dense`] (every expert on every token, the
 //! routing weights scattered into a masked `(T, E)` matrix, differentiated the same way) and
@@ -54,7 +58,7 @@ pub use backward::{backward, combine_vjp, routing_vjp, Backward};
 pub use bound::{layer_bound, LayerBound, LayerPrecision};
 pub use compare::{compare_layer, LayerAt, LayerReport, SliceStats, TensorReport, WorstElement};
 pub use dense::dense_layer;
-pub use files::MoeJson;
+pub use files::{MoeJson, SharedGate};
 pub use layer::{forward, Forward, MoeCase, MoeOutputs, SharedExpert, TensorId};
 pub use op::{exact_tie, tie_guard, LayerExpected, LayerFormats, MoeLayer, RoundTrip};
 pub use permute::Permutation;

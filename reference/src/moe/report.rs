@@ -151,9 +151,9 @@ fn render_case(s: &mut String, doc: &MoeDocument) {
 fn render_tensors(s: &mut String, tensors: &[TensorReport]) {
     let table = StatsTable {
         label: "tensor",
-        width: 11,
+        width: 13,
         worst_label: "(expert, index)",
-        indent: 12,
+        indent: 14,
         slice_noun: "experts",
     };
     if !tensors.is_empty() {

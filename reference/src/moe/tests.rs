@@ -37,10 +37,19 @@ pub(crate) fn case(
             w0: Array2::from_shape_fn((h, 3), |_| next(0.5)),
             w1: Array2::from_shape_fn((h, 3), |_| next(0.5)),
             wo: Array2::from_shape_fn((3, h), |_| next(0.5)),
+            gate: None,
         }),
         dout: Array2::from_shape_fn((t, h), |_| next(1.0)),
         routing: cfg,
         dtype: Format::F64,
+    }
+}
+
+/// Gives `c`'s shared expert a sigmoid gate (Qwen2-MoE) with weights hashed from `seed`.
+pub(crate) fn gate_shared(c: &mut MoeCase, seed: u64) {
+    let h = c.hidden();
+    if let Some(s) = c.shared.as_mut() {
+        s.gate = Some(Array1::from_shape_fn(h, |i| hash(seed ^ 0x9a7e, i as u64)));
     }
 }
 
@@ -106,7 +115,10 @@ fn gradients_match_finite_differences() {
     let mut checked = 0;
     for (i, cfg) in configs().into_iter().enumerate() {
         for seed in 0..4u64 {
-            let c = case(100 * i as u64 + seed, 8, 5, 6, 4, cfg, seed % 2 == 1);
+            let mut c = case(100 * i as u64 + seed, 8, 5, 6, 4, cfg, seed % 2 == 1);
+            if i % 2 == 0 {
+                gate_shared(&mut c, seed);
+            }
             let fwd = forward(&c).unwrap();
             let grads = backward(&c, &fwd).grads;
             let bound = layer_bound(&c, &fwd, &F64);
@@ -140,6 +152,51 @@ fn a_wrong_gradient_fails_finite_differences() {
     assert!(v
         .iter()
         .any(|ch| ch.tensor == TensorId::DwRouter && !ch.passed()));
+}
+
+#[test]
+fn a_gated_shared_expert_is_differentiated_through_its_gate() {
+    let mut c = case(7, 8, 5, 6, 4, configs()[0], true);
+    gate_shared(&mut c, 7);
+    let fwd = forward(&c).unwrap();
+    let grads = backward(&c, &fwd).grads;
+    let fd::FdOutcome::Checked(v) = fd::check_gradients(&c, &grads, None, 0).unwrap() else {
+        panic!("near tie on a fixed case")
+    };
+    assert!(v.iter().all(|ch| ch.passed()), "{v:?}");
+    assert!(v.iter().any(|ch| ch.tensor == TensorId::DsharedGate));
+    // The gate scales the output: without it the layer's output is another function.
+    let ungated = {
+        let mut u = c.clone();
+        u.shared.as_mut().unwrap().gate = None;
+        forward(&u).unwrap().out
+    };
+    assert!((&ungated - &fwd.out).iter().any(|d| d.abs() > 1e-3));
+    // Two bugs a hand-written backward makes: the gate's gradient off by 1%, and the shared
+    // expert's weight gradients taken from the ungated dout.
+    let mut wrong = grads.clone();
+    wrong
+        .dshared_gate
+        .as_mut()
+        .unwrap()
+        .mapv_inplace(|v| v * 1.01);
+    let fd::FdOutcome::Checked(v) = fd::check_gradients(&c, &wrong, None, 0).unwrap() else {
+        panic!("near tie on a fixed case")
+    };
+    assert!(v
+        .iter()
+        .any(|ch| ch.tensor == TensorId::DsharedGate && !ch.passed()));
+    let mut u = c.clone();
+    u.shared.as_mut().unwrap().gate = None;
+    let ungated_grads = backward(&u, &forward(&u).unwrap()).grads;
+    let mut wrong = grads;
+    wrong.dshared = ungated_grads.dshared;
+    let fd::FdOutcome::Checked(v) = fd::check_gradients(&c, &wrong, None, 0).unwrap() else {
+        panic!("near tie on a fixed case")
+    };
+    assert!(v
+        .iter()
+        .any(|ch| ch.tensor == TensorId::DsharedW0 && !ch.passed()));
 }
 
 #[test]

@@ -9,12 +9,12 @@
 //! [`MoeBug`] plants one realistic defect of a hand-written MoE backward; `moecheck selftest`
 //! checks that the layer properties catch each of them.
 
-use ndarray::{Array2, Array3, ArrayView2, Axis};
+use ndarray::{Array1, Array2, Array3, ArrayView2, Axis};
 
 use moecheck_reference::format::{round_to, Format, Overflow};
 use moecheck_reference::gemm::{grouped_dgrad, grouped_fwd, grouped_wgrad};
 use moecheck_reference::moe::backward::routing_vjp;
-use moecheck_reference::moe::layer::{shared_as_group, silu, silu_grad, FfnForward};
+use moecheck_reference::moe::layer::{shared_as_group, sigmoid, silu, silu_grad, FfnForward};
 use moecheck_reference::moe::{
     LayerPrecision, MoeCase, MoeLayer, MoeOutputs, Permutation, RoundTrip,
 };
@@ -39,6 +39,9 @@ pub enum MoeBug {
     /// The combine-weight gradient `<dout, y>` is not computed (treated as zero): the router
     /// gets no gradient from the main loss (MaxText `ring_ragged_unsort`, PR 5042).
     CombineGradMissing,
+    /// A gated shared expert's backward takes its weight gradients and `dx` from the ungated
+    /// `dout` (the gate applied in the forward only).
+    SharedGateUngatedBackward,
 }
 
 impl PlantedBug for MoeBug {
@@ -47,6 +50,7 @@ impl PlantedBug for MoeBug {
         MoeBug::DroppedLeakGradient,
         MoeBug::EmptyExpertStaleWgrad,
         MoeBug::CombineGradMissing,
+        MoeBug::SharedGateUngatedBackward,
     ];
 
     fn name(self) -> &'static str {
@@ -55,6 +59,7 @@ impl PlantedBug for MoeBug {
             MoeBug::DroppedLeakGradient => "dropped-leak-gradient",
             MoeBug::EmptyExpertStaleWgrad => "empty-expert-stale-wgrad",
             MoeBug::CombineGradMissing => "combine-grad-missing",
+            MoeBug::SharedGateUngatedBackward => "shared-gate-ungated-backward",
         }
     }
 
@@ -66,6 +71,9 @@ impl PlantedBug for MoeBug {
             MoeBug::DroppedLeakGradient => "dropped assignments get gradient in the backward",
             MoeBug::EmptyExpertStaleWgrad => "empty experts' dW0/dW1/dWo are stale, not zero",
             MoeBug::CombineGradMissing => "the combine-weight gradient <dout, y> is missing",
+            MoeBug::SharedGateUngatedBackward => {
+                "a gated shared expert's backward ignores the gate"
+            }
         }
     }
 }
@@ -181,8 +189,16 @@ impl Implementation<MoeLayer> for MoeEmulate {
         let shared = shared_w
             .as_ref()
             .map(|[a, b, c]| Self::ffn(case.x.view(), [a.view(), b.view(), c.view()], &all));
+        // A gated shared expert: `σ(x·g)` per token, in f32.
+        let gate = case.shared.as_ref().and_then(|s| s.gate.as_ref()).map(|g| {
+            let gv = r(case.x.dot(g)).mapv(|v| r32(sigmoid(v)));
+            (g, gv)
+        });
         if let Some(s) = &shared {
-            out = r(out + &s.y);
+            match &gate {
+                Some((_, gv)) => out = r(out + r(&s.y * &gv.view().insert_axis(Axis(1)))),
+                None => out = r(out + &s.y),
+            }
         }
         // Backward. With the leak bug it recomputes the routing without capacity.
         let leak = self.has(MoeBug::DroppedLeakGradient);
@@ -226,16 +242,32 @@ impl Implementation<MoeLayer> for MoeEmulate {
         let dz = r(routing_vjp(&routing, dc.view()));
         dx = r(dx + r(dz.dot(&case.wr.t())));
         let dw_router = r(case.x.t().dot(&dz));
+        let mut dshared_gate = None;
         let dshared = match (&shared, &shared_w) {
             (Some(sf), Some([a, b, c])) => {
+                let dys = match &gate {
+                    Some((_, gv)) if !self.has(MoeBug::SharedGateUngatedBackward) => {
+                        r(&case.dout * &gv.view().insert_axis(Axis(1)))
+                    }
+                    _ => case.dout.clone(),
+                };
                 let (dxs, [d0, d1, d_o]) = Self::ffn_bwd(
                     case.x.view(),
                     [a.view(), b.view(), c.view()],
                     sf,
-                    case.dout.view(),
+                    dys.view(),
                     &all,
                 );
                 dx = r(dx + dxs);
+                if let Some((g, gv)) = &gate {
+                    let dl = Array1::from_shape_fn(t, |ti| {
+                        let d = r32(case.dout.row(ti).dot(&sf.y.row(ti)));
+                        r32(r32(d * gv[ti]) * r32(1.0 - gv[ti]))
+                    });
+                    let outer = &dl.view().insert_axis(Axis(1)) * &g.view().insert_axis(Axis(0));
+                    dx = r(dx + r(outer));
+                    dshared_gate = Some(r(case.x.t().dot(&dl)));
+                }
                 let first = |a: Array3<f64>| a.index_axis_move(Axis(0), 0);
                 Some([first(d0), first(d1), first(d_o)])
             }
@@ -250,6 +282,7 @@ impl Implementation<MoeLayer> for MoeEmulate {
             dw1,
             dwo,
             dshared,
+            dshared_gate,
         })
     }
 

@@ -171,8 +171,17 @@ pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) ->
             u,
         )
     });
+    // A gated shared expert: `γ = σ(x·g)` per token (a depth-`H` dot of exact inputs).
+    let gate = case.shared.as_ref().and_then(|s| s.gate.as_ref()).map(|g| {
+        let gcol = g.view().insert_axis(Axis(1));
+        mm_exact_rhs(&T2::exact(case.x.clone()), gcol, u).map(|l| lip(l, sigmoid(l.v), 0.25, u))
+    });
     if let Some(sf) = &shared {
-        out = out.zip(&sf.y, |a, b| a.add(b, u));
+        let ys = match &gate {
+            Some(gv) => row_scale(gv, &sf.y, u),
+            None => sf.y.clone(),
+        };
+        out = out.zip(&ys, |a, b| a.add(b, u));
     }
     // Backward.
     let dout = T2::exact(case.dout.clone());
@@ -304,9 +313,46 @@ pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) ->
     let dwr_e = ax.t().dot(&dz.e) * (1.0 + gt) + ax.t().dot(&dz.v.mapv(f64::abs)) * gt;
     let dwr_v = case.x.t().dot(&dz.v);
     let mut dshared = None;
+    let mut dgate = None;
     if let (Some(sf), Some([w0, w1, wo])) = (&shared, &shared_w) {
-        let (dxs, d0, d1, d_o) = ffn_bwd(sf, &dout, w0.view(), w1.view(), wo.view(), &all, u);
+        let dys = match &gate {
+            Some(gv) => row_scale(gv, &dout, u),
+            None => dout.clone(),
+        };
+        let (dxs, d0, d1, d_o) = ffn_bwd(sf, &dys, w0.view(), w1.view(), wo.view(), &all, u);
         dx = dx.zip(&dxs, |a, b| a.add(b, u));
+        if let (Some(gv), Some(g)) = (&gate, case.shared.as_ref().and_then(|s| s.gate.as_ref())) {
+            // `dℓ[t] = <dout[t], ys[t]>·γ(1 − γ)`, `dx += dℓ·gᵀ`, `dg = xᵀ·dℓ` (depth `T`).
+            let dl: Vec<Ev> = (0..t)
+                .map(|ti| {
+                    let pairs: Vec<(Ev, Ev)> = (0..hidden)
+                        .map(|col| (dout.at(ti, col), sf.y.at(ti, col)))
+                        .collect();
+                    let gt = gv.at(ti, 0);
+                    Ev::dot(&pairs, u)
+                        .mul(gt, u)
+                        .mul(Ev::exact(1.0).sub(gt, u), u)
+                })
+                .collect();
+            let mut dxg = T2::exact(Array2::zeros((t, hidden)));
+            Zip::indexed(&mut dxg.v)
+                .and(&mut dxg.e)
+                .for_each(|(ti, col), v, e| {
+                    let p = dl[ti].mul(Ev::exact(g[col]), u);
+                    *v = p.v;
+                    *e = p.e;
+                });
+            dx = dx.zip(&dxg, |a, b| a.add(b, u));
+            let dg: Vec<Ev> = (0..hidden)
+                .map(|col| {
+                    let pairs: Vec<(Ev, Ev)> = (0..t)
+                        .map(|ti| (Ev::exact(case.x[(ti, col)]), dl[ti]))
+                        .collect();
+                    Ev::dot(&pairs, u)
+                })
+                .collect();
+            dgate = Some(dg);
+        }
         dshared = Some([d0, d1, d_o]);
     }
     let out3 =
@@ -328,9 +374,26 @@ pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) ->
         tensors.push((TensorId::DsharedW1, first(d1)));
         tensors.push((TensorId::DsharedWo, first(d_o)));
     }
+    if let Some(dg) = dgate {
+        let b: Vec<f64> = dg.iter().map(|x| x.e + u_out * x.mag()).collect();
+        tensors.push((TensorId::DsharedGate, ndarray::Array1::from(b).into_dyn()));
+    }
     LayerBound {
         tensors,
         selection_err,
         weight_err: w.e,
     }
+}
+
+/// `γ[t]·m[t, col]` for a per-token `γ (T, 1)`, one product each.
+fn row_scale(gamma_t: &T2, m: &T2, u: f64) -> T2 {
+    let mut r = T2::exact(Array2::zeros(m.v.dim()));
+    Zip::indexed(&mut r.v)
+        .and(&mut r.e)
+        .for_each(|(ti, col), v, e| {
+            let p = gamma_t.at(ti, 0).mul(m.at(ti, col), u);
+            *v = p.v;
+            *e = p.e;
+        });
+    r
 }

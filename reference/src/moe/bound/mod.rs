@@ -46,6 +46,8 @@
 mod layer;
 mod replay;
 #[cfg(test)]
+mod derive;
+#[cfg(test)]
 mod tests;
 
 pub use layer::{layer_bound, LayerBound, LayerPrecision};

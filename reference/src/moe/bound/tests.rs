@@ -3,7 +3,7 @@
 //! pairs, no [`super::replay`] helper, `γ_n = n·u / (1 - n·u)` and the constants `2^-53`,
 //! `FN_ULPS = 4`, the Lipschitz constants `1/4`, `1.1`, `1/2` as literals), on small cases
 //! of every score function, with and without normalisation, bias, capacity dropping and a
-//! shared expert, for an f64 and a bf16 declaration. Every tensor, the selection error and
+//! shared expert (gated or not), for an f64 and a bf16 declaration. Every tensor, the selection error and
 //! the weight error must agree to 1e-10 relative, so a change to any term of
 //! [`super::layer_bound`] (or an index that reads the wrong element) fails here.
 //!
@@ -12,149 +12,14 @@
 //! gate magnitudes, far above `ε·2^52`, so `m + ε`, `m - ε` and `m` are the same f64; only gates
 //! of about 1e-20 in total could tell them apart.
 
-use ndarray::{Array2, Array3, ArrayView3};
+use ndarray::{Array2, Array3};
 
 use super::*;
 use crate::format::Format;
-use crate::moe::layer::{forward, silu, silu_grad, TensorId};
-use crate::moe::tests::{case, configs};
+use super::derive::*;
+use crate::moe::layer::{forward, TensorId};
+use crate::moe::tests::{case, configs, gate_shared};
 use crate::routing::ScoreFunction;
-
-/// `(value, bound on its error)`.
-type P = (f64, f64);
-
-const EXACT0: P = (0.0, 0.0);
-
-fn gm(n: usize, u: f64) -> f64 {
-    let nu = n as f64 * u;
-    if nu >= 1.0 {
-        f64::INFINITY
-    } else {
-        nu / (1.0 - nu)
-    }
-}
-fn mag(a: P) -> f64 {
-    a.0.abs() + a.1
-}
-fn mul(a: P, b: P, u: f64) -> P {
-    let e = a.0.abs() * b.1 + a.1 * b.0.abs() + a.1 * b.1 + u * mag(a) * mag(b);
-    (a.0 * b.0, e)
-}
-fn add(a: P, b: P, u: f64) -> P {
-    (a.0 + b.0, a.1 + b.1 + u * (mag(a) + mag(b)))
-}
-fn sub(a: P, b: P, u: f64) -> P {
-    add(a, (-b.0, b.1), u)
-}
-fn div(a: P, d: P, u: f64) -> P {
-    let q = a.0 / d.0;
-    let e = (a.1 + q.abs() * d.1) / (d.0.abs() - d.1);
-    (q, e + u * (q.abs() + e))
-}
-fn dot(pairs: &[(P, P)], u: f64) -> P {
-    let (mut v, mut e, mut m) = (0.0, 0.0, 0.0);
-    for &(a, b) in pairs {
-        v += a.0 * b.0;
-        e += a.0.abs() * b.1 + a.1 * b.0.abs() + a.1 * b.1;
-        m += mag(a) * mag(b);
-    }
-    (v, e + gm(pairs.len(), u) * m)
-}
-fn lipf(a: P, value: f64, l: f64, u: f64) -> P {
-    let e = l * a.1;
-    (value, e + 4.0 * u * (value.abs() + e))
-}
-fn ex(v: f64) -> P {
-    (v, 0.0)
-}
-fn group_of(off: &[usize], r: usize) -> Option<usize> {
-    (0..off.len() - 1).find(|&g| off[g] <= r && r < off[g + 1])
-}
-
-/// The SwiGLU FFN over grouped rows, forward and backward, with errors.
-struct Ffn {
-    a: Array2<P>,
-    b: Array2<P>,
-    act: Array2<P>,
-    h: Array2<P>,
-    y: Array2<P>,
-}
-
-fn ffn_fwd(
-    xp: &Array2<P>,
-    w0: ArrayView3<f64>,
-    w1: ArrayView3<f64>,
-    wo: ArrayView3<f64>,
-    off: &[usize],
-    u: f64,
-) -> Ffn {
-    let (m, hd) = xp.dim();
-    let f = w0.shape()[2];
-    let mut a = Array2::from_elem((m, f), EXACT0);
-    let mut b = a.clone();
-    let mut act = a.clone();
-    let mut h = a.clone();
-    let mut y = Array2::from_elem((m, hd), EXACT0);
-    for r in 0..m {
-        let Some(g) = group_of(off, r) else { continue };
-        for j in 0..f {
-            let pa: Vec<(P, P)> = (0..hd).map(|i| (xp[(r, i)], ex(w0[(g, i, j)]))).collect();
-            let pb: Vec<(P, P)> = (0..hd).map(|i| (xp[(r, i)], ex(w1[(g, i, j)]))).collect();
-            a[(r, j)] = dot(&pa, u);
-            b[(r, j)] = dot(&pb, u);
-            act[(r, j)] = lipf(a[(r, j)], silu(a[(r, j)].0), 1.1, u);
-            h[(r, j)] = mul(act[(r, j)], b[(r, j)], u);
-        }
-        for c in 0..hd {
-            let p: Vec<(P, P)> = (0..f).map(|j| (h[(r, j)], ex(wo[(g, j, c)]))).collect();
-            y[(r, c)] = dot(&p, u);
-        }
-    }
-    Ffn { a, b, act, h, y }
-}
-
-/// `(dx, dw0, dw1, dwo)`.
-#[allow(clippy::too_many_arguments)]
-fn ffn_bwd(
-    fw: &Ffn,
-    xp: &Array2<P>,
-    dy: &Array2<P>,
-    w0: ArrayView3<f64>,
-    w1: ArrayView3<f64>,
-    wo: ArrayView3<f64>,
-    off: &[usize],
-    u: f64,
-) -> (Array2<P>, Array3<P>, Array3<P>, Array3<P>) {
-    let (m, hd) = dy.dim();
-    let (ng, f) = (w0.shape()[0], w0.shape()[2]);
-    let mut dx = Array2::from_elem((m, hd), EXACT0);
-    let mut da = Array2::from_elem((m, f), EXACT0);
-    let mut db = da.clone();
-    for r in 0..m {
-        let Some(g) = group_of(off, r) else { continue };
-        for j in 0..f {
-            let p: Vec<(P, P)> = (0..hd).map(|c| (dy[(r, c)], ex(wo[(g, j, c)]))).collect();
-            let dh = dot(&p, u);
-            let sg = lipf(fw.a[(r, j)], silu_grad(fw.a[(r, j)].0), 0.5, u);
-            da[(r, j)] = mul(mul(dh, fw.b[(r, j)], u), sg, u);
-            db[(r, j)] = mul(dh, fw.act[(r, j)], u);
-        }
-        for i in 0..hd {
-            let pa: Vec<(P, P)> = (0..f).map(|j| (da[(r, j)], ex(w0[(g, i, j)]))).collect();
-            let pb: Vec<(P, P)> = (0..f).map(|j| (db[(r, j)], ex(w1[(g, i, j)]))).collect();
-            dx[(r, i)] = add(dot(&pa, u), dot(&pb, u), u);
-        }
-    }
-    let wgrad = |l: &Array2<P>, d: &Array2<P>| {
-        Array3::from_shape_fn((ng, l.ncols(), d.ncols()), |(g, i, j)| {
-            let p: Vec<(P, P)> = (off[g]..off[g + 1])
-                .map(|r| (l[(r, i)], d[(r, j)]))
-                .collect();
-            dot(&p, u)
-        })
-    };
-    (dx, wgrad(xp, &da), wgrad(xp, &db), wgrad(&fw.h, dy))
-}
 
 /// `(tensors, selection error, weight error)`.
 type Derived = (Vec<(TensorId, Vec<f64>)>, Array2<f64>, Array2<f64>);
@@ -254,8 +119,27 @@ fn derive(case: &crate::moe::MoeCase, precision: &LayerPrecision) -> Derived {
         let f = ffn_fwd(&x, w0.view(), w1.view(), wo.view(), &[0, t], u);
         (x, w0, w1, wo, f)
     });
+    // The gate `γ[t] = σ(x[t]·g)`, a depth-H dot and a 1/4-Lipschitz evaluation.
+    let gate: Option<(Vec<P>, &ndarray::Array1<f64>)> =
+        case.shared.as_ref().and_then(|s| s.gate.as_ref()).map(|g| {
+            let gv = (0..t)
+                .map(|ti| {
+                    let pairs: Vec<(P, P)> =
+                        (0..hd).map(|i| (ex(case.x[(ti, i)]), ex(g[i]))).collect();
+                    let l = dot(&pairs, u);
+                    lipf(l, 1.0 / (1.0 + (-l.0).exp()), 0.25, u)
+                })
+                .collect();
+            (gv, g)
+        });
     if let Some((.., f)) = &sh {
-        out = Array2::from_shape_fn((t, hd), |i| add(out[i], f.y[i], u));
+        out = Array2::from_shape_fn((t, hd), |(ti, c)| {
+            let y = match &gate {
+                Some((gv, _)) => mul(gv[ti], f.y[(ti, c)], u),
+                None => f.y[(ti, c)],
+            };
+            add(out[(ti, c)], y, u)
+        });
     }
     // Backward: the permuted output gradient, the combine weights' gradient.
     let dout = case.dout.mapv(ex);
@@ -364,9 +248,38 @@ fn derive(case: &crate::moe::MoeCase, precision: &LayerPrecision) -> Derived {
     let flat2 = |a: &Array2<P>| a.iter().map(round).collect::<Vec<f64>>();
     let flat3 = |a: &Array3<P>| a.iter().map(round).collect::<Vec<f64>>();
     let mut shared_grads = None;
+    let mut gate_grad = None;
     if let Some((x, w0, w1, wo, f)) = &sh {
-        let (dxs, d0, d1, d_o) = ffn_bwd(f, x, &dout, w0.view(), w1.view(), wo.view(), &[0, t], u);
+        let dys = match &gate {
+            Some((gv, _)) => {
+                Array2::from_shape_fn((t, hd), |(ti, c)| mul(gv[ti], dout[(ti, c)], u))
+            }
+            None => dout.clone(),
+        };
+        let (dxs, d0, d1, d_o) = ffn_bwd(f, x, &dys, w0.view(), w1.view(), wo.view(), &[0, t], u);
         dx = Array2::from_shape_fn((t, hd), |i| add(dx[i], dxs[i], u));
+        if let Some((gv, g)) = &gate {
+            // dℓ[t] = <dout[t], ys[t]>·γ·(1 − γ); dx += dℓ·gᵀ; dg = xᵀ·dℓ (depth T).
+            let dl: Vec<P> = (0..t)
+                .map(|ti| {
+                    let pairs: Vec<(P, P)> =
+                        (0..hd).map(|c| (dout[(ti, c)], f.y[(ti, c)])).collect();
+                    mul(mul(dot(&pairs, u), gv[ti], u), sub(ex(1.0), gv[ti], u), u)
+                })
+                .collect();
+            dx = Array2::from_shape_fn((t, hd), |(ti, c)| {
+                add(dx[(ti, c)], mul(dl[ti], ex(g[c]), u), u)
+            });
+            gate_grad = Some(
+                (0..hd)
+                    .map(|c| {
+                        let pairs: Vec<(P, P)> =
+                            (0..t).map(|ti| (ex(case.x[(ti, c)]), dl[ti])).collect();
+                        round(&dot(&pairs, u))
+                    })
+                    .collect::<Vec<f64>>(),
+            );
+        }
         shared_grads = Some([flat3(&d0), flat3(&d1), flat3(&d_o)]);
     }
     let mut tensors = vec![
@@ -381,6 +294,9 @@ fn derive(case: &crate::moe::MoeCase, precision: &LayerPrecision) -> Derived {
         tensors.push((TensorId::DsharedW0, d0));
         tensors.push((TensorId::DsharedW1, d1));
         tensors.push((TensorId::DsharedWo, d_o));
+    }
+    if let Some(dg) = gate_grad {
+        tensors.push((TensorId::DsharedGate, dg));
     }
     (tensors, selection, w.mapv(|x| x.1))
 }
@@ -426,7 +342,10 @@ fn layer_bound_matches_the_documented_derivation() {
         },
     ];
     for (i, cfg) in configs().into_iter().enumerate() {
-        let c = case(900 + i as u64, 8, 3, 6, 2, cfg, i % 2 == 0);
+        let mut c = case(900 + i as u64, 8, 3, 6, 2, cfg, i % 2 == 0);
+        if i % 4 == 0 {
+            gate_shared(&mut c, 900 + i as u64);
+        }
         let fwd = forward(&c).unwrap();
         for p in &precisions {
             let what = format!("{cfg:?} {p:?}");
