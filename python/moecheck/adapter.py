@@ -63,7 +63,8 @@ _PASSES = ("fwd", "dgrad", "wgrad")
 _SCORES = ("softmax", "topk-softmax", "sigmoid")
 _DROP_POLICIES = ("position", "probs", "token-order")
 _CONVENTIONS = {
-    "convention": ("maxtext", "megatron", "deepseek-v3"),
+    "convention": ("maxtext", "megatron", "deepseek-v3", "hf-deepseek-v3", "hf-qwen2-moe",
+                   "hf-qwen3-moe", "hf-mixtral"),
     "group_score": ("top2", "top-k-per-group", "max"),
     "sigmoid_norm": ("always", "skip-k1", "never"),
     "ties": ("lower-index", "any"),
@@ -120,7 +121,9 @@ CONTRACT_KEYS = {
             "drop_policies": [_DROP_POLICIES],
             "groups": bool,
             "bias": bool,
+            "scaling": bool,
             "shared_expert": bool,
+            "shared_gate": bool,
             "max_experts": 1,
         },
     },

@@ -12,6 +12,7 @@ use moecheck::registry::{self, Choice, Declared};
 use moecheck::{memory, pipeline, report};
 use moecheck_reference::format::Format;
 use moecheck_reference::moe::MoeLayer;
+use moecheck_reference::routing::{Convention, ScoreFunction};
 
 use super::routing_flags::RoutingFlags;
 use super::ImplFlags;
@@ -19,7 +20,7 @@ use super::ImplFlags;
 #[derive(Debug, Args)]
 #[command(
     mut_arg("topk", |a| a.default_value("2")),
-    mut_arg("score", |a| a.default_value("topk-softmax")),
+    mut_arg("score", |a| a.help("Score function [default: the --convention's, else topk-softmax]")),
     mut_arg("implementation", |a| a.help("Implementation under test: reference | emulate (a CPU model of a fused layer kernel, never a GPU result) | exec:CMD (op moe_layer, docs/protocol.md) | worker:CMD (the same, CMD started once for every case) [default: emulate]"))
 )]
 pub struct MoeFlags {
@@ -40,9 +41,10 @@ pub struct MoeFlags {
     pub shared_ffn: usize,
     /// The shared expert's gate: none (DeepSeek-V3: out += shared(x)) or sigmoid (Qwen2-MoE's
     /// shared_expert_gate: out += sigmoid(x·g)·shared(x), g an (H,) input whose gradient
-    /// dshared_gate is checked too). Needs --shared-ffn.
-    #[arg(long, default_value = "none", value_parser = ["none", "sigmoid"])]
-    pub shared_gate: String,
+    /// dshared_gate is checked too). Needs --shared-ffn. Default: none, or sigmoid under
+    /// --convention hf-qwen2-moe.
+    #[arg(long, value_parser = ["none", "sigmoid"])]
+    pub shared_gate: Option<String>,
     #[command(flatten)]
     pub routing: RoutingFlags,
     /// Add a per-expert selection bias (DeepSeek-V3 e_score_correction_bias).
@@ -60,7 +62,8 @@ pub struct MoeFlags {
     pub out_dtype: Option<Format>,
     /// Declared compute format of the router alone (its logits GEMM, scores, gates, weights
     /// and their gradients) where it is not --compute's: Hugging Face's routers compute in
-    /// f32 even in an f64 module (--compute f64 --router-compute f32) [default: --compute].
+    /// f32 even in an f64 module (--compute f64 --router-compute f32) [default: --compute,
+    /// or f32 under a Hugging Face --convention with --compute f64].
     #[arg(long, value_parser = super::format_in(super::FLOATS))]
     pub router_compute: Option<Format>,
     /// Seed of the generated case.
@@ -88,12 +91,33 @@ impl MoeFlags {
             experts: self.experts,
             ffn: self.ffn,
             shared_ffn: self.shared_ffn,
-            shared_gate: self.shared_gate == "sigmoid",
-            routing: self.routing.config()?,
+            shared_gate: self.shared_gate()?,
+            routing: self.routing.config(Some(ScoreFunction::TopkSoftmax))?,
             bias: self.bias,
             dtype: self.dtype,
             seed: self.seed,
         })
+    }
+
+    /// Whether the shared expert is gated: `--shared-gate`, else the convention's layer
+    /// (Qwen2-MoE's is gated and always has a shared expert).
+    fn shared_gate(&self) -> anyhow::Result<bool> {
+        let qwen2 = self.routing.convention() == Convention::HfQwen2Moe;
+        match self.shared_gate.as_deref() {
+            Some(g) => Ok(g == "sigmoid"),
+            None if qwen2 && self.shared_ffn == 0 => anyhow::bail!(
+                "--convention hf-qwen2-moe: the Qwen2-MoE layer has a gated shared expert; give its width with --shared-ffn (or --shared-gate none to check the layer without one)"
+            ),
+            None => Ok(qwen2),
+        }
+    }
+
+    /// The router's declared format: `--router-compute`, else f32 for a Hugging Face family
+    /// declared `--compute f64` (transformers' routers score in f32 in an f64 module).
+    fn router_compute(&self) -> Option<Format> {
+        let hf = self.routing.convention().is_hf();
+        self.router_compute
+            .or((hf && self.compute == Some(Format::F64)).then_some(Format::F32))
     }
 
     /// `--impl` and its flags, with `--compute` and `--out-dtype` as the declaration.
@@ -101,7 +125,7 @@ impl MoeFlags {
         self.imp.choice(Declared {
             compute: self.compute,
             out_dtype: self.out_dtype,
-            router_compute: self.router_compute,
+            router_compute: self.router_compute(),
             ..Declared::default()
         })
     }

@@ -51,9 +51,11 @@ pub struct PropFlags {
     /// others are not applicable, the rest ask only for these.
     #[arg(long, value_name = "LIST", help_heading = CONTRACT)]
     pub passes: Option<String>,
-    /// Routing convention of a router or MoE layer (maxtext, megatron, deepseek-v3): its
-    /// group score, sigmoid normalisation at K = 1, tie rule and drop policy.
-    #[arg(long, value_parser = ["maxtext", "megatron", "deepseek-v3"], help_heading = CONTRACT)]
+    /// Routing convention of a router or MoE layer (maxtext, megatron, deepseek-v3, or a
+    /// Hugging Face family: hf-deepseek-v3, hf-qwen2-moe, hf-qwen3-moe, hf-mixtral): its group
+    /// score, sigmoid normalisation, tie rule and drop policy; a family also fixes the score
+    /// function, the slot order and (moe) the shared expert and its gate.
+    #[arg(long, value_parser = ["maxtext", "megatron", "deepseek-v3", "hf-deepseek-v3", "hf-qwen2-moe", "hf-qwen3-moe", "hf-mixtral"], help_heading = CONTRACT)]
     pub convention: Option<String>,
     /// Score functions a router or MoE layer supports (softmax, topk-softmax, sigmoid; a
     /// comma-separated list): cases are drawn with these only.
@@ -71,7 +73,7 @@ pub struct PropFlags {
     #[arg(long, value_parser = ["lower-index", "any"], help_heading = CONTRACT)]
     pub ties: Option<String>,
     /// Order of a router's slots: score (largest first) or any (a token's experts as a set;
-    /// torch.topk(sorted=False)).
+    /// torch.topk(sorted=False)); default: the convention's.
     #[arg(long, value_parser = ["score", "any"], help_heading = CONTRACT)]
     pub slot_order: Option<String>,
     /// What the implementation supports, as the greeting's "supports" keys

@@ -20,7 +20,7 @@ use super::ImplFlags;
 #[derive(Debug, Args)]
 #[command(
     mut_arg("topk", |a| a.required(true)),
-    mut_arg("score", |a| a.required(true)),
+    mut_arg("score", |a| a.required_unless_present("convention").help("Score function (required unless --convention is a Hugging Face family, which sets it)")),
     mut_arg("implementation", |a| a.help("Also run an implementation and check it against the reference: reference | emulate (a CPU model with planted bugs) | exec:CMD (CMD gets a routing case directory, docs/protocol.md \"Op route\") | worker:CMD (the same, CMD started once) | cuda (the routing kernels, f32; index near-ties may legitimately differ; without a device the run fails saying \"no CUDA device\"). Without --impl: the reference only"))
 )]
 pub struct RouteFlags {
@@ -89,7 +89,7 @@ impl RouteFlags {
                 Some(p) => Bias::File(p.clone()),
                 None => Bias::Generated,
             }),
-            config: self.routing.config()?,
+            config: self.routing.config(None)?,
         })
     }
 

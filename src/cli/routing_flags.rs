@@ -25,8 +25,13 @@ pub struct RoutingFlags {
     #[arg(long, requires = "groups")]
     pub topk_groups: Option<usize>,
     /// Conventions of a public router: maxtext (default; jax.lax.top_k ties), megatron
-    /// (Megatron-Core: top-k-per-group, skip-k1, ties any, position = token-order) or
-    /// deepseek-v3 (top2, always, ties any). The flags below override it.
+    /// (Megatron-Core: top-k-per-group, skip-k1, ties any, position = token-order),
+    /// deepseek-v3 (top2, always, ties any), or a Hugging Face transformers family, which also
+    /// sets --score, --norm-topk's default, the slot order and (moe) the layer's structure:
+    /// hf-deepseek-v3 (sigmoid, top2, ties any, slot order any, norm_topk_prob on: --no-norm-topk
+    /// gives --sigmoid-norm never), hf-qwen2-moe (softmax, ties any, norm off, gated shared
+    /// expert), hf-qwen3-moe (softmax, ties any, norm off) or hf-mixtral (softmax, ties any,
+    /// norm on). The other flags override it.
     #[arg(long, value_enum)]
     pub convention: Option<ConventionArg>,
     /// How a group is scored: top2 (sum of its two largest scores; MaxText, DeepSeek-V3's Gate
@@ -48,14 +53,15 @@ pub struct RoutingFlags {
     /// Order of a token's K slots: score (largest selection score first; jax.lax.top_k,
     /// torch.topk) or any (a token's experts as a set, each weight with its expert;
     /// torch.topk(sorted=False), Hugging Face DeepseekV3TopkRouter). Not with
-    /// --drop-policy position.
-    #[arg(long, value_enum, default_value = "score")]
-    pub slot_order: SlotOrderArg,
+    /// --drop-policy position. Default: the convention's (score but for hf-deepseek-v3).
+    #[arg(long, value_enum)]
+    pub slot_order: Option<SlotOrderArg>,
     /// Normalise softmax gates by their sum (norm_topk_prob). Sigmoid weights follow
-    /// --sigmoid-norm instead.
+    /// --sigmoid-norm instead (under hf-deepseek-v3 its default follows this flag).
+    /// Default: off, or the Hugging Face family's configuration default.
     #[arg(long, overrides_with = "no_norm_topk")]
     pub norm_topk: bool,
-    /// Do not normalise softmax gates (the default; turns off a --norm-topk given earlier).
+    /// Do not normalise softmax gates (turns off a --norm-topk given earlier, or a family's).
     #[arg(long, overrides_with = "norm_topk")]
     pub no_norm_topk: bool,
     /// routed_scaling_factor: the weights are multiplied by it.
@@ -94,6 +100,14 @@ pub enum ConventionArg {
     Megatron,
     #[value(name = "deepseek-v3")]
     DeepseekV3,
+    #[value(name = "hf-deepseek-v3")]
+    HfDeepseekV3,
+    #[value(name = "hf-qwen2-moe")]
+    HfQwen2Moe,
+    #[value(name = "hf-qwen3-moe")]
+    HfQwen3Moe,
+    #[value(name = "hf-mixtral")]
+    HfMixtral,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -137,6 +151,10 @@ impl From<ConventionArg> for Convention {
             ConventionArg::Maxtext => Convention::MaxText,
             ConventionArg::Megatron => Convention::Megatron,
             ConventionArg::DeepseekV3 => Convention::DeepSeekV3,
+            ConventionArg::HfDeepseekV3 => Convention::HfDeepSeekV3,
+            ConventionArg::HfQwen2Moe => Convention::HfQwen2Moe,
+            ConventionArg::HfQwen3Moe => Convention::HfQwen3Moe,
+            ConventionArg::HfMixtral => Convention::HfMixtral,
         }
     }
 }
@@ -192,15 +210,30 @@ impl DropArg {
 }
 
 impl RoutingFlags {
-    /// The routing configuration (validated later, against the logits' shape). `--topk` and
-    /// `--score` always have a value: each command requires them or gives them a default.
-    pub fn config(&self) -> anyhow::Result<RoutingConfig> {
+    /// The declared convention (`maxtext` when none is given).
+    pub fn convention(&self) -> Convention {
+        self.convention.map_or(Convention::MaxText, Into::into)
+    }
+
+    /// The routing configuration (validated later, against the logits' shape). `--topk` is
+    /// always given (each command requires it or gives it a default); `--score` falls back to
+    /// the convention's, then to `default_score` (the command's own default, if it has one).
+    pub fn config(&self, default_score: Option<ScoreFunction>) -> anyhow::Result<RoutingConfig> {
         let topk = self
             .topk
             .ok_or_else(|| anyhow::anyhow!("--topk is required"))?;
+        let convention = self.convention();
         let score = self
             .score
-            .ok_or_else(|| anyhow::anyhow!("--score is required"))?;
+            .map(ScoreFunction::from)
+            .or(convention.score())
+            .or(default_score)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--score is required (--convention {} does not set one)",
+                    convention.name()
+                )
+            })?;
         // clap requires --groups and --topk-groups together, and --capacity-factor with
         // --drop-policy.
         let groups = match (self.groups, self.topk_groups) {
@@ -210,7 +243,6 @@ impl RoutingFlags {
             }),
             _ => None,
         };
-        let convention: Convention = self.convention.map_or(Convention::MaxText, Into::into);
         let capacity = match (self.capacity_factor, self.drop_policy) {
             (Some(factor), Some(policy)) => Some(Capacity {
                 factor,
@@ -219,11 +251,19 @@ impl RoutingFlags {
             }),
             _ => None,
         };
+        // --norm-topk and --no-norm-topk override each other: at most one is set.
+        let norm_topk = if self.norm_topk {
+            true
+        } else if self.no_norm_topk {
+            false
+        } else {
+            convention.norm_topk().unwrap_or(false)
+        };
         Ok(RoutingConfig {
             topk,
-            score: score.into(),
+            score,
             groups,
-            norm_topk: self.norm_topk && !self.no_norm_topk,
+            norm_topk,
             scaling_factor: self.scaling_factor,
             norm_eps: NORM_EPS,
             capacity,
@@ -232,9 +272,9 @@ impl RoutingFlags {
                 .map_or(convention.group_score(), Into::into),
             sigmoid_norm: self
                 .sigmoid_norm
-                .map_or(convention.sigmoid_norm(), Into::into),
+                .map_or(convention.sigmoid_norm_for(norm_topk), Into::into),
             ties: self.ties.map_or(convention.ties(), Into::into),
-            slot_order: self.slot_order.into(),
+            slot_order: self.slot_order.map_or(convention.slot_order(), Into::into),
         })
     }
 }

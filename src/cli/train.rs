@@ -16,6 +16,7 @@ use moecheck::train::model::Shape;
 use moecheck::train::{train, TrainConfig, TrainError, TrainRun};
 use moecheck::{out, outln};
 use moecheck_curves::diff::Verdict;
+use moecheck_reference::routing::ScoreFunction;
 
 use super::routing_flags::RoutingFlags;
 use super::ImplFlags;
@@ -40,7 +41,7 @@ impl From<DtypeArg> for GemmDtype {
 #[derive(Debug, Args)]
 #[command(
     mut_arg("topk", |a| a.default_value("2")),
-    mut_arg("score", |a| a.default_value("softmax")),
+    mut_arg("score", |a| a.help("Score function [default: the --convention's, else softmax]")),
     mut_arg("implementation", |a| a.help("Implementation of the expert GEMMs: reference | emulate (a CPU model of a grouped-GEMM kernel, never a GPU result; --inject plants a bug) | exec:CMD | worker:CMD (op gemm, or op fp8 with --dtype fp8; docs/protocol.md) | cuda | cublas | cublas-grouped [default: emulate]")),
     after_help = "A small MoE language model (embeddings of a fixed context window, MoE SwiGLU layers with residuals, output projection, softmax cross-entropy, Adam) trained on a seeded Markov chain whose entropy rate, the best achievable loss, is printed. The expert GEMMs (forward, dgrad, wgrad) run through the implementation; everything else is f64.\n\n--compare runs the reference GEMMs (init seed S, and S+1 for the seed noise) and the implementation (init seed S) on the same data and gives the verdict of `moecheck curves diff base.log test.log --baseline2 base2.log`.\n\nExit status: 0 done (with --compare: PASS), 1 the implementation failed or the run diverged (with --compare: FAIL), 3 with --compare: INCONCLUSIVE, 2 bad flags."
 )]
@@ -128,7 +129,7 @@ impl TrainFlags {
         if !(self.lr > 0.0 && self.lr.is_finite()) {
             bail!("--lr {}: must be a positive number", self.lr);
         }
-        let routing = self.routing.config()?;
+        let routing = self.routing.config(Some(ScoreFunction::Softmax))?;
         routing
             .validate(self.batch, self.experts)
             .context("routing flags")?;

@@ -3,7 +3,7 @@
 //! shared expert.
 
 use moecheck_reference::format::Format;
-use moecheck_reference::routing::ScoreFunction;
+use moecheck_reference::routing::{Convention, ScoreFunction};
 
 use super::strategies::MoeArgs;
 use crate::coverage::{dtype_declared, edges_hit};
@@ -25,8 +25,31 @@ pub struct MoeDomain {
 
 impl MoeDomain {
     /// `args` inside this domain, or why not.
+    /// A Hugging Face family's layer has a shared expert or not (DeepSeek-V3 and Qwen2-MoE:
+    /// one, Qwen2-MoE's gated; Qwen3-MoE and Mixtral: none): `(shared, gated)`.
+    fn family_layer(&self) -> Option<(bool, bool)> {
+        match self.route.convention? {
+            Convention::HfDeepSeekV3 => Some((true, false)),
+            Convention::HfQwen2Moe => Some((true, true)),
+            Convention::HfQwen3Moe | Convention::HfMixtral => Some((false, false)),
+            _ => None,
+        }
+    }
+
+    /// `args` inside this domain, or why not. A declared convention of a Hugging Face
+    /// family gives drawn cases its layer (a shared expert of the drawn FFN width where it
+    /// has one, gated as it is); a declared `shared_expert` refuses the others.
     pub fn fit(&self, args: &MoeArgs) -> Result<MoeArgs, String> {
         dtype_declared(args.dtype, &self.dtypes)?;
+        let mut args = args.clone();
+        if let Some((shared, gated)) = self.family_layer() {
+            args.shared_ffn = match (shared, args.shared_ffn) {
+                (false, _) => 0,
+                (true, 0) => args.ffn,
+                (true, fs) => fs,
+            };
+            args.shared_gate = gated;
+        }
         match (self.shared_expert, args.shared_ffn > 0) {
             (Some(false), true) => return Err("a shared expert (declared: none)".into()),
             (Some(true), false) => return Err("no shared expert (declared: one)".into()),
@@ -38,7 +61,7 @@ impl MoeDomain {
         Ok(MoeArgs {
             routing,
             shared_gate: args.shared_ffn > 0 && self.shared_gate.unwrap_or(args.shared_gate),
-            ..args.clone()
+            ..args
         })
     }
 
@@ -98,7 +121,7 @@ pub fn edges(a: &MoeArgs) -> Vec<&'static str> {
 mod tests {
     use super::*;
     use crate::moe::strategies::any_case;
-    use moecheck_reference::routing::{Convention, SigmoidNorm, Ties};
+    use moecheck_reference::routing::{SigmoidNorm, Ties};
     use proptest::strategy::{Strategy, ValueTree};
     use proptest::test_runner::TestRunner;
 
@@ -152,5 +175,42 @@ mod tests {
             MoeDomain::default().relaxed("dropped-contribute-zero"),
             None
         );
+    }
+
+    #[test]
+    fn a_hugging_face_family_gives_drawn_cases_its_layer_and_router() {
+        let mut runner = TestRunner::deterministic();
+        let s = any_case();
+        for (conv, shared, gated, score) in [
+            (Convention::HfQwen2Moe, true, true, ScoreFunction::Softmax),
+            (Convention::HfQwen3Moe, false, false, ScoreFunction::Softmax),
+            (Convention::HfDeepSeekV3, true, false, ScoreFunction::Sigmoid),
+        ] {
+            let d = MoeDomain {
+                route: RouteDomain {
+                    convention: Some(conv),
+                    ..RouteDomain::default()
+                },
+                ..MoeDomain::default()
+            };
+            let mut inside = 0;
+            for _ in 0..300 {
+                let a = s.new_tree(&mut runner).unwrap().current();
+                let Ok(f) = d.fit(&a) else { continue };
+                inside += 1;
+                assert_eq!((f.shared_ffn > 0, f.shared_gate), (shared, gated), "{conv:?}");
+                assert_eq!(f.routing.score, score, "{conv:?}");
+                assert_eq!(f.routing.ties, Ties::Any, "{conv:?}");
+                if conv == Convention::HfDeepSeekV3 {
+                    let want = if f.routing.norm_topk {
+                        SigmoidNorm::Always
+                    } else {
+                        SigmoidNorm::Never
+                    };
+                    assert_eq!(f.routing.sigmoid_norm, want);
+                }
+            }
+            assert!(inside > 20, "{conv:?}: {inside} inside");
+        }
     }
 }

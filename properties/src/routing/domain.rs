@@ -42,15 +42,32 @@ fn names<T: Copy>(all: &[T], name: impl Fn(T) -> &'static str) -> String {
 }
 
 impl RouteDomain {
-    /// The declared group score, sigmoid normalisation and tie rule (each `None` where
-    /// neither it nor the convention declares it).
-    pub fn conventions(&self) -> (Option<GroupScore>, Option<SigmoidNorm>, Option<Ties>) {
+    /// The declared group score, sigmoid normalisation (for a router with `norm_topk_prob` =
+    /// `norm_topk`) and tie rule (each `None` where neither it nor the convention declares it).
+    pub fn conventions(
+        &self,
+        norm_topk: bool,
+    ) -> (Option<GroupScore>, Option<SigmoidNorm>, Option<Ties>) {
         let c = self.convention;
         (
             self.group_score.or(c.map(Convention::group_score)),
-            self.sigmoid_norm.or(c.map(Convention::sigmoid_norm)),
+            self.sigmoid_norm
+                .or(c.map(|c| c.sigmoid_norm_for(norm_topk))),
             self.ties.or(c.map(Convention::ties)),
         )
+    }
+
+    /// The declared slot order, or the convention's.
+    pub fn slot_order(&self) -> Option<SlotOrder> {
+        self.slot_order
+            .or(self.convention.map(Convention::slot_order))
+    }
+
+    /// The declared score functions, or the one a Hugging Face family always uses.
+    pub fn scores(&self) -> Option<Vec<ScoreFunction>> {
+        self.scores
+            .clone()
+            .or(self.convention.and_then(Convention::score).map(|s| vec![s]))
     }
 
     /// `cfg` (with `experts` experts and a bias or not) inside this domain, or why not.
@@ -61,7 +78,7 @@ impl RouteDomain {
         bias: bool,
     ) -> Result<RoutingConfig, String> {
         let mut cfg = *cfg;
-        if let Some(scores) = &self.scores {
+        if let Some(scores) = &self.scores() {
             if !scores.contains(&cfg.score) {
                 return Err(format!(
                     "score {} (declared scores: {})",
@@ -101,11 +118,14 @@ impl RouteDomain {
                 return Err(format!("{experts} experts (declared maximum {max})"));
             }
         }
-        let (group_score, sigmoid_norm, ties) = self.conventions();
+        let (group_score, sigmoid_norm, ties) = self.conventions(cfg.norm_topk);
         cfg.group_score = group_score.unwrap_or(cfg.group_score);
         cfg.sigmoid_norm = sigmoid_norm.unwrap_or(cfg.sigmoid_norm);
         cfg.ties = ties.unwrap_or(cfg.ties);
-        cfg.slot_order = self.slot_order.unwrap_or(cfg.slot_order);
+        cfg.slot_order = self.slot_order().unwrap_or(cfg.slot_order);
+        if self.convention.is_some_and(Convention::always_norm_topk) {
+            cfg.norm_topk = true;
+        }
         if cfg.slot_order == SlotOrder::Any
             && cfg
                 .capacity
@@ -142,13 +162,13 @@ impl RouteDomain {
 
     /// Why the routing property `name` does not apply here.
     pub fn relaxed(&self, name: &str) -> Option<String> {
-        let (_, _, ties) = self.conventions();
+        let (_, _, ties) = self.conventions(false);
         match name {
             "ties-to-lower-index" if ties == Some(Ties::Any) => Some(
                 "the implementation declares ties any: any choice among equal scores is valid"
                     .into(),
             ),
-            "ties-to-lower-index" if self.slot_order == Some(SlotOrder::Any) => Some(
+            "ties-to-lower-index" if self.slot_order() == Some(SlotOrder::Any) => Some(
                 "the implementation declares slot order any: the order of equal scores' slots is not its contract"
                     .into(),
             ),

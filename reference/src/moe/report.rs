@@ -30,6 +30,8 @@ pub struct MoeShape {
     pub experts: usize,
     pub ffn: usize,
     pub shared_ffn: usize,
+    /// The shared expert is gated by `σ(x·g)`.
+    pub shared_gate: bool,
     pub topk: usize,
     pub kept_assignments: usize,
     pub dropped_assignments: usize,
@@ -45,6 +47,7 @@ impl MoeShape {
             experts: case.experts(),
             ffn: case.ffn(),
             shared_ffn: case.shared.as_ref().map_or(0, |s| s.w0.ncols()),
+            shared_gate: case.shared.as_ref().is_some_and(|s| s.gate.is_some()),
             topk: case.topk(),
             kept_assignments: kept,
             dropped_assignments: fwd.perm.rows() - kept,
@@ -106,8 +109,10 @@ fn render_case(s: &mut String, doc: &MoeDocument) {
     let r = &doc.routing;
     let _ = writeln!(
         s,
-        "case: T={} H={} E={} F={} shared F={} k={}, {} assignments kept, {} dropped, {} empty experts, dtype {}",
-        sh.tokens, sh.hidden, sh.experts, sh.ffn, sh.shared_ffn, sh.topk,
+        "case: T={} H={} E={} F={} shared F={}{} k={}, {} assignments kept, {} dropped, {} empty experts, dtype {}",
+        sh.tokens, sh.hidden, sh.experts, sh.ffn, sh.shared_ffn,
+        if sh.shared_gate { " (sigmoid-gated)" } else { "" },
+        sh.topk,
         sh.kept_assignments, sh.dropped_assignments, sh.empty_experts, doc.dtype
     );
     let sigmoid = match r.score {
@@ -118,7 +123,7 @@ fn render_case(s: &mut String, doc: &MoeDocument) {
     };
     let _ = writeln!(
         s,
-        "routing: {}{}{}{}{}, scaling {}{}",
+        "routing: {}{}{}{}{}, scaling {}{}{}{}",
         r.score,
         if doc.bias { ", selection bias" } else { "" },
         r.groups
@@ -129,7 +134,17 @@ fn render_case(s: &mut String, doc: &MoeDocument) {
         r.scaling_factor,
         r.capacity
             .map(|c| format!(", capacity factor {} ({})", c.factor, c.policy.name()))
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        if r.ties == crate::routing::Ties::Any {
+            ", ties any"
+        } else {
+            ""
+        },
+        if r.slot_order == crate::routing::SlotOrder::Any {
+            ", slots in any order"
+        } else {
+            ""
+        }
     );
     let drawn = match doc.draws {
         0 => "case read from a directory".to_string(),

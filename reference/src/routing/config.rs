@@ -78,7 +78,7 @@ impl Convention {
     pub fn position_policy(self) -> DropPolicy {
         match self {
             Convention::Megatron => DropPolicy::TokenOrder,
-            Convention::MaxText | Convention::DeepSeekV3 => DropPolicy::Position,
+            _ => DropPolicy::Position,
         }
     }
 }

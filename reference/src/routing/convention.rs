@@ -8,6 +8,14 @@
 //! | `maxtext` (default) | `top2` | `always` | `lower-index` | `position` |
 //! | `megatron` | `top-k-per-group` | `skip-k1` | `any` | `token-order` |
 //! | `deepseek-v3` | `top2` | `always` | `any` | `position` |
+//! | `hf-deepseek-v3` | `top2` | `always` with `norm_topk_prob`, else `never` | `any` | `position` |
+//! | `hf-qwen2-moe`, `hf-qwen3-moe`, `hf-mixtral` | `top2` | `always` | `any` | `position` |
+//!
+//! The Hugging Face families (transformers 5.25) also set the slot order (`any` for
+//! `hf-deepseek-v3`: `torch.topk(sorted=False)`), the score function (sigmoid for DeepSeek-V3,
+//! softmax over all experts for the others) and the default of `norm_topk_prob` (their
+//! configuration classes': true for DeepSeek-V3 and Mixtral, whose router always
+//! renormalises; false for Qwen2-MoE and Qwen3-MoE). Explicit flags override each.
 //!
 //! * MaxText selects with `jax.lax.top_k`, which documents that equal elements come out lower
 //!   index first; Megatron-Core and DeepSeek-V3's reference `Gate` use `torch.topk`, which
@@ -19,6 +27,8 @@
 //!   `norm_topk_prob`: without it, declare `--sigmoid-norm never`.
 
 use serde::{Deserialize, Serialize};
+
+use super::ScoreFunction;
 
 /// How a group of experts is scored for group-limited selection (the groups with the largest
 /// scores are kept).
@@ -145,19 +155,39 @@ impl SlotOrder {
     }
 }
 
-/// A named set of conventions (`--convention`).
+/// A named set of conventions (`--convention`): a public router's choices where routers
+/// legitimately differ, and, for the Hugging Face families, the defaults of the score function
+/// and `norm_topk_prob` their configuration classes set (transformers 5.25, `modeling_*.py`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Convention {
     MaxText,
     Megatron,
     DeepSeekV3,
+    /// transformers `DeepseekV3TopkRouter`: sigmoid, groups by their top-2 sum,
+    /// `torch.topk(sorted=False)`, sigmoid weights normalised only with `norm_topk_prob`
+    /// (`DeepseekV3Config` default: true).
+    HfDeepSeekV3,
+    /// transformers `Qwen2MoeTopKRouter`: softmax over all experts, `torch.topk`,
+    /// `norm_topk_prob` (`Qwen2MoeConfig` default: false); the layer's shared expert is gated
+    /// (`shared_expert_gate`).
+    HfQwen2Moe,
+    /// transformers `Qwen3MoeTopKRouter`: as Qwen2-MoE's (`Qwen3MoeConfig` default
+    /// `norm_topk_prob`: false; the released checkpoints set true); no shared expert.
+    HfQwen3Moe,
+    /// transformers `MixtralTopKRouter`: softmax over all experts, `torch.topk`, the top-k
+    /// always renormalised.
+    HfMixtral,
 }
 
 impl Convention {
-    pub const ALL: [Convention; 3] = [
+    pub const ALL: [Convention; 7] = [
         Convention::MaxText,
         Convention::Megatron,
         Convention::DeepSeekV3,
+        Convention::HfDeepSeekV3,
+        Convention::HfQwen2Moe,
+        Convention::HfQwen3Moe,
+        Convention::HfMixtral,
     ];
 
     pub fn name(self) -> &'static str {
@@ -165,27 +195,84 @@ impl Convention {
             Convention::MaxText => "maxtext",
             Convention::Megatron => "megatron",
             Convention::DeepSeekV3 => "deepseek-v3",
+            Convention::HfDeepSeekV3 => "hf-deepseek-v3",
+            Convention::HfQwen2Moe => "hf-qwen2-moe",
+            Convention::HfQwen3Moe => "hf-qwen3-moe",
+            Convention::HfMixtral => "hf-mixtral",
         }
+    }
+
+    /// Whether this is one of transformers' families (their routers score in f32 whatever
+    /// the module's dtype).
+    pub fn is_hf(self) -> bool {
+        !matches!(
+            self,
+            Convention::MaxText | Convention::Megatron | Convention::DeepSeekV3
+        )
     }
 
     pub fn group_score(self) -> GroupScore {
         match self {
             Convention::Megatron => GroupScore::TopKPerGroup,
-            Convention::MaxText | Convention::DeepSeekV3 => GroupScore::Top2,
+            _ => GroupScore::Top2,
+        }
+    }
+
+    /// The sigmoid normalisation when `norm_topk` is the declared `norm_topk_prob`: only
+    /// `hf-deepseek-v3` ties it to `norm_topk_prob` (`never` without it).
+    pub fn sigmoid_norm_for(self, norm_topk: bool) -> SigmoidNorm {
+        match self {
+            Convention::HfDeepSeekV3 if !norm_topk => SigmoidNorm::Never,
+            _ => self.sigmoid_norm(),
         }
     }
 
     pub fn sigmoid_norm(self) -> SigmoidNorm {
         match self {
             Convention::Megatron => SigmoidNorm::SkipK1,
-            Convention::MaxText | Convention::DeepSeekV3 => SigmoidNorm::Always,
+            _ => SigmoidNorm::Always,
         }
     }
 
     pub fn ties(self) -> Ties {
         match self {
             Convention::MaxText => Ties::LowerIndex,
-            Convention::Megatron | Convention::DeepSeekV3 => Ties::Any,
+            _ => Ties::Any,
+        }
+    }
+
+    /// `torch.topk(sorted=False)` in `hf-deepseek-v3`; largest first elsewhere.
+    pub fn slot_order(self) -> SlotOrder {
+        match self {
+            Convention::HfDeepSeekV3 => SlotOrder::Any,
+            _ => SlotOrder::Score,
+        }
+    }
+
+    /// The score function a family always uses (`None`: the router's choice).
+    pub fn score(self) -> Option<ScoreFunction> {
+        match self {
+            Convention::HfDeepSeekV3 => Some(ScoreFunction::Sigmoid),
+            Convention::HfQwen2Moe | Convention::HfQwen3Moe | Convention::HfMixtral => {
+                Some(ScoreFunction::Softmax)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the family's router always renormalises its top k whatever
+    /// `norm_topk_prob` says (`MixtralTopKRouter` has no switch).
+    pub fn always_norm_topk(self) -> bool {
+        self == Convention::HfMixtral
+    }
+
+    /// `norm_topk_prob` as the family's configuration class sets it by default (`None`: off
+    /// unless declared).
+    pub fn norm_topk(self) -> Option<bool> {
+        match self {
+            Convention::HfDeepSeekV3 | Convention::HfMixtral => Some(true),
+            Convention::HfQwen2Moe | Convention::HfQwen3Moe => Some(false),
+            _ => None,
         }
     }
 }

@@ -43,10 +43,10 @@
 //! the replay runs with `u = u_compute + 2^-53` (and `u_r = u_router + 2^-53`) and bounds
 //! `|ŷ − y_ref|` directly.
 
-mod layer;
-mod replay;
 #[cfg(test)]
 mod derive;
+mod layer;
+mod replay;
 #[cfg(test)]
 mod tests;
 

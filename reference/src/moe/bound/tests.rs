@@ -14,9 +14,9 @@
 
 use ndarray::{Array2, Array3};
 
+use super::derive::*;
 use super::*;
 use crate::format::Format;
-use super::derive::*;
 use crate::moe::layer::{forward, TensorId};
 use crate::moe::tests::{case, configs, gate_shared};
 use crate::routing::ScoreFunction;
