@@ -34,7 +34,9 @@ TransformerConfig rejects):
 * a bias with a softmax score (TransformerConfig: "Expert bias for aux-loss-free routing only
   supports sigmoid score function"; the function itself would silently ignore it);
 * topk-softmax with K = 1 (TransformerConfig: "Please use --moe-router-pre-softmax when topk
-  is 1").
+  is 1");
+* 0 tokens with groups: `group_limited_topk` raises "cannot reshape tensor of 0 elements"
+  (measured on megatron-core 0.16.1; an empty micro-batch is rare but legal).
 
 Scores are computed in float32: logits go in as float32 (moe_router_dtype="fp32"; an f64
 logit that is not an f32 is rounded to one), so declare `--compute f32`. With `--fp64-router`
@@ -89,9 +91,12 @@ DROP_POLICIES = {"probs": "probs", "token-order": "position"}
 ROUTER_DTYPE = torch.float64 if "--fp64-router" in sys.argv[1:] else torch.float32
 
 
-def refusal(cfg, has_bias):
+def refusal(cfg, has_bias, tokens):
     """The one-line reason Megatron cannot run this case, or None."""
     score, k = cfg["score"], cfg["topk"]
+    if tokens == 0 and cfg.get("groups"):
+        return ("0 tokens with groups: Megatron's group_limited_topk raises (it reshapes the "
+                "empty scores to [0, groups, -1])")
     if score not in ("softmax", "topk-softmax", "sigmoid"):
         return f"score {score!r}: Megatron has softmax (pre- or post-top-k) and sigmoid"
     if cfg.get("capacity_factor") is not None and cfg.get("drop_policy") not in DROP_POLICIES:
@@ -108,7 +113,7 @@ def refusal(cfg, has_bias):
 
 def handler(case):
     cfg = case.config
-    reason = refusal(cfg, case.bias is not None)
+    reason = refusal(cfg, case.bias is not None, np.asarray(case.logits).shape[0])
     if reason is not None:
         raise CaseError(reason)
     k = cfg["topk"]

@@ -16,7 +16,8 @@ named here (scripts/peers does, docs/peers.md records it):
   asking for another output dtype is refused (a campaign under this contract draws none).
 * **supports dtypes f32, bf16, f16; K >= 1; K and N multiples of 8** (`k_min` 1,
   `k_multiple` 8, `n_multiple` 8): grouped_mm raises "strides should be multiple of 16 bytes"
-  unless K and N are multiples of 16 bytes (4 elements for f32, 8 for bf16/f16) and K > 0.
+  unless K and N are multiples of 16 bytes (4 elements for f32, 8 for bf16/f16) and K > 0;
+  N = 0 (a multiple of everything) raises it too and is refused.
   One multiple serves every dtype, so the contract asks for 8 (f32's 4 divides it). This
   adapter **refuses** a case outside with a one-line reason (it does not pad: padding would
   check a GEMM PyTorch was never asked to do). FP8 cases are refused too.
@@ -59,7 +60,7 @@ def refusal(case):
                 f"({case['dtype']}); declare --out-dtype {case['dtype']}")
     align = 16 // torch.tensor([], dtype=DTYPES[case["dtype"]]).element_size()
     k, n = case["k"], case["n"]
-    if k == 0 or k % align or n % align:
+    if k == 0 or n == 0 or k % align or n % align:
         return (f"K={k}, N={n}: torch grouped_mm needs 16-byte strides, K and N positive "
                 f"multiples of {align} for {case['dtype']}")
     return None
