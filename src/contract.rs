@@ -18,6 +18,7 @@ use moecheck_properties::routing::RouteDomain;
 use moecheck_properties::PropertyOp;
 use moecheck_reference::format::Format;
 use moecheck_reference::gemm::{Passes, TailContract};
+use moecheck_reference::moe::ffn::Activation;
 use moecheck_reference::routing::{
     Convention, DropPolicy, GroupScore, ScoreFunction, SigmoidNorm, SlotOrder, Ties,
 };
@@ -300,6 +301,12 @@ pub trait Contracted: PropertyOp {
 
     /// Its domain and precision declaration from `c`.
     fn read_contract(c: &Contract) -> Result<(Self::Domain, Declared), String>;
+
+    /// The domain of an implementation outside moecheck (`exec:`, `worker:`): what it does
+    /// not declare of the features it must opt into is off (the identity for most ops).
+    fn external(domain: Self::Domain) -> Self::Domain {
+        domain
+    }
 }
 
 /// The precision keys every external implementation of an op with them declares: `acc`,
@@ -460,9 +467,20 @@ impl Contracted for moecheck_reference::moe::MoeLayer {
             })?,
             shared_expert: r.flag(Section::Supports, "shared_expert")?,
             shared_gate: r.flag(Section::Supports, "shared_gate")?,
+            activations: r.list(Section::Supports, "activations", |s| {
+                named(&Activation::ALL, Activation::name, s)
+            })?,
+            expert_bias: r.flag(Section::Supports, "expert_bias")?,
+            router_bias: r.flag(Section::Supports, "router_bias")?,
         };
         r.finish()?;
         Ok((domain, declared))
+    }
+
+    /// A gated shared expert, the clamped activation and the expert and router biases are
+    /// drawn only for an external implementation that declares them (`supports`).
+    fn external(domain: MoeDomain) -> MoeDomain {
+        domain.external()
     }
 }
 

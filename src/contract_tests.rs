@@ -68,7 +68,10 @@ fn a_router_greeting_and_flags() {
     bad.set(Section::Declared, "convention", json!("hf"), "--convention");
     let e = Route::read_contract(&bad).unwrap_err();
     assert!(
-        e.ends_with("expected one of maxtext, megatron, deepseek-v3"),
+        e.ends_with(
+            "expected one of maxtext, megatron, deepseek-v3, hf-deepseek-v3, hf-qwen2-moe, \
+             hf-qwen3-moe, hf-mixtral, hf-gpt-oss"
+        ),
         "{e}"
     );
     let mut tail = Contract::default();
@@ -108,4 +111,32 @@ fn errors_name_the_key_and_its_source() {
         e.contains("contract.route.declare: expected \"declared\" or \"supports\""),
         "{e}"
     );
+}
+
+#[test]
+fn an_external_layer_opts_into_the_newer_layer_features() {
+    use moecheck_reference::moe::MoeLayer;
+    let g = Contract::from_greeting(
+        "moe_layer",
+        Some(&json!({"supports": {"activations": ["clamped-swiglu"], "router_bias": true}})),
+    )
+    .unwrap();
+    let (d, _) = MoeLayer::read_contract(&g).unwrap();
+    let d = MoeLayer::external(d);
+    assert_eq!(d.activations, Some(vec![Activation::ClampedSwiglu]));
+    assert_eq!((d.router_bias, d.expert_bias), (Some(true), Some(false)));
+    assert_eq!(d.shared_gate, Some(false));
+    // Declared nothing: none of them; moecheck's own implementations keep the default (all).
+    let (d, _) = MoeLayer::read_contract(&Contract::default()).unwrap();
+    assert_eq!(d.activations, None);
+    let d = MoeLayer::external(d);
+    assert_eq!(d.activations, Some(vec![Activation::Swiglu]));
+    let bad = Contract::from_greeting(
+        "moe_layer",
+        Some(&json!({"supports": {"activations": ["gelu"]}})),
+    )
+    .unwrap();
+    assert!(MoeLayer::read_contract(&bad)
+        .unwrap_err()
+        .contains("activations"));
 }

@@ -43,6 +43,7 @@ fn each_family_resolves_to_its_upstream_router() {
         ("hf-qwen2-moe", "softmax", false, "always", "score"),
         ("hf-qwen3-moe", "softmax", false, "always", "score"),
         ("hf-mixtral", "softmax", true, "always", "score"),
+        ("hf-gpt-oss", "topk-softmax", false, "always", "score"),
     ];
     for (preset, score, norm, sigmoid_norm, slots) in want {
         let c = route_config(&["--convention", preset]);

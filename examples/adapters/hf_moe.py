@@ -5,6 +5,7 @@
     --family qwen2-moe     Qwen2MoeTopKRouter   / Qwen2MoeSparseMoeBlock
     --family qwen3-moe     Qwen3MoeTopKRouter   / Qwen3MoeSparseMoeBlock
     --family mixtral       MixtralTopKRouter    / MixtralSparseMoeBlock
+    --family gpt-oss       GptOssTopKRouter     / GptOssMLP (GptOssExperts)
 
 The adapter **is** transformers: it builds the family's module from a configuration made from
 case.json, copies the case's arrays into its parameters, and returns what the module returns
@@ -23,7 +24,10 @@ case.json -> transformers:
   `w0[e].T` / `w1[e].T` -> the gate and up halves of `gate_up_proj[e]` (E, 2F, H);
   `wo[e].T` -> `down_proj[e]` (E, H, F); the shared expert's `gate_proj`, `up_proj`,
   `down_proj` (an MLP of width `shared_ffn`); `shared_gate.npy` -> Qwen2-MoE's
-  `shared_expert_gate` (Linear(H, 1)). Gradients come back transposed the same way.
+  `shared_expert_gate` (Linear(H, 1)). gpt-oss: `w0[e]` / `w1[e]` -> the even / odd columns of
+  `gate_up_proj[e]` (E, H, 2F) and `expert_b0` / `expert_b1` of `gate_up_proj_bias` (it
+  interleaves gate and up), `wo`, `expert_bo` -> `down_proj`, `down_proj_bias`; `router_bias` ->
+  the router's `bias`. Gradients come back the same way.
 
 Refused, with a one-line reason: what the family's module cannot express (capacity dropping;
 a score function other than the family's; a bias or groups outside DeepSeek-V3; a scaling
@@ -33,12 +37,14 @@ one expert, whose group score `topk(2)` cannot be taken).
 
 Precision: the module runs in float32, or float64 with `--f64`; the routers score in float32
 either way (DeepSeek-V3 casts its input and weight to float32; Qwen and Mixtral take the
-softmax in float32), so `--f64` declares `compute f64, router_compute f32`.
+softmax in float32), so `--f64` declares `compute f64, router_compute f32`, except gpt-oss's
+router, which runs in the module's dtype.
 
 `--bug NAME` plants one defect in a copy of the family's code, for the runs that must fail:
 `drop-last-slot` (every family: the weight of each token's last slot is zeroed),
 `biased-weights` (deepseek-v3: the weights gathered from the biased selection scores),
-`ungated-shared` (qwen2-moe: the shared expert added without its gate).
+`ungated-shared` (qwen2-moe: the shared expert added without its gate), `unclamped-up`
+(gpt-oss: the up projection not clamped).
 
     moecheck route --convention hf-deepseek-v3 --topk 4 --groups 4 --topk-groups 2 --bias \\
         --impl "worker:.peers-venv/bin/python examples/adapters/hf_moe.py --family deepseek-v3"
@@ -77,9 +83,9 @@ def _flag_value(name):
 REST = list(sys.argv[1:])
 
 
-FAMILIES = ("deepseek-v3", "qwen2-moe", "qwen3-moe", "mixtral")
+FAMILIES = ("deepseek-v3", "qwen2-moe", "qwen3-moe", "mixtral", "gpt-oss")
 BUGS = {"drop-last-slot": FAMILIES, "biased-weights": ("deepseek-v3",),
-        "ungated-shared": ("qwen2-moe",)}
+        "ungated-shared": ("qwen2-moe",), "unclamped-up": ("gpt-oss",)}
 FAMILY = _flag_value("--family")
 BUG = _flag_value("--bug")
 F64 = "--f64" in sys.argv[1:]
@@ -100,18 +106,23 @@ _ROUTE_SUPPORTS = {
                 "scaling": False},
 }
 _ROUTE_SUPPORTS["qwen3-moe"] = _ROUTE_SUPPORTS["qwen2-moe"]
+_ROUTE_SUPPORTS["gpt-oss"] = dict(_ROUTE_SUPPORTS["qwen2-moe"], scores=["topk-softmax"])
 _SHARED = {"deepseek-v3": (True, False), "qwen2-moe": (True, True), "qwen3-moe": (False, False),
-           "mixtral": (False, False)}
+           "mixtral": (False, False), "gpt-oss": (False, False)}
+OSS = FAMILY == "gpt-oss"
+_LAYER = {"activations": ["clamped-swiglu" if OSS else "swiglu"], "expert_bias": OSS,
+          "router_bias": OSS}
 CONTRACT = {
     "route": {
         "declared": {"compute": "f32", "convention": f"hf-{FAMILY}"},
         "supports": _ROUTE_SUPPORTS[FAMILY],
     },
     "moe_layer": {
-        "declared": {"compute": FORMAT, "out_dtype": FORMAT, "router_compute": "f32",
-                     "convention": f"hf-{FAMILY}"},
+        "declared": {"compute": FORMAT, "out_dtype": FORMAT,
+                     "router_compute": FORMAT if OSS else "f32", "convention": f"hf-{FAMILY}"},
         "supports": dict(_ROUTE_SUPPORTS[FAMILY], dtypes=["f32", "bf16", "f16"],
-                         shared_expert=_SHARED[FAMILY][0], shared_gate=_SHARED[FAMILY][1]),
+                         shared_expert=_SHARED[FAMILY][0], shared_gate=_SHARED[FAMILY][1],
+                         **_LAYER),
     },
 }
 
@@ -130,6 +141,10 @@ def _modules():
         from transformers.models.qwen3_moe import modeling_qwen3_moe as m
         from transformers import Qwen3MoeConfig as C
         return C, m.Qwen3MoeTopKRouter, m.Qwen3MoeSparseMoeBlock, None
+    if FAMILY == "gpt-oss":
+        from transformers.models.gpt_oss import modeling_gpt_oss as m
+        from transformers import GptOssConfig as C
+        return C, m.GptOssTopKRouter, m.GptOssMLP, None
     from transformers.models.mixtral import modeling_mixtral as m
     from transformers import MixtralConfig as C
     return C, m.MixtralTopKRouter, m.MixtralSparseMoeBlock, None
@@ -140,7 +155,7 @@ CONFIG, ROUTER, BLOCK, MLP = _modules()
 
 def refusal(cfg, experts, has_bias, shared_ffn=0, gated=False, layer=False):
     """The one-line reason the family's module cannot run this case, or None."""
-    want = "sigmoid" if FAMILY == "deepseek-v3" else "softmax"
+    want = {"deepseek-v3": "sigmoid", "gpt-oss": "topk-softmax"}.get(FAMILY, "softmax")
     if cfg["score"] != want:
         return f"score {cfg['score']}: the {FAMILY} router scores with {want}"
     if cfg.get("capacity_factor") is not None:
@@ -158,6 +173,11 @@ def refusal(cfg, experts, has_bias, shared_ffn=0, gated=False, layer=False):
     if FAMILY == "mixtral" and not cfg.get("norm_topk"):
         return "norm_topk false: MixtralTopKRouter always renormalises the top k"
     if layer:
+        oss = (cfg.get("activation", "swiglu") == "clamped-swiglu", bool(cfg.get("expert_bias")),
+               bool(cfg.get("router_bias")))
+        if oss != (OSS, OSS, OSS):
+            return (f"the {FAMILY} layer has " + ("the clamped SwiGLU, expert biases and a router "
+                    "bias" if OSS else "a plain SwiGLU and no expert or router bias"))
         has, has_gate = _SHARED[FAMILY]
         if (shared_ffn > 0) != has or (has and gated != has_gate):
             what = "a gated shared expert" if has_gate else ("a shared expert" if has else "no shared expert")
@@ -178,6 +198,8 @@ def make_config(cfg, hidden, experts, ffn, shared_ffn):
         c = CONFIG(**common, num_experts=experts, moe_intermediate_size=ffn, **extra)
     else:
         c = CONFIG(**common, num_local_experts=experts, intermediate_size=ffn)
+    if OSS:
+        assert (c.swiglu_alpha, c.swiglu_limit) == (1.702, 7.0), "moecheck's gpt-oss constants"
     return c
 
 
@@ -228,6 +250,8 @@ def route_handler(case):
     router = ROUTER(make_config(cfg, e, e, 1, 0)).to(DT)
     with torch.no_grad():
         router.weight.copy_(torch.eye(e, dtype=router.weight.dtype))
+        if OSS:
+            router.bias.zero_()
         if case.bias is not None:
             router.e_score_correction_bias.copy_(torch.from_numpy(np.asarray(case.bias, np.float32)))
     router.forward = buggy_router_forward(router)
@@ -256,13 +280,26 @@ def layer_handler(case):
     block = block.to(DT)
     block.eval()
     experts = block.experts
+    router = getattr(block, "gate", None) or block.router
     with torch.no_grad():
-        block.gate.weight.copy_(_t(np.asarray(case.w_router).T))
+        router.weight.copy_(_t(np.asarray(case.w_router).T))
         w0, w1, wo = (np.asarray(a) for a in (case.w0, case.w1, case.wo))
-        experts.gate_up_proj.copy_(_t(np.concatenate([w0, w1], axis=2).transpose(0, 2, 1)))
-        experts.down_proj.copy_(_t(wo.transpose(0, 2, 1)))
+        if OSS:
+            # gate_up_proj (E, H, 2F) interleaves gate (even columns) and up (odd).
+            gu = np.empty((e, h, 2 * f))
+            gu[..., ::2], gu[..., 1::2] = w0, w1
+            experts.gate_up_proj.copy_(_t(gu))
+            gub = np.empty((e, 2 * f))
+            gub[:, ::2], gub[:, 1::2] = case.expert_b0, case.expert_b1
+            experts.gate_up_proj_bias.copy_(_t(gub))
+            experts.down_proj.copy_(_t(wo))
+            experts.down_proj_bias.copy_(_t(case.expert_bo))
+            router.bias.copy_(_t(case.router_bias))
+        else:
+            experts.gate_up_proj.copy_(_t(np.concatenate([w0, w1], axis=2).transpose(0, 2, 1)))
+            experts.down_proj.copy_(_t(wo.transpose(0, 2, 1)))
         if cfg.get("bias"):
-            block.gate.e_score_correction_bias.copy_(torch.from_numpy(np.asarray(case.bias, np.float32)))
+            router.e_score_correction_bias.copy_(torch.from_numpy(np.asarray(case.bias, np.float32)))
         shared = getattr(block, "shared_experts", None) or getattr(block, "shared_expert", None)
         if shared is not None:
             shared.gate_proj.weight.copy_(_t(np.asarray(case.shared_w0).T))
@@ -270,9 +307,16 @@ def layer_handler(case):
             shared.down_proj.weight.copy_(_t(np.asarray(case.shared_wo).T))
         if gated:
             block.shared_expert_gate.weight.copy_(_t(np.asarray(case.shared_gate)[None, :]))
-    block.gate.forward = buggy_router_forward(block.gate)
+    router.forward = buggy_router_forward(router)
     if BUG == "ungated-shared":
         block.shared_expert_gate.forward = lambda x: torch.full((x.shape[0], 1), 1e4, dtype=x.dtype)
+    if BUG == "unclamped-up":
+        # GptOssExperts._apply_gate (transformers 5.25) without the up projection's clamp.
+        def unclamped(gate_up):
+            gate, up = gate_up[..., ::2], gate_up[..., 1::2]
+            gate = gate.clamp(min=None, max=experts.limit)
+            return (up + 1) * gate * torch.sigmoid(gate * experts.alpha)
+        experts._apply_gate = unclamped
     x = _t(case.x).reshape(1, t, h).requires_grad_(True)
     out = block(x)
     out = out[0] if isinstance(out, tuple) else out
@@ -282,14 +326,24 @@ def layer_handler(case):
         return np.zeros(tuple(p.shape)) if p.grad is None else p.grad.to(torch.float64).numpy()
 
     gu, dn = grad(experts.gate_up_proj), grad(experts.down_proj)
+    if OSS:
+        dw0, dw1, dwo = gu[..., ::2], gu[..., 1::2], dn
+    else:
+        dw0, dw1, dwo = (gu[:, :f, :].transpose(0, 2, 1), gu[:, f:, :].transpose(0, 2, 1),
+                         dn.transpose(0, 2, 1))
     res = {
         "out": out.detach().reshape(t, h).to(torch.float64).numpy(),
         "dx": grad(x).reshape(t, h),
-        "dw_router": grad(block.gate.weight).T,
-        "dw0": gu[:, :f, :].transpose(0, 2, 1),
-        "dw1": gu[:, f:, :].transpose(0, 2, 1),
-        "dwo": dn.transpose(0, 2, 1),
+        "dw_router": grad(router.weight).T,
+        "dw0": dw0,
+        "dw1": dw1,
+        "dwo": dwo,
     }
+    if OSS:
+        gub = grad(experts.gate_up_proj_bias)
+        res["dexpert_b0"], res["dexpert_b1"] = gub[:, ::2], gub[:, 1::2]
+        res["dexpert_bo"] = grad(experts.down_proj_bias)
+        res["drouter_bias"] = grad(router.bias)
     if shared is not None:
         res["dshared_w0"] = grad(shared.gate_proj.weight).T
         res["dshared_w1"] = grad(shared.up_proj.weight).T

@@ -13,7 +13,9 @@ bias, normalisation, scaling, capacity), `permute` as a stable `argsort` of the 
 expert ids (dropped assignments get id E and sort last), `jax.lax.ragged_dot` for
 `silu(x W0) * (x W1)` and `@ Wo`, `unpermute` with the inverse permutation and the combine
 `einsum("TKH,TK->TH")` in the compute dtype, plus the shared expert (scaled by
-`sigmoid(x @ shared_gate)` when case.json has `shared_gate: "sigmoid"`). Every gradient (dx,
+`sigmoid(x @ shared_gate)` when case.json has `shared_gate: "sigmoid"`), and gpt-oss's layer
+when case.json asks (`activation: "clamped-swiglu"`, `expert_bias`, `router_bias`: biases on
+the router logits and on each expert's projections, tail rows without). Every gradient (dx,
 dw_router, dw0, dw1, dwo, dshared_*) comes from `jax.vjp` of that function: autodiff, nothing
 hand-written. Runs on CPU, in float32 (default) or float64 (`--f64`), whatever the case's
 input dtype (its values are exact in float32).
@@ -51,7 +53,9 @@ _FORMAT = "f64" if F64 else "f32"
 CONTRACT = {
     "moe_layer": {
         "declared": {"compute": _FORMAT, "out_dtype": _FORMAT},
-        "supports": dict(SUPPORTS, dtypes=["f32", "bf16", "f16"], shared_expert=True),
+        "supports": dict(SUPPORTS, dtypes=["f32", "bf16", "f16"], shared_expert=True,
+                         shared_gate=True, activations=["swiglu", "clamped-swiglu"],
+                         expert_bias=True, router_bias=True),
     },
 }
 HI = jax.lax.Precision.HIGHEST
@@ -61,12 +65,22 @@ def silu(v):
     return v * jax.nn.sigmoid(v)
 
 
+def activation(a, b, kind):
+    """swiglu: silu(a)*b; clamped-swiglu (gpt-oss): (clip(b, -7, 7) + 1) * g * sigmoid(1.702 g)."""
+    if kind == "clamped-swiglu":
+        g = jnp.minimum(a, 7.0)
+        return (jnp.clip(b, -7.0, 7.0) + 1.0) * g * jax.nn.sigmoid(1.702 * g)
+    return silu(a) * b
+
+
 def layer(params, bias, cfg):
     x, wr = params["x"], params["w_router"]
     t, _ = x.shape
     e = wr.shape[1]
     k = cfg["topk"]
     logits = jnp.matmul(x, wr, precision=HI)
+    if "router_bias" in params:
+        logits = logits + params["router_bias"]
     r = route(logits, bias, cfg)
     indices, kept, combine = r["indices"], r["kept"], r["combine"]
     # permute: stable sort of the (token, slot) assignments by expert, dropped ones last.
@@ -78,16 +92,27 @@ def layer(params, bias, cfg):
     def gmm(a, w):
         return jax.lax.ragged_dot(a, w, group_sizes, precision=HI, preferred_element_type=DT)
 
-    h = silu(gmm(xp, params["w0"])) * gmm(xp, params["w1"])
+    kind = cfg.get("activation", "swiglu")
+    a, b = gmm(xp, params["w0"]), gmm(xp, params["w1"])
+    if "expert_b0" in params:
+        # Each permuted row's expert (E for a dropped row: no bias).
+        ids = flat[order]
+
+        def rows(bias):
+            return jnp.concatenate([bias, jnp.zeros((1, bias.shape[1]), bias.dtype)])[ids]
+
+        a, b = a + rows(params["expert_b0"]), b + rows(params["expert_b1"])
+    h = activation(a, b, kind)
     yp = gmm(h, params["wo"])
+    if "expert_bo" in params:
+        yp = yp + rows(params["expert_bo"])
     # unpermute with the inverse permutation, then the weighted combine.
     inverse = jnp.argsort(order, stable=True)
     y = yp[inverse].reshape(t, k, -1)
     out = jnp.einsum("TKH,TK->TH", y, combine.astype(DT), precision=HI)
     if "shared_w0" in params:
-        hs = silu(jnp.matmul(x, params["shared_w0"], precision=HI)) * jnp.matmul(
-            x, params["shared_w1"], precision=HI
-        )
+        hs = activation(jnp.matmul(x, params["shared_w0"], precision=HI),
+                        jnp.matmul(x, params["shared_w1"], precision=HI), kind)
         ys = jnp.matmul(hs, params["shared_wo"], precision=HI)
         if "shared_gate" in params:
             # Qwen2-MoE: sigmoid(x . g) scales the shared expert per token.
@@ -107,6 +132,10 @@ def handler(case):
         names += ["shared_w0", "shared_w1", "shared_wo"]
         if cfg.get("shared_gate", "none") == "sigmoid":
             names.append("shared_gate")
+    if cfg.get("router_bias"):
+        names.append("router_bias")
+    if cfg.get("expert_bias"):
+        names += ["expert_b0", "expert_b1", "expert_bo"]
     params = {n: load(n) for n in names}
     bias = load("bias") if cfg.get("bias") else None
     out, vjp = jax.vjp(lambda p: layer(p, bias, cfg), params)

@@ -64,7 +64,7 @@ _SCORES = ("softmax", "topk-softmax", "sigmoid")
 _DROP_POLICIES = ("position", "probs", "token-order")
 _CONVENTIONS = {
     "convention": ("maxtext", "megatron", "deepseek-v3", "hf-deepseek-v3", "hf-qwen2-moe",
-                   "hf-qwen3-moe", "hf-mixtral"),
+                   "hf-qwen3-moe", "hf-mixtral", "hf-gpt-oss"),
     "group_score": ("top2", "top-k-per-group", "max"),
     "sigmoid_norm": ("always", "skip-k1", "never"),
     "ties": ("lower-index", "any"),
@@ -124,6 +124,9 @@ CONTRACT_KEYS = {
             "scaling": bool,
             "shared_expert": bool,
             "shared_gate": bool,
+            "activations": [("swiglu", "clamped-swiglu")],
+            "expert_bias": bool,
+            "router_bias": bool,
             "max_experts": 1,
         },
     },

@@ -118,6 +118,10 @@ def _inputs(config):
             names += ["shared_w0", "shared_w1", "shared_wo"]
             if config.get("shared_gate", "none") == "sigmoid":
                 names.append("shared_gate")
+        if config.get("router_bias"):
+            names.append("router_bias")
+        if config.get("expert_bias"):
+            names += ["expert_b0", "expert_b1", "expert_bo"]
         return names
     if not isinstance(op, str):
         raise CaseFormatError(f"case.json: 'op' is {op!r}, expected an op name")
@@ -129,7 +133,8 @@ def _optional_names(config):
     return {
         "grouped_gemm": ("dout", "lhs_scale", "rhs_scale", "dout_scale"),
         "route": ("bias",),
-        "moe_layer": ("bias", "shared_w0", "shared_w1", "shared_wo", "shared_gate"),
+        "moe_layer": ("bias", "shared_w0", "shared_w1", "shared_wo", "shared_gate",
+                      "router_bias", "expert_b0", "expert_b1", "expert_bo"),
     }.get(config.get("op"), ())
 
 

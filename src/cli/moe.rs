@@ -11,6 +11,7 @@ use moecheck::generate::moe::MoeSpec;
 use moecheck::registry::{self, Choice, Declared};
 use moecheck::{memory, pipeline, report};
 use moecheck_reference::format::Format;
+use moecheck_reference::moe::ffn::Activation;
 use moecheck_reference::moe::MoeLayer;
 use moecheck_reference::routing::{Convention, ScoreFunction};
 
@@ -45,6 +46,20 @@ pub struct MoeFlags {
     /// --convention hf-qwen2-moe.
     #[arg(long, value_parser = ["none", "sigmoid"])]
     pub shared_gate: Option<String>,
+    /// The experts' activation: swiglu (silu(a)·b) or clamped-swiglu (gpt-oss:
+    /// (clamp(b, -7, 7) + 1)·g·sigmoid(1.702·g), g = min(a, 7)). Default: swiglu, or
+    /// clamped-swiglu under --convention hf-gpt-oss.
+    #[arg(long, value_parser = ["swiglu", "clamped-swiglu"])]
+    pub activation: Option<String>,
+    /// Per-expert biases on the gate, up and down projections (gpt-oss's gate_up_proj_bias and
+    /// down_proj_bias), checked with their gradients dexpert_b0/b1/bo. On under hf-gpt-oss.
+    #[arg(long)]
+    pub expert_bias: bool,
+    /// A learned bias added to the router logits (gpt-oss's router Linear): it moves selection
+    /// and weights, and its gradient drouter_bias is checked. Not --bias, which is selection
+    /// only and has no gradient. On under hf-gpt-oss.
+    #[arg(long)]
+    pub router_bias: bool,
     #[command(flatten)]
     pub routing: RoutingFlags,
     /// Add a per-expert selection bias (DeepSeek-V3 e_score_correction_bias).
@@ -92,11 +107,24 @@ impl MoeFlags {
             ffn: self.ffn,
             shared_ffn: self.shared_ffn,
             shared_gate: self.shared_gate()?,
+            activation: match self.activation.as_deref() {
+                Some("clamped-swiglu") => Activation::ClampedSwiglu,
+                Some(_) => Activation::Swiglu,
+                None if self.gpt_oss() => Activation::ClampedSwiglu,
+                None => Activation::Swiglu,
+            },
+            expert_bias: self.expert_bias || self.gpt_oss(),
+            router_bias: self.router_bias || self.gpt_oss(),
             routing: self.routing.config(Some(ScoreFunction::TopkSoftmax))?,
             bias: self.bias,
             dtype: self.dtype,
             seed: self.seed,
         })
+    }
+
+    /// Whether `--convention hf-gpt-oss` sets the layer.
+    fn gpt_oss(&self) -> bool {
+        self.routing.convention() == Convention::HfGptOss
     }
 
     /// Whether the shared expert is gated: `--shared-gate`, else the convention's layer
@@ -113,9 +141,10 @@ impl MoeFlags {
     }
 
     /// The router's declared format: `--router-compute`, else f32 for a Hugging Face family
-    /// declared `--compute f64` (transformers' routers score in f32 in an f64 module).
+    /// declared `--compute f64` (transformers' routers score in f32 in an f64 module; not
+    /// gpt-oss's).
     fn router_compute(&self) -> Option<Format> {
-        let hf = self.routing.convention().is_hf();
+        let hf = self.routing.convention().router_in_f32();
         self.router_compute
             .or((hf && self.compute == Some(Format::F64)).then_some(Format::F32))
     }

@@ -52,10 +52,10 @@ pub struct PropFlags {
     #[arg(long, value_name = "LIST", help_heading = CONTRACT)]
     pub passes: Option<String>,
     /// Routing convention of a router or MoE layer (maxtext, megatron, deepseek-v3, or a
-    /// Hugging Face family: hf-deepseek-v3, hf-qwen2-moe, hf-qwen3-moe, hf-mixtral): its group
+    /// Hugging Face family: hf-deepseek-v3, hf-qwen2-moe, hf-qwen3-moe, hf-mixtral, hf-gpt-oss): its group
     /// score, sigmoid normalisation, tie rule and drop policy; a family also fixes the score
     /// function, the slot order and (moe) the shared expert and its gate.
-    #[arg(long, value_parser = ["maxtext", "megatron", "deepseek-v3", "hf-deepseek-v3", "hf-qwen2-moe", "hf-qwen3-moe", "hf-mixtral"], help_heading = CONTRACT)]
+    #[arg(long, value_parser = ["maxtext", "megatron", "deepseek-v3", "hf-deepseek-v3", "hf-qwen2-moe", "hf-qwen3-moe", "hf-mixtral", "hf-gpt-oss"], help_heading = CONTRACT)]
     pub convention: Option<String>,
     /// Score functions a router or MoE layer supports (softmax, topk-softmax, sigmoid; a
     /// comma-separated list): cases are drawn with these only.

@@ -30,8 +30,9 @@ pub struct RoutingFlags {
     /// sets --score, --norm-topk's default, the slot order and (moe) the layer's structure:
     /// hf-deepseek-v3 (sigmoid, top2, ties any, slot order any, norm_topk_prob on: --no-norm-topk
     /// gives --sigmoid-norm never), hf-qwen2-moe (softmax, ties any, norm off, gated shared
-    /// expert), hf-qwen3-moe (softmax, ties any, norm off) or hf-mixtral (softmax, ties any,
-    /// norm on). The other flags override it.
+    /// expert), hf-qwen3-moe (softmax, ties any, norm off), hf-mixtral (softmax, ties any,
+    /// norm on) or hf-gpt-oss (topk-softmax, ties any; moe: clamped SwiGLU, expert and router
+    /// biases). The other flags override it.
     #[arg(long, value_enum)]
     pub convention: Option<ConventionArg>,
     /// How a group is scored: top2 (sum of its two largest scores; MaxText, DeepSeek-V3's Gate
@@ -108,6 +109,8 @@ pub enum ConventionArg {
     HfQwen3Moe,
     #[value(name = "hf-mixtral")]
     HfMixtral,
+    #[value(name = "hf-gpt-oss")]
+    HfGptOss,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -155,6 +158,7 @@ impl From<ConventionArg> for Convention {
             ConventionArg::HfQwen2Moe => Convention::HfQwen2Moe,
             ConventionArg::HfQwen3Moe => Convention::HfQwen3Moe,
             ConventionArg::HfMixtral => Convention::HfMixtral,
+            ConventionArg::HfGptOss => Convention::HfGptOss,
         }
     }
 }

@@ -12,6 +12,7 @@ use anyhow::Context;
 
 use moecheck_properties::moe::MoeArgs;
 use moecheck_reference::format::Format;
+use moecheck_reference::moe::ffn::Activation;
 use moecheck_reference::moe::{tie_guard, LayerPrecision, MoeCase, MoeLayer};
 use moecheck_reference::routing::RoutingConfig;
 use moecheck_reference::seed::mix;
@@ -34,6 +35,11 @@ pub struct MoeSpec {
     pub shared_ffn: usize,
     /// Gate the shared expert by `σ(x·g)` (Qwen2-MoE).
     pub shared_gate: bool,
+    /// The experts' activation.
+    pub activation: Activation,
+    /// Per-expert biases and a router-logit bias (gpt-oss).
+    pub expert_bias: bool,
+    pub router_bias: bool,
     pub routing: RoutingConfig,
     /// A per-expert selection bias.
     pub bias: bool,
@@ -77,6 +83,9 @@ impl MoeSpec {
             ffn: self.ffn,
             shared_ffn: self.shared_ffn,
             shared_gate: self.shared_gate,
+            activation: self.activation,
+            expert_bias: self.expert_bias,
+            router_bias: self.router_bias,
             routing: self.routing,
             bias: self.bias,
             dtype: self.dtype,
@@ -117,7 +126,7 @@ impl Generate<MoeLayer> for MoeSpec {
         // Another seed draws from the same distribution: with this many tokens per draw a near
         // tie is all but certain, so say what does change the odds.
         anyhow::bail!(
-            "--tokens {}: every one of {MAX_DRAWS} draws has a top-k/group/capacity near tie at the declared precision (the last: {last}); the chance of one grows with the number of tokens and experts, so another --seed rarely helps: use fewer --tokens (each draw is one chance per token) or a more precise --compute",
+            "--tokens {}: every one of {MAX_DRAWS} draws has a top-k/group/capacity near tie or an activation input at a clamp, at the declared precision (the last: {last}); the chance of one grows with the number of tokens and experts, so another --seed rarely helps: use fewer --tokens (each draw is one chance per token) or a more precise --compute",
             self.tokens
         )
     }

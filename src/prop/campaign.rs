@@ -152,6 +152,12 @@ fn implementation<O: Operation>(c: &Campaign) -> anyhow::Result<Prepared<O>> {
     // Every flag checked against the implementation first (exit 2 before anything starts).
     let checked = registry::build::<O>(&c.choice).map_err(anyhow::Error::msg)?;
     let (flags_domain, _) = O::read_contract(&c.flags).map_err(anyhow::Error::msg)?;
+    let name = c.choice.name.trim();
+    let flags_domain = if name.starts_with("exec:") || name.starts_with("worker:") {
+        O::external(flags_domain)
+    } else {
+        flags_domain
+    };
     let Some(mut worker) = registry::worker::<O>(&c.choice) else {
         return Ok(Prepared {
             imp: checked,
@@ -174,6 +180,7 @@ fn implementation<O: Operation>(c: &Campaign) -> anyhow::Result<Prepared<O>> {
         .map_err(anyhow::Error::msg)?;
     let contract = greeted.overridden_by(&c.flags);
     let (domain, declared) = O::read_contract(&contract).map_err(anyhow::Error::msg)?;
+    let domain = O::external(domain);
     let declared = c.choice.declared.or(declared);
     worker.declaration = registry::declaration::<O>(&declared).map_err(|e| {
         anyhow::anyhow!(

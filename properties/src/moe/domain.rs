@@ -3,6 +3,7 @@
 //! shared expert.
 
 use moecheck_reference::format::Format;
+use moecheck_reference::moe::ffn::Activation;
 use moecheck_reference::routing::{Convention, ScoreFunction};
 
 use super::strategies::MoeArgs;
@@ -21,18 +22,40 @@ pub struct MoeDomain {
     /// Whether its shared expert is gated by `σ(x·g)` (`None`: either). Drawn cases with a
     /// shared expert take the declared gate.
     pub shared_gate: Option<bool>,
+    /// The activations it runs (`None`: both); a drawn case with another takes the first.
+    pub activations: Option<Vec<Activation>>,
+    /// Whether it has per-expert biases / a router-logit bias (`None`: either; `false`:
+    /// drawn cases lose them).
+    pub expert_bias: Option<bool>,
+    pub router_bias: Option<bool>,
 }
 
 impl MoeDomain {
     /// `args` inside this domain, or why not.
     /// A Hugging Face family's layer has a shared expert or not (DeepSeek-V3 and Qwen2-MoE:
-    /// one, Qwen2-MoE's gated; Qwen3-MoE and Mixtral: none): `(shared, gated)`.
+    /// one, Qwen2-MoE's gated; Qwen3-MoE, Mixtral and gpt-oss: none): `(shared, gated)`.
     fn family_layer(&self) -> Option<(bool, bool)> {
         match self.route.convention? {
             Convention::HfDeepSeekV3 => Some((true, false)),
             Convention::HfQwen2Moe => Some((true, true)),
-            Convention::HfQwen3Moe | Convention::HfMixtral => Some((false, false)),
+            Convention::HfQwen3Moe | Convention::HfMixtral | Convention::HfGptOss => {
+                Some((false, false))
+            }
             _ => None,
+        }
+    }
+
+    /// What an implementation that runs outside moecheck and declares nothing of them gets:
+    /// none of the layer features added after the protocol's first version (a gated shared
+    /// expert, the clamped activation, expert and router biases), since a program that does
+    /// not read their `case.json` keys would compute another layer without noticing.
+    pub fn external(self) -> MoeDomain {
+        MoeDomain {
+            shared_gate: self.shared_gate.or(Some(false)),
+            activations: self.activations.or(Some(vec![Activation::Swiglu])),
+            expert_bias: self.expert_bias.or(Some(false)),
+            router_bias: self.router_bias.or(Some(false)),
+            ..self
         }
     }
 
@@ -49,7 +72,23 @@ impl MoeDomain {
                 (true, fs) => fs,
             };
             args.shared_gate = gated;
+            // gpt-oss's layer: the clamped activation, expert and router biases; the others'
+            // have none of them.
+            let oss = self.route.convention == Some(Convention::HfGptOss);
+            args.activation = if oss {
+                Activation::ClampedSwiglu
+            } else {
+                Activation::Swiglu
+            };
+            (args.expert_bias, args.router_bias) = (oss, oss);
         }
+        if let Some(acts) = &self.activations {
+            if !acts.contains(&args.activation) {
+                args.activation = acts.first().copied().unwrap_or_default();
+            }
+        }
+        args.expert_bias &= self.expert_bias != Some(false);
+        args.router_bias &= self.router_bias != Some(false);
         match (self.shared_expert, args.shared_ffn > 0) {
             (Some(false), true) => return Err("a shared expert (declared: none)".into()),
             (Some(true), false) => return Err("no shared expert (declared: one)".into()),
@@ -77,7 +116,7 @@ impl MoeDomain {
 }
 
 /// The MoE layer's edge classes, in report order.
-const N_EDGES: usize = 13;
+const N_EDGES: usize = 14;
 
 /// The edge classes, in report order.
 pub const EDGES: &[&str; N_EDGES] = &[
@@ -86,6 +125,7 @@ pub const EDGES: &[&str; N_EDGES] = &[
     "empty-expert",
     "shared-expert",
     "shared-gate",
+    "clamped-swiglu",
     "capacity-dropping",
     "groups",
     "bias",
@@ -105,6 +145,7 @@ pub fn edges(a: &MoeArgs) -> Vec<&'static str> {
         a.tokens * r.topk < a.experts,
         a.shared_ffn > 0,
         a.shared_ffn > 0 && a.shared_gate,
+        a.activation == Activation::ClampedSwiglu,
         r.capacity.is_some(),
         r.groups.is_some(),
         a.bias,
@@ -136,7 +177,7 @@ mod tests {
             },
             dtypes: Some(vec![Format::F32]),
             shared_expert: Some(false),
-            shared_gate: None,
+            ..MoeDomain::default()
         };
         let mut runner = TestRunner::deterministic();
         let s = any_case();
@@ -184,7 +225,12 @@ mod tests {
         for (conv, shared, gated, score) in [
             (Convention::HfQwen2Moe, true, true, ScoreFunction::Softmax),
             (Convention::HfQwen3Moe, false, false, ScoreFunction::Softmax),
-            (Convention::HfDeepSeekV3, true, false, ScoreFunction::Sigmoid),
+            (
+                Convention::HfDeepSeekV3,
+                true,
+                false,
+                ScoreFunction::Sigmoid,
+            ),
         ] {
             let d = MoeDomain {
                 route: RouteDomain {
@@ -198,7 +244,11 @@ mod tests {
                 let a = s.new_tree(&mut runner).unwrap().current();
                 let Ok(f) = d.fit(&a) else { continue };
                 inside += 1;
-                assert_eq!((f.shared_ffn > 0, f.shared_gate), (shared, gated), "{conv:?}");
+                assert_eq!(
+                    (f.shared_ffn > 0, f.shared_gate),
+                    (shared, gated),
+                    "{conv:?}"
+                );
                 assert_eq!(f.routing.score, score, "{conv:?}");
                 assert_eq!(f.routing.ties, Ties::Any, "{conv:?}");
                 if conv == Convention::HfDeepSeekV3 {

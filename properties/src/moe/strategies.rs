@@ -3,10 +3,12 @@
 //! Cases are small (at most [`MAX_TOKENS`] tokens, [`MAX_EXPERTS`] experts, hidden and FFN
 //! sizes up to 6) and biased toward the edges: `k = 1` and `k = E`, more experts than
 //! assignments (empty experts), tight capacity factors (dropped assignments, whole tokens
-//! dropped), one-expert groups, a shared expert (gated or not) or none, a bias or none, every score function.
+//! dropped), one-expert groups, a shared expert (gated or not) or none, gpt-oss's layer
+//! (clamped activation, expert and router biases) or not, a bias or none, every score function.
 //! Every value is hashed from a seed, scaled, and rounded to the case dtype.
 
 use moecheck_reference::format::{round_to, Format, Overflow};
+use moecheck_reference::moe::ffn::{Activation, ExpertBias};
 use moecheck_reference::moe::{MoeCase, SharedExpert};
 use moecheck_reference::routing::{Capacity, DropPolicy, GroupLimit, RoutingConfig, ScoreFunction};
 use moecheck_reference::seed::mix;
@@ -33,6 +35,13 @@ pub struct MoeArgs {
     pub shared_ffn: usize,
     /// The shared expert is gated by `σ(x·g)` (Qwen2-MoE); ignored without one.
     pub shared_gate: bool,
+    /// The experts' activation (gpt-oss's clamped SwiGLU draws larger `W0`, `W1` so that
+    /// some inputs pass its clamps).
+    pub activation: Activation,
+    /// Per-expert biases of `a`, `b` and `y` (gpt-oss).
+    pub expert_bias: bool,
+    /// A learned bias on the router logits (gpt-oss).
+    pub router_bias: bool,
     pub routing: RoutingConfig,
     pub bias: bool,
     pub dtype: Format,
@@ -64,14 +73,19 @@ impl MoeArgs {
         };
         let sh = 1.0 / (h as f64).sqrt();
         let sf = 1.0 / (f.max(1) as f64).sqrt();
+        // Clamped: inputs of the activation spread to about ±12, past the clamps at ±7.
+        let sw = match self.activation {
+            Activation::Swiglu => sh,
+            Activation::ClampedSwiglu => 12.0 * sh,
+        };
         MoeCase {
             x: a2(0, t, h, 1.0),
             wr: a2(1, h, e, 2.0 * sh),
             bias: self
                 .bias
                 .then(|| Array1::from_shape_fn(e, |i| self.value(2, i, 0.1))),
-            w0: a3(3, (e, h, f), sh),
-            w1: a3(4, (e, h, f), sh),
+            w0: a3(3, (e, h, f), sw),
+            w1: a3(4, (e, h, f), sw),
             wo: a3(5, (e, f, h), sf),
             shared: (fs > 0).then(|| SharedExpert {
                 w0: a2(6, h, fs, sh),
@@ -84,6 +98,15 @@ impl MoeArgs {
             dout: a2(9, t, h, 1.0),
             routing: self.routing,
             dtype: self.dtype,
+            activation: self.activation,
+            router_bias: self
+                .router_bias
+                .then(|| Array1::from_shape_fn(e, |i| self.value(11, i, 0.5))),
+            expert_bias: self.expert_bias.then(|| ExpertBias {
+                b0: a2(12, e, f, 1.0),
+                b1: a2(13, e, f, 1.0),
+                bo: a2(14, e, h, 0.5),
+            }),
         }
     }
 }
@@ -170,8 +193,9 @@ pub fn moe_args(req: MoeRequire) -> BoxedStrategy<MoeArgs> {
         prop_oneof![2 => Just(Format::Bf16), 1 => Just(Format::F32)],
         any::<u64>(),
         any::<bool>(),
+        prop_oneof![3 => Just(false), 1 => Just(true)],
     )
-        .prop_flat_map(move |(t, h, e, f, fs, bias, dtype, seed, gate)| {
+        .prop_flat_map(move |(t, h, e, f, fs, bias, dtype, seed, gate, oss)| {
             routing_config(e, req).prop_map(move |routing| MoeArgs {
                 tokens: t,
                 hidden: h,
@@ -179,6 +203,14 @@ pub fn moe_args(req: MoeRequire) -> BoxedStrategy<MoeArgs> {
                 ffn: f,
                 shared_ffn: fs,
                 shared_gate: gate && fs > 0,
+                // gpt-oss's layer: the clamped activation with both biases.
+                activation: if oss {
+                    Activation::ClampedSwiglu
+                } else {
+                    Activation::Swiglu
+                },
+                expert_bias: oss,
+                router_bias: oss,
                 routing,
                 bias,
                 dtype,

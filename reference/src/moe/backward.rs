@@ -1,37 +1,14 @@
 //! The hand-written VJP of the MoE layer (module documentation of [`super`]).
 
-use ndarray::{Array1, Array2, Array3, ArrayView2, ArrayView3, Axis};
+use ndarray::{Array1, Array2, Array3, ArrayView2, Axis};
 
+pub use super::ffn::{ffn_backward, FfnGrads};
 use super::layer::{
-    shared_as_group, shared_gate_values, silu_grad, FfnForward, Forward, MoeCase, MoeOutputs,
+    shared_as_group, shared_gate_values, FfnForward, FfnSpec, Forward, MoeCase, MoeOutputs,
     SharedExpert,
 };
 use super::permute::Permutation;
-use crate::gemm::{grouped_dgrad, grouped_wgrad};
 use crate::routing::{Routing, ScoreFunction};
-
-/// The gradients of a grouped SwiGLU FFN ([`super::layer::ffn_forward`]) given `dy (M, H)`:
-/// `(dx (M, H), dW0, dW1, dWo)`. Tail rows of `dy` are never read: their `dh`, `da`, `db` and
-/// `dx` are exactly 0 (grouped dgrad), and no row of an empty group reaches its weight
-/// gradients (grouped wgrad), which are exactly 0.
-pub fn ffn_backward(
-    x: ArrayView2<f64>,
-    w0: ArrayView3<f64>,
-    w1: ArrayView3<f64>,
-    wo: ArrayView3<f64>,
-    fwd: &FfnForward,
-    dy: ArrayView2<f64>,
-    off: &[usize],
-) -> (Array2<f64>, Array3<f64>, Array3<f64>, Array3<f64>) {
-    let dh = grouped_dgrad(dy, wo, off);
-    let dwo = grouped_wgrad(fwd.h.view(), dy, off);
-    let da = &dh * &fwd.b * &fwd.a.mapv(silu_grad);
-    let db = &dh * &fwd.act;
-    let dx = grouped_dgrad(da.view(), w0, off) + grouped_dgrad(db.view(), w1, off);
-    let dw0 = grouped_wgrad(x, da.view(), off);
-    let dw1 = grouped_wgrad(x, db.view(), off);
-    (dx, dw0, dw1, dwo)
-}
 
 /// The VJP of the routing from the combine weights to the router logits.
 ///
@@ -146,6 +123,7 @@ pub fn shared_backward(
     s: &SharedExpert,
     sf: &FfnForward,
     dout: ArrayView2<f64>,
+    spec: FfnSpec,
 ) -> (Array2<f64>, [Array2<f64>; 3], Option<Array1<f64>>) {
     let [w0, w1, wo] = shared_as_group(s);
     let gate = s.gate.as_ref().map(|g| (g, shared_gate_values(x, g)));
@@ -154,8 +132,17 @@ pub fn shared_backward(
         None => dout.to_owned(),
     };
     let t = x.nrows();
-    let (mut dx, d0, d1, d_o) =
-        ffn_backward(x, w0.view(), w1.view(), wo.view(), sf, dys.view(), &[0, t]);
+    let grads = ffn_backward(
+        x,
+        w0.view(),
+        w1.view(),
+        wo.view(),
+        sf,
+        dys.view(),
+        &[0, t],
+        spec,
+    );
+    let mut dx = grads.dx;
     let dg = gate.map(|(g, gv)| {
         let dl = Array1::from_shape_fn(t, |ti| {
             dout.row(ti).dot(&sf.y.row(ti)) * gv[ti] * (1.0 - gv[ti])
@@ -163,7 +150,8 @@ pub fn shared_backward(
         dx += &(&dl.view().insert_axis(Axis(1)) * &g.view().insert_axis(Axis(0)));
         x.t().dot(&dl)
     });
-    let first = |a: Array3<f64>| a.index_axis_move(Axis(0), 0);
+    let first = |a: &Array3<f64>| a.index_axis(Axis(0), 0).to_owned();
+    let [d0, d1, d_o] = &grads.dw;
     (dx, [first(d0), first(d1), first(d_o)], dg)
 }
 
@@ -174,7 +162,7 @@ pub fn backward(case: &MoeCase, fwd: &Forward) -> Backward {
     let off = p.offsets();
     let dout = case.dout.view();
     let (dyp, dcombine) = combine_vjp(p, fwd.routing.combine.view(), fwd.ffn.y.view(), dout);
-    let (dxp, dw0, dw1, dwo) = ffn_backward(
+    let grads = ffn_backward(
         fwd.xp.view(),
         case.w0.view(),
         case.w1.view(),
@@ -182,19 +170,22 @@ pub fn backward(case: &MoeCase, fwd: &Forward) -> Backward {
         &fwd.ffn,
         dyp.view(),
         &off,
+        case.experts_spec(),
     );
-    let mut dx = p.scatter_add(dxp.view());
+    let mut dx = p.scatter_add(grads.dx.view());
     let dlogits = routing_vjp(&fwd.routing, dcombine.view());
     dx += &dlogits.dot(&case.wr.t());
     let dw_router = case.x.t().dot(&dlogits);
+    let drouter_bias = case.router_bias.as_ref().map(|_| dlogits.sum_axis(Axis(0)));
     let (dshared, dshared_gate) = match (&case.shared, &fwd.shared) {
         (Some(s), Some(sf)) => {
-            let (dxs, d, dg) = shared_backward(case.x.view(), s, sf, dout);
+            let (dxs, d, dg) = shared_backward(case.x.view(), s, sf, dout, case.shared_spec());
             dx += &dxs;
             (Some(d), dg)
         }
         _ => (None, None),
     };
+    let [dw0, dw1, dwo] = grads.dw;
     Backward {
         grads: MoeOutputs {
             out: fwd.out.clone(),
@@ -205,6 +196,8 @@ pub fn backward(case: &MoeCase, fwd: &Forward) -> Backward {
             dwo,
             dshared,
             dshared_gate,
+            drouter_bias,
+            dexpert_bias: grads.dbias,
         },
         dcombine,
         dlogits,

@@ -16,7 +16,9 @@
 use ndarray::{s, Array2, Array3, Axis};
 
 use super::backward::{ffn_backward, routing_vjp, shared_backward};
-use super::layer::{ffn_forward, shared_as_group, shared_gate_values, MoeCase, MoeOutputs};
+use super::layer::{
+    ffn_forward, shared_as_group, shared_gate_values, ExpertBias, FfnSpec, MoeCase, MoeOutputs,
+};
 use crate::routing::route;
 use crate::Error;
 
@@ -25,8 +27,7 @@ pub fn dense_layer(case: &MoeCase) -> Result<MoeOutputs, Error> {
     case.validate()?;
     let (t, h) = case.x.dim();
     let (e, f) = (case.experts(), case.ffn());
-    let logits = case.x.dot(&case.wr);
-    let routing = route(&case.routing_case(logits))?;
+    let routing = route(&case.routing_case(case.logits()))?;
     let k = case.topk();
     let mut cd = Array2::<f64>::zeros((t, e));
     for ti in 0..t {
@@ -42,20 +43,43 @@ pub fn dense_layer(case: &MoeCase) -> Result<MoeOutputs, Error> {
     let mut dw0 = Array3::<f64>::zeros((e, h, f));
     let mut dw1 = Array3::<f64>::zeros((e, h, f));
     let mut dwo = Array3::<f64>::zeros((e, f, h));
+    let mut dbias = case.expert_bias.as_ref().map(|_| {
+        [
+            Array2::zeros((e, f)),
+            Array2::zeros((e, f)),
+            Array2::zeros((e, h)),
+        ]
+    });
     let all = [0, t];
     for ex in 0..e {
         let w0 = case.w0.slice(s![ex..ex + 1, .., ..]);
         let w1 = case.w1.slice(s![ex..ex + 1, .., ..]);
         let wo = case.wo.slice(s![ex..ex + 1, .., ..]);
-        let ffn = ffn_forward(case.x.view(), w0, w1, wo, &all);
+        // Expert `ex` alone, with its own row of each bias.
+        let own = case.expert_bias.as_ref().map(|b| ExpertBias {
+            b0: b.b0.slice(s![ex..ex + 1, ..]).to_owned(),
+            b1: b.b1.slice(s![ex..ex + 1, ..]).to_owned(),
+            bo: b.bo.slice(s![ex..ex + 1, ..]).to_owned(),
+        });
+        let spec = FfnSpec {
+            act: case.activation,
+            bias: own.as_ref(),
+        };
+        let ffn = ffn_forward(case.x.view(), w0, w1, wo, &all, spec);
         let ce = cd.column(ex).insert_axis(Axis(1)).to_owned();
         out += &(&ffn.y * &ce);
         for ti in 0..t {
             dcd[(ti, ex)] = case.dout.row(ti).dot(&ffn.y.row(ti));
         }
         let dy = &case.dout * &ce;
-        let (dxe, d0, d1, d_o) = ffn_backward(case.x.view(), w0, w1, wo, &ffn, dy.view(), &all);
-        dx += &dxe;
+        let g = ffn_backward(case.x.view(), w0, w1, wo, &ffn, dy.view(), &all, spec);
+        let [d0, d1, d_o] = &g.dw;
+        dx += &g.dx;
+        if let (Some(acc), Some(d)) = (dbias.as_mut(), &g.dbias) {
+            for (a, b) in acc.iter_mut().zip(d) {
+                a.row_mut(ex).assign(&b.row(0));
+            }
+        }
         dw0.index_axis_mut(Axis(0), ex)
             .assign(&d0.index_axis(Axis(0), 0));
         dw1.index_axis_mut(Axis(0), ex)
@@ -73,10 +97,12 @@ pub fn dense_layer(case: &MoeCase) -> Result<MoeOutputs, Error> {
     let dz = routing_vjp(&routing, dc.view());
     dx += &dz.dot(&case.wr.t());
     let dw_router = case.x.t().dot(&dz);
+    let drouter_bias = case.router_bias.as_ref().map(|_| dz.sum_axis(Axis(0)));
     let mut dshared_gate = None;
     let dshared = case.shared.as_ref().map(|sh| {
         let [w0, w1, wo] = shared_as_group(sh);
-        let ffn = ffn_forward(case.x.view(), w0.view(), w1.view(), wo.view(), &all);
+        let spec = case.shared_spec();
+        let ffn = ffn_forward(case.x.view(), w0.view(), w1.view(), wo.view(), &all, spec);
         match &sh.gate {
             Some(g) => {
                 let gv = shared_gate_values(case.x.view(), g);
@@ -84,7 +110,7 @@ pub fn dense_layer(case: &MoeCase) -> Result<MoeOutputs, Error> {
             }
             None => out += &ffn.y,
         }
-        let (dxs, d, dg) = shared_backward(case.x.view(), sh, &ffn, case.dout.view());
+        let (dxs, d, dg) = shared_backward(case.x.view(), sh, &ffn, case.dout.view(), spec);
         dx += &dxs;
         dshared_gate = dg;
         d
@@ -98,5 +124,7 @@ pub fn dense_layer(case: &MoeCase) -> Result<MoeOutputs, Error> {
         dwo,
         dshared,
         dshared_gate,
+        drouter_bias,
+        dexpert_bias: dbias,
     })
 }

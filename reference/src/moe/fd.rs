@@ -23,8 +23,9 @@
 //!
 //! ## The guard
 //! The layer is piecewise smooth: the top-k selection, the group choice and (`probs`) the
-//! capacity ranking are piecewise constant. At a point within `h` of such a boundary `D(h)`
-//! measures a jump, not a derivative. [`check_gradients`] therefore recomputes the routing at
+//! capacity ranking are piecewise constant, and gpt-oss's clamped activation has kinks at
+//! its clamps. At a point within `h` of such a boundary `D(h)` measures a jump, not a
+//! derivative; a clamp crossed between `θ ± h·v` refuses the point the same way. [`check_gradients`] therefore recomputes the routing at
 //! `θ ± h·v` and `θ ± h·v/2`, refuses the point ([`FdOutcome::NearTie`]) if any selection or
 //! kept mask differs, and also if any margin at `θ` is within four times the largest change of
 //! the selection scores or weights over the segment ([`near_tie`]). Callers resample such
@@ -33,6 +34,7 @@
 use ndarray::{Array2, ArrayD, IxDyn, Zip};
 
 use super::bound::{layer_bound, LayerPrecision};
+use super::ffn::{Activation, CLAMP_LIMIT};
 use super::layer::{forward, MoeCase, MoeOutputs, TensorId};
 use crate::format::Format;
 use crate::gemm::bound::gamma;
@@ -147,6 +149,10 @@ fn input_mut(case: &mut MoeCase, id: TensorId) -> Option<ndarray::ArrayViewMutD<
         TensorId::DsharedW1 => case.shared.as_mut()?.w1.view_mut().into_dyn(),
         TensorId::DsharedWo => case.shared.as_mut()?.wo.view_mut().into_dyn(),
         TensorId::DsharedGate => case.shared.as_mut()?.gate.as_mut()?.view_mut().into_dyn(),
+        TensorId::DrouterBias => case.router_bias.as_mut()?.view_mut().into_dyn(),
+        TensorId::DexpertB0 => case.expert_bias.as_mut()?.b0.view_mut().into_dyn(),
+        TensorId::DexpertB1 => case.expert_bias.as_mut()?.b1.view_mut().into_dyn(),
+        TensorId::DexpertBo => case.expert_bias.as_mut()?.bo.view_mut().into_dyn(),
     })
 }
 
@@ -176,10 +182,25 @@ pub enum FdOutcome {
     NearTie(String),
 }
 
-/// `Σ dout ⊙ out` and the routing at `case`.
-fn loss(case: &MoeCase) -> Result<(f64, Routing), Error> {
+/// Which activation inputs are past a clamp (`a ≥ L`, `|b| ≥ L`; empty for SwiGLU).
+fn clamp_mask(case: &MoeCase, f: &super::layer::Forward) -> Vec<bool> {
+    if case.activation != Activation::ClampedSwiglu {
+        return Vec::new();
+    }
+    let ffns = std::iter::once(&f.ffn).chain(f.shared.as_ref());
+    ffns.flat_map(|x| {
+        let a = x.a.iter().map(|v| *v >= CLAMP_LIMIT);
+        let b = x.b.iter().map(|v| v.abs() >= CLAMP_LIMIT);
+        a.chain(b).collect::<Vec<bool>>()
+    })
+    .collect()
+}
+
+/// `Σ dout ⊙ out`, the routing and the clamp mask at `case`.
+fn loss(case: &MoeCase) -> Result<(f64, Routing, Vec<bool>), Error> {
     let f = forward(case)?;
-    Ok(((&f.out * &case.dout).sum(), f.routing))
+    let mask = clamp_mask(case, &f);
+    Ok(((&f.out * &case.dout).sum(), f.routing, mask))
 }
 
 /// Compares the gradients `grads` (with per-element bounds `grad_bound`, if the
@@ -214,17 +235,23 @@ pub fn check_gradients(
             .fold(0.0f64, |m, x| m.max(x.abs()))
             .max(f64::MIN_POSITIVE);
         let h = 2f64.powi(-53).cbrt() * scale;
-        let at = |step: f64| -> Result<(f64, Routing), Error> {
+        let at = |step: f64| -> Result<(f64, Routing, Vec<bool>), Error> {
             let mut c = case.clone();
             let mut t = input_mut(&mut c, id).expect("input");
             Zip::from(&mut t).and(&v).for_each(|x, d| *x += step * d);
             loss(&c)
         };
-        let (lp, rp) = at(h)?;
-        let (lm, rm) = at(-h)?;
-        let (lp2, rp2) = at(h / 2.0)?;
-        let (lm2, rm2) = at(-h / 2.0)?;
+        let (lp, rp, mp) = at(h)?;
+        let (lm, rm, mm) = at(-h)?;
+        let (lp2, rp2, mp2) = at(h / 2.0)?;
+        let (lm2, rm2, mm2) = at(-h / 2.0)?;
         let r0 = &fwd.routing;
+        let m0 = clamp_mask(case, &fwd);
+        if [&mp, &mm, &mp2, &mm2].iter().any(|m| **m != m0) {
+            return Ok(FdOutcome::NearTie(format!(
+                "{id}: an activation input crosses its clamp within the finite-difference step"
+            )));
+        }
         for r in [&rp, &rm, &rp2, &rm2] {
             if r.indices != r0.indices || r.kept != r0.kept {
                 return Ok(FdOutcome::NearTie(format!(

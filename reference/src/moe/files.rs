@@ -3,16 +3,19 @@
 //! Inputs (float32, every value exactly representable in `dtype`): `x.npy (T,H)`,
 //! `w_router.npy (H,E)`, `bias.npy (E,)` (with a bias), `w0.npy (E,H,F)`, `w1.npy (E,H,F)`,
 //! `wo.npy (E,F,H)`, `shared_w0.npy (H,Fs)`, `shared_w1.npy (H,Fs)`, `shared_wo.npy (Fs,H)`
-//! (with a shared expert), `shared_gate.npy (H,)` (with a gated one), `dout.npy (T,H)`. Outputs (float32 or float64): `out.npy (T,H)`,
+//! (with a shared expert), `shared_gate.npy (H,)` (with a gated one), `router_bias.npy (E,)`
+//! and `expert_b0.npy (E,F)`, `expert_b1.npy (E,F)`, `expert_bo.npy (E,H)` (with those
+//! biases), `dout.npy (T,H)`. Outputs (float32 or float64): `out.npy (T,H)`,
 //! `dx.npy (T,H)`, `dw_router.npy (H,E)`, `dw0.npy`, `dw1.npy`, `dwo.npy` and, with a shared
 //! expert, `dshared_w0.npy`, `dshared_w1.npy`, `dshared_wo.npy`, and with a gated one
-//! `dshared_gate.npy`, each of its input's shape.
+//! `dshared_gate.npy`, and `drouter_bias.npy`, `dexpert_b0.npy`, ... with those biases, each
+//! of its input's shape.
 //! The routing fields of `case.json` are op `route`'s ([`RoutingJson`]).
 
 use ndarray::{ArrayD, Dimension, Ix1, Ix2, Ix3};
 use serde::{Deserialize, Serialize};
 
-use super::layer::{MoeCase, MoeOutputs, SharedExpert, TensorId};
+use super::layer::{Activation, ExpertBias, MoeCase, MoeOutputs, SharedExpert, TensorId};
 use super::op::MoeLayer;
 use crate::format::Format;
 use crate::protocol::{dims, FileError, Files, Protocol, Stored};
@@ -32,6 +35,18 @@ pub struct MoeJson {
     /// input `shared_gate.npy (H,)`, output `dshared_gate.npy (H,)`).
     #[serde(default, skip_serializing_if = "SharedGate::is_none")]
     pub shared_gate: SharedGate,
+    /// `swiglu` (absent in JSON: swiglu) or `clamped-swiglu` (gpt-oss, `alpha` 1.702,
+    /// `limit` 7).
+    #[serde(default, skip_serializing_if = "is_swiglu")]
+    pub activation: Activation,
+    /// Per-expert biases `expert_b0.npy (E,F)`, `expert_b1.npy (E,F)`, `expert_bo.npy (E,H)`
+    /// (gpt-oss), with their gradients `dexpert_b0.npy`, `dexpert_b1.npy`, `dexpert_bo.npy`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expert_bias: bool,
+    /// A bias added to the router logits, `router_bias.npy (E,)`, with its gradient
+    /// `drouter_bias.npy` (gpt-oss's router).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub router_bias: bool,
     /// Every input value is exactly representable in this format.
     pub dtype: Format,
     #[serde(flatten)]
@@ -47,6 +62,10 @@ pub enum SharedGate {
     None,
     /// `out += σ(x·g) ⊙ shared(x)` (Qwen2-MoE's `shared_expert_gate`).
     Sigmoid,
+}
+
+fn is_swiglu(a: &Activation) -> bool {
+    *a == Activation::Swiglu
 }
 
 impl SharedGate {
@@ -91,6 +110,9 @@ impl Protocol for MoeLayer {
                 Some(_) => SharedGate::Sigmoid,
                 None => SharedGate::None,
             },
+            activation: case.activation,
+            expert_bias: case.expert_bias.is_some(),
+            router_bias: case.router_bias.is_some(),
             dtype: case.dtype,
             routing: RoutingJson::of(&case.routing, case.bias.is_some()),
         }
@@ -135,10 +157,25 @@ impl Protocol for MoeLayer {
                 },
             }),
         };
+        let router_bias = match json.router_bias {
+            true => Some(input::<Ix1>(files, "router_bias", &[e])?),
+            false => None,
+        };
+        let expert_bias = match json.expert_bias {
+            true => Some(ExpertBias {
+                b0: input::<Ix2>(files, "expert_b0", &[e, f])?,
+                b1: input::<Ix2>(files, "expert_b1", &[e, f])?,
+                bo: input::<Ix2>(files, "expert_bo", &[e, h])?,
+            }),
+            false => None,
+        };
         let case = MoeCase {
             x: input::<Ix2>(files, "x", &[t, h])?,
             wr: input::<Ix2>(files, "w_router", &[h, e])?,
             bias,
+            router_bias,
+            expert_bias,
+            activation: json.activation,
             w0: input::<Ix3>(files, "w0", &[e, h, f])?,
             w1: input::<Ix3>(files, "w1", &[e, h, f])?,
             wo: input::<Ix3>(files, "wo", &[e, f, h])?,
@@ -171,6 +208,18 @@ impl Protocol for MoeLayer {
             Some(_) => Some(output::<Ix1>(files, case, TensorId::DsharedGate)?),
             None => None,
         };
+        let drouter_bias = match case.router_bias {
+            Some(_) => Some(output::<Ix1>(files, case, TensorId::DrouterBias)?),
+            None => None,
+        };
+        let dexpert_bias = match case.expert_bias {
+            Some(_) => Some([
+                output::<Ix2>(files, case, TensorId::DexpertB0)?,
+                output::<Ix2>(files, case, TensorId::DexpertB1)?,
+                output::<Ix2>(files, case, TensorId::DexpertBo)?,
+            ]),
+            None => None,
+        };
         Ok(MoeOutputs {
             out: output::<Ix2>(files, case, TensorId::Out)?,
             dx: output::<Ix2>(files, case, TensorId::Dx)?,
@@ -180,6 +229,8 @@ impl Protocol for MoeLayer {
             dwo: output::<Ix3>(files, case, TensorId::Dwo)?,
             dshared,
             dshared_gate,
+            drouter_bias,
+            dexpert_bias,
         })
     }
 }

@@ -1,11 +1,13 @@
 //! The MoE layer case, its forward pass, and the outputs an implementation returns.
 
-use ndarray::{Array1, Array2, Array3, ArrayD, ArrayView2, ArrayView3, Axis};
+use ndarray::{Array1, Array2, Array3, ArrayD, ArrayView2, Axis};
 use serde::{Deserialize, Serialize};
 
+pub use super::ffn::{
+    ffn_forward, sigmoid, silu, silu_grad, Activation, ExpertBias, FfnForward, FfnSpec,
+};
 use super::permute::Permutation;
 use crate::format::Format;
-use crate::gemm::grouped_fwd;
 use crate::routing::{route, DropPolicy, Routing, RoutingCase, RoutingConfig, Ties};
 use crate::Error;
 
@@ -41,6 +43,9 @@ pub struct MoeCase {
     pub wr: Array2<f64>,
     /// `(E,)`: selection-only bias.
     pub bias: Option<Array1<f64>>,
+    /// `(E,)`: a learned bias added to the router logits, `z = x·W_r + b_r` (gpt-oss's router
+    /// `Linear` has one): it moves selection and weights alike and has a gradient.
+    pub router_bias: Option<Array1<f64>>,
     /// `(E, H, F)`
     pub w0: Array3<f64>,
     /// `(E, H, F)`
@@ -48,6 +53,10 @@ pub struct MoeCase {
     /// `(E, F, H)`
     pub wo: Array3<f64>,
     pub shared: Option<SharedExpert>,
+    /// The experts' biases (gpt-oss).
+    pub expert_bias: Option<ExpertBias>,
+    /// The experts' and the shared expert's activation.
+    pub activation: Activation,
     /// `(T, H)`: the gradient of the loss with respect to `out`.
     pub dout: Array2<f64>,
     pub routing: RoutingConfig,
@@ -98,6 +107,14 @@ impl MoeCase {
         if let Some(b) = &self.bias {
             shape("bias", b.shape(), vec![e])?;
         }
+        if let Some(b) = &self.router_bias {
+            shape("router_bias", b.shape(), vec![e])?;
+        }
+        if let Some(eb) = &self.expert_bias {
+            shape("expert_b0", eb.b0.shape(), vec![e, f])?;
+            shape("expert_b1", eb.b1.shape(), vec![e, f])?;
+            shape("expert_bo", eb.bo.shape(), vec![e, h])?;
+        }
         if let Some(s) = &self.shared {
             let fs = s.w0.ncols();
             shape("shared_w0", s.w0.shape(), vec![h, fs])?;
@@ -146,6 +163,14 @@ impl MoeCase {
         if let Some(b) = &self.bias {
             v.push(("bias", b.clone().into_dyn()));
         }
+        if let Some(b) = &self.router_bias {
+            v.push(("router_bias", b.clone().into_dyn()));
+        }
+        if let Some(eb) = &self.expert_bias {
+            v.push(("expert_b0", eb.b0.clone().into_dyn()));
+            v.push(("expert_b1", eb.b1.clone().into_dyn()));
+            v.push(("expert_bo", eb.bo.clone().into_dyn()));
+        }
         if let Some(s) = &self.shared {
             v.push(("shared_w0", s.w0.clone().into_dyn()));
             v.push(("shared_w1", s.w1.clone().into_dyn()));
@@ -155,6 +180,31 @@ impl MoeCase {
             }
         }
         v
+    }
+
+    /// The router logits `z = x·W_r (+ b_r)` in f64.
+    pub fn logits(&self) -> Array2<f64> {
+        let mut z = self.x.dot(&self.wr);
+        if let Some(b) = &self.router_bias {
+            z += b;
+        }
+        z
+    }
+
+    /// The experts' FFN spec: activation and biases.
+    pub fn experts_spec(&self) -> FfnSpec<'_> {
+        FfnSpec {
+            act: self.activation,
+            bias: self.expert_bias.as_ref(),
+        }
+    }
+
+    /// The shared expert's FFN spec: the activation, no bias.
+    pub fn shared_spec(&self) -> FfnSpec<'_> {
+        FfnSpec {
+            act: self.activation,
+            bias: None,
+        }
     }
 
     /// The routing problem of this case with the given logits.
@@ -191,10 +241,18 @@ pub enum TensorId {
     DsharedWo,
     /// `dshared_gate (H,)`
     DsharedGate,
+    /// `drouter_bias (E,)`
+    DrouterBias,
+    /// `dexpert_b0 (E, F)`
+    DexpertB0,
+    /// `dexpert_b1 (E, F)`
+    DexpertB1,
+    /// `dexpert_bo (E, H)`
+    DexpertBo,
 }
 
 impl TensorId {
-    pub const ALL: [TensorId; 10] = [
+    pub const ALL: [TensorId; 14] = [
         TensorId::Out,
         TensorId::Dx,
         TensorId::DwRouter,
@@ -205,6 +263,10 @@ impl TensorId {
         TensorId::DsharedW1,
         TensorId::DsharedWo,
         TensorId::DsharedGate,
+        TensorId::DrouterBias,
+        TensorId::DexpertB0,
+        TensorId::DexpertB1,
+        TensorId::DexpertBo,
     ];
 
     /// The file stem in a case directory (`out`, `dx`, `dw_router`, …).
@@ -220,12 +282,24 @@ impl TensorId {
             TensorId::DsharedW1 => "dshared_w1",
             TensorId::DsharedWo => "dshared_wo",
             TensorId::DsharedGate => "dshared_gate",
+            TensorId::DrouterBias => "drouter_bias",
+            TensorId::DexpertB0 => "dexpert_b0",
+            TensorId::DexpertB1 => "dexpert_b1",
+            TensorId::DexpertBo => "dexpert_bo",
         }
     }
 
     /// Whether the leading axis is the expert (per-expert statistics in reports).
     pub fn per_expert(self) -> bool {
-        matches!(self, TensorId::Dw0 | TensorId::Dw1 | TensorId::Dwo)
+        matches!(
+            self,
+            TensorId::Dw0
+                | TensorId::Dw1
+                | TensorId::Dwo
+                | TensorId::DexpertB0
+                | TensorId::DexpertB1
+                | TensorId::DexpertBo
+        )
     }
 
     pub fn is_shared(self) -> bool {
@@ -243,6 +317,10 @@ impl TensorId {
             .into_iter()
             .filter(|t| match t {
                 TensorId::DsharedGate => gated,
+                TensorId::DrouterBias => case.router_bias.is_some(),
+                TensorId::DexpertB0 | TensorId::DexpertB1 | TensorId::DexpertBo => {
+                    case.expert_bias.is_some()
+                }
                 _ => !t.is_shared() || case.shared.is_some(),
             })
             .collect()
@@ -260,6 +338,9 @@ impl TensorId {
             TensorId::DsharedW0 | TensorId::DsharedW1 => vec![h, fs],
             TensorId::DsharedWo => vec![fs, h],
             TensorId::DsharedGate => vec![h],
+            TensorId::DrouterBias => vec![e],
+            TensorId::DexpertB0 | TensorId::DexpertB1 => vec![e, f],
+            TensorId::DexpertBo => vec![e, h],
         }
     }
 }
@@ -283,6 +364,10 @@ pub struct MoeOutputs {
     pub dshared: Option<[Array2<f64>; 3]>,
     /// `(H,)`
     pub dshared_gate: Option<Array1<f64>>,
+    /// `(E,)`, with a router bias.
+    pub drouter_bias: Option<Array1<f64>>,
+    /// `[db0 (E, F), db1 (E, F), dbo (E, H)]`, with expert biases.
+    pub dexpert_bias: Option<[Array2<f64>; 3]>,
 }
 
 impl MoeOutputs {
@@ -299,53 +384,12 @@ impl MoeOutputs {
             TensorId::DsharedW1 => self.dshared.as_ref()?[1].clone().into_dyn(),
             TensorId::DsharedWo => self.dshared.as_ref()?[2].clone().into_dyn(),
             TensorId::DsharedGate => self.dshared_gate.as_ref()?.clone().into_dyn(),
+            TensorId::DrouterBias => self.drouter_bias.as_ref()?.clone().into_dyn(),
+            TensorId::DexpertB0 => self.dexpert_bias.as_ref()?[0].clone().into_dyn(),
+            TensorId::DexpertB1 => self.dexpert_bias.as_ref()?[1].clone().into_dyn(),
+            TensorId::DexpertBo => self.dexpert_bias.as_ref()?[2].clone().into_dyn(),
         })
     }
-}
-
-/// The intermediates of a SwiGLU FFN over grouped rows: `a = x·W0_g`, `b = x·W1_g`,
-/// `act = silu(a)`, `h = act ⊙ b`, `y = h·Wo_g`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FfnForward {
-    pub a: Array2<f64>,
-    pub b: Array2<f64>,
-    pub act: Array2<f64>,
-    pub h: Array2<f64>,
-    pub y: Array2<f64>,
-}
-
-/// `σ(x) = 1 / (1 + exp(−x))` in f64.
-pub fn sigmoid(x: f64) -> f64 {
-    1.0 / (1.0 + (-x).exp())
-}
-
-/// `silu(x) = x·σ(x)`.
-pub fn silu(x: f64) -> f64 {
-    x * sigmoid(x)
-}
-
-/// `silu'(x) = σ(x)·(1 + x·(1 − σ(x)))`.
-pub fn silu_grad(x: f64) -> f64 {
-    let s = sigmoid(x);
-    s * (1.0 + x * (1.0 - s))
-}
-
-/// The grouped SwiGLU FFN: rows `[off_g, off_g+1)` of `x (M, H)` through expert `g` of
-/// `w0, w1 (G, H, F)`, `wo (G, F, H)`; rows past `off_G` (the tail) give exactly 0 in every
-/// intermediate. Reads its arguments, returns new arrays.
-pub fn ffn_forward(
-    x: ArrayView2<f64>,
-    w0: ArrayView3<f64>,
-    w1: ArrayView3<f64>,
-    wo: ArrayView3<f64>,
-    off: &[usize],
-) -> FfnForward {
-    let a = grouped_fwd(x, w0, off);
-    let b = grouped_fwd(x, w1, off);
-    let act = a.mapv(silu);
-    let h = &act * &b;
-    let y = grouped_fwd(h.view(), wo, off);
-    FfnForward { a, b, act, h, y }
 }
 
 /// The shared expert's weights as one-group grouped weights `(1, ·, ·)`.
@@ -379,8 +423,7 @@ pub struct Forward {
 /// The layer forward in f64 (module documentation, steps 1–6). Validates `case`.
 pub fn forward(case: &MoeCase) -> Result<Forward, Error> {
     case.validate()?;
-    let logits = case.x.dot(&case.wr);
-    forward_with_logits(case, logits)
+    forward_with_logits(case, case.logits())
 }
 
 /// The forward from given logits (the caller computed `z = x·W_r`).
@@ -395,6 +438,7 @@ pub(crate) fn forward_with_logits(case: &MoeCase, logits: Array2<f64>) -> Result
         case.w1.view(),
         case.wo.view(),
         &off,
+        case.experts_spec(),
     );
     let mut out = perm.combine(ffn.y.view(), routing.combine.view());
     let shared = case.shared.as_ref().map(|s| {
@@ -405,6 +449,7 @@ pub(crate) fn forward_with_logits(case: &MoeCase, logits: Array2<f64>) -> Result
             w1.view(),
             wo.view(),
             &[0, case.tokens()],
+            case.shared_spec(),
         )
     });
     let shared_gate = case

@@ -48,6 +48,7 @@ pub mod bound;
 pub mod compare;
 pub mod dense;
 pub mod fd;
+pub mod ffn;
 mod files;
 pub mod layer;
 mod op;
@@ -66,3 +67,5 @@ pub use report::{MoeDocument, MoeShape};
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_gpt_oss;

@@ -150,8 +150,7 @@ impl Comparison for LayerReport {
 /// guard [`tie_guard`] resamples them.)
 pub fn exact_tie(case: &MoeCase) -> Result<Option<String>, Error> {
     case.validate()?;
-    let logits = case.x.dot(&case.wr);
-    let routing = route(&case.routing_case(logits))?;
+    let routing = route(&case.routing_case(case.logits()))?;
     let (t, e) = routing.selection_scores.dim();
     let k = routing.indices.ncols();
     Ok(near_tie(
@@ -163,9 +162,10 @@ pub fn exact_tie(case: &MoeCase) -> Result<Option<String>, Error> {
 
 /// Why `case` cannot be checked at `precision`: it is within the selection-score error of a
 /// top-k, group or capacity tie ([`near_tie`]), so a correct implementation may legitimately
-/// route differently. Generators resample such cases. Validates `case`.
+/// route differently, or an input of a clamped activation is within its error of the clamp
+/// (a correct implementation may then take the other one-sided derivative). Generators resample such cases. Validates `case`.
 pub fn tie_guard(case: &MoeCase, precision: &LayerPrecision) -> Result<Option<String>, Error> {
     let f = forward(case)?;
     let b = layer_bound(case, &f, precision);
-    Ok(near_tie(&f.routing, &b.selection_err, &b.weight_err))
+    Ok(near_tie(&f.routing, &b.selection_err, &b.weight_err).or(b.kink))
 }

@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use super::bound::LayerPrecision;
 use super::compare::TensorReport;
+use super::ffn::Activation;
 use super::layer::{Forward, MoeCase};
 use super::op::MoeLayer;
 
@@ -32,6 +33,11 @@ pub struct MoeShape {
     pub shared_ffn: usize,
     /// The shared expert is gated by `σ(x·g)`.
     pub shared_gate: bool,
+    /// The experts' activation (`swiglu`, `clamped-swiglu`).
+    pub activation: Activation,
+    /// Per-expert biases, a router-logit bias.
+    pub expert_bias: bool,
+    pub router_bias: bool,
     pub topk: usize,
     pub kept_assignments: usize,
     pub dropped_assignments: usize,
@@ -48,6 +54,9 @@ impl MoeShape {
             ffn: case.ffn(),
             shared_ffn: case.shared.as_ref().map_or(0, |s| s.w0.ncols()),
             shared_gate: case.shared.as_ref().is_some_and(|s| s.gate.is_some()),
+            activation: case.activation,
+            expert_bias: case.expert_bias.is_some(),
+            router_bias: case.router_bias.is_some(),
             topk: case.topk(),
             kept_assignments: kept,
             dropped_assignments: fwd.perm.rows() - kept,
@@ -115,6 +124,23 @@ fn render_case(s: &mut String, doc: &MoeDocument) {
         sh.topk,
         sh.kept_assignments, sh.dropped_assignments, sh.empty_experts, doc.dtype
     );
+    if sh.activation != Activation::Swiglu || sh.expert_bias || sh.router_bias {
+        let _ = writeln!(
+            s,
+            "layer: activation {}{}{}",
+            sh.activation.name(),
+            if sh.expert_bias {
+                ", expert biases"
+            } else {
+                ""
+            },
+            if sh.router_bias {
+                ", router-logit bias"
+            } else {
+                ""
+            }
+        );
+    }
     let sigmoid = match r.score {
         crate::routing::ScoreFunction::Sigmoid => {
             format!(", sigmoid-norm {}", r.sigmoid_norm.name())

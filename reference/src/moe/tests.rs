@@ -5,6 +5,7 @@ use ndarray::{Array1, Array2, Array3};
 
 use super::*;
 use crate::format::Format;
+use crate::moe::ffn::{Activation, ExpertBias};
 use crate::routing::{Capacity, DropPolicy, GroupLimit, RoutingConfig, ScoreFunction};
 
 fn hash(seed: u64, i: u64) -> f64 {
@@ -42,7 +43,31 @@ pub(crate) fn case(
         dout: Array2::from_shape_fn((t, h), |_| next(1.0)),
         routing: cfg,
         dtype: Format::F64,
+        router_bias: None,
+        expert_bias: None,
+        activation: Activation::Swiglu,
     }
+}
+
+/// Makes `c` a gpt-oss layer: the clamped SwiGLU, expert biases and a router bias, hashed
+/// from `seed`; `scale` multiplies `W0` and `W1` (8 puts some activation inputs past the
+/// clamp at ±7).
+pub(crate) fn gpt_oss(c: &mut MoeCase, seed: u64, scale: f64) {
+    let (e, h, f) = (c.experts(), c.hidden(), c.ffn());
+    let mut n = 0u64;
+    let mut next = |s: f64| {
+        n += 1;
+        hash(seed ^ 0x6770, n) * s
+    };
+    c.activation = Activation::ClampedSwiglu;
+    c.router_bias = Some(Array1::from_shape_fn(e, |_| next(0.5)));
+    c.expert_bias = Some(ExpertBias {
+        b0: Array2::from_shape_fn((e, f), |_| next(1.0)),
+        b1: Array2::from_shape_fn((e, f), |_| next(1.0)),
+        bo: Array2::from_shape_fn((e, h), |_| next(0.5)),
+    });
+    c.w0.mapv_inplace(|v| v * scale);
+    c.w1.mapv_inplace(|v| v * scale);
 }
 
 /// Gives `c`'s shared expert a sigmoid gate (Qwen2-MoE) with weights hashed from `seed`.
@@ -91,7 +116,10 @@ const F64: LayerPrecision = LayerPrecision {
 #[test]
 fn sparse_equals_dense_within_the_f64_bound() {
     for (i, cfg) in configs().into_iter().enumerate() {
-        let c = case(i as u64, 8, 5, 6, 4, cfg, i % 2 == 0);
+        let mut c = case(i as u64, 8, 5, 6, 4, cfg, i % 2 == 0);
+        if i % 3 == 1 {
+            gpt_oss(&mut c, i as u64, 8.0);
+        }
         let fwd = forward(&c).unwrap();
         let sparse = backward(&c, &fwd).grads;
         let dense = dense_layer(&c).unwrap();
@@ -118,6 +146,9 @@ fn gradients_match_finite_differences() {
             let mut c = case(100 * i as u64 + seed, 8, 5, 6, 4, cfg, seed % 2 == 1);
             if i % 2 == 0 {
                 gate_shared(&mut c, seed);
+            }
+            if i % 3 == 1 {
+                gpt_oss(&mut c, seed, 8.0);
             }
             let fwd = forward(&c).unwrap();
             let grads = backward(&c, &fwd).grads;

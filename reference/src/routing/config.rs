@@ -72,6 +72,18 @@ impl DropPolicy {
 }
 
 impl Convention {
+    /// The score function a family always uses (`None`: the router's choice).
+    pub fn score(self) -> Option<ScoreFunction> {
+        match self {
+            Convention::HfDeepSeekV3 => Some(ScoreFunction::Sigmoid),
+            Convention::HfQwen2Moe | Convention::HfQwen3Moe | Convention::HfMixtral => {
+                Some(ScoreFunction::Softmax)
+            }
+            Convention::HfGptOss => Some(ScoreFunction::TopkSoftmax),
+            _ => None,
+        }
+    }
+
     /// What the convention's own configuration calls `drop_policy = "position"`: Megatron's
     /// keeps the lowest token indices over the whole batch ([`DropPolicy::TokenOrder`]),
     /// MaxText's counts per sequence ([`DropPolicy::Position`]).

@@ -9,11 +9,11 @@
 //! | `megatron` | `top-k-per-group` | `skip-k1` | `any` | `token-order` |
 //! | `deepseek-v3` | `top2` | `always` | `any` | `position` |
 //! | `hf-deepseek-v3` | `top2` | `always` with `norm_topk_prob`, else `never` | `any` | `position` |
-//! | `hf-qwen2-moe`, `hf-qwen3-moe`, `hf-mixtral` | `top2` | `always` | `any` | `position` |
+//! | `hf-qwen2-moe`, `hf-qwen3-moe`, `hf-mixtral`, `hf-gpt-oss` | `top2` | `always` | `any` | `position` |
 //!
 //! The Hugging Face families (transformers 5.25) also set the slot order (`any` for
 //! `hf-deepseek-v3`: `torch.topk(sorted=False)`), the score function (sigmoid for DeepSeek-V3,
-//! softmax over all experts for the others) and the default of `norm_topk_prob` (their
+//! a softmax over the top k for gpt-oss, over all experts for the others) and the default of `norm_topk_prob` (their
 //! configuration classes': true for DeepSeek-V3 and Mixtral, whose router always
 //! renormalises; false for Qwen2-MoE and Qwen3-MoE). Explicit flags override each.
 //!
@@ -27,8 +27,6 @@
 //!   `norm_topk_prob`: without it, declare `--sigmoid-norm never`.
 
 use serde::{Deserialize, Serialize};
-
-use super::ScoreFunction;
 
 /// How a group of experts is scored for group-limited selection (the groups with the largest
 /// scores are kept).
@@ -177,10 +175,13 @@ pub enum Convention {
     /// transformers `MixtralTopKRouter`: softmax over all experts, `torch.topk`, the top-k
     /// always renormalised.
     HfMixtral,
+    /// transformers `GptOssTopKRouter`: `torch.topk` of the biased logits, softmax over the
+    /// top k; its layer (`GptOssExperts`) has the clamped SwiGLU and expert biases.
+    HfGptOss,
 }
 
 impl Convention {
-    pub const ALL: [Convention; 7] = [
+    pub const ALL: [Convention; 8] = [
         Convention::MaxText,
         Convention::Megatron,
         Convention::DeepSeekV3,
@@ -188,6 +189,7 @@ impl Convention {
         Convention::HfQwen2Moe,
         Convention::HfQwen3Moe,
         Convention::HfMixtral,
+        Convention::HfGptOss,
     ];
 
     pub fn name(self) -> &'static str {
@@ -199,15 +201,19 @@ impl Convention {
             Convention::HfQwen2Moe => "hf-qwen2-moe",
             Convention::HfQwen3Moe => "hf-qwen3-moe",
             Convention::HfMixtral => "hf-mixtral",
+            Convention::HfGptOss => "hf-gpt-oss",
         }
     }
 
-    /// Whether this is one of transformers' families (their routers score in f32 whatever
-    /// the module's dtype).
-    pub fn is_hf(self) -> bool {
+    /// Whether this is one of transformers' families whose router scores in f32 whatever the
+    /// module's dtype (all but gpt-oss's, which runs in the module's dtype).
+    pub fn router_in_f32(self) -> bool {
         !matches!(
             self,
-            Convention::MaxText | Convention::Megatron | Convention::DeepSeekV3
+            Convention::MaxText
+                | Convention::Megatron
+                | Convention::DeepSeekV3
+                | Convention::HfGptOss
         )
     }
 
@@ -249,17 +255,6 @@ impl Convention {
         }
     }
 
-    /// The score function a family always uses (`None`: the router's choice).
-    pub fn score(self) -> Option<ScoreFunction> {
-        match self {
-            Convention::HfDeepSeekV3 => Some(ScoreFunction::Sigmoid),
-            Convention::HfQwen2Moe | Convention::HfQwen3Moe | Convention::HfMixtral => {
-                Some(ScoreFunction::Softmax)
-            }
-            _ => None,
-        }
-    }
-
     /// Whether the family's router always renormalises its top k whatever
     /// `norm_topk_prob` says (`MixtralTopKRouter` has no switch).
     pub fn always_norm_topk(self) -> bool {
@@ -271,7 +266,7 @@ impl Convention {
     pub fn norm_topk(self) -> Option<bool> {
         match self {
             Convention::HfDeepSeekV3 | Convention::HfMixtral => Some(true),
-            Convention::HfQwen2Moe | Convention::HfQwen3Moe => Some(false),
+            Convention::HfQwen2Moe | Convention::HfQwen3Moe | Convention::HfGptOss => Some(false),
             _ => None,
         }
     }

@@ -14,6 +14,9 @@ use ndarray::{Array1, Array2, Array3, ArrayView2, Axis};
 use moecheck_reference::format::{round_to, Format, Overflow};
 use moecheck_reference::gemm::{grouped_dgrad, grouped_fwd, grouped_wgrad};
 use moecheck_reference::moe::backward::routing_vjp;
+use moecheck_reference::moe::ffn::{
+    add_group_bias, group_bias_grad, Activation, FfnSpec, CLAMP_ALPHA, CLAMP_LIMIT,
+};
 use moecheck_reference::moe::layer::{shared_as_group, sigmoid, silu, silu_grad, FfnForward};
 use moecheck_reference::moe::{
     LayerPrecision, MoeCase, MoeLayer, MoeOutputs, Permutation, RoundTrip,
@@ -42,6 +45,15 @@ pub enum MoeBug {
     /// A gated shared expert's backward takes its weight gradients and `dx` from the ungated
     /// `dout` (the gate applied in the forward only).
     SharedGateUngatedBackward,
+    /// gpt-oss's clamped activation differentiated as if nothing were clamped: gradient flows
+    /// through `a ≥ 7` and `|b| ≥ 7`.
+    ClampGradIgnored,
+    /// The router-logit bias gets no gradient (treated as a buffer, as DeepSeek-V3's
+    /// selection bias is).
+    RouterBiasGradMissing,
+    /// The down projection's bias gradient sums `dout` without the combine weight (as if the
+    /// bias were added after the combine).
+    DownBiasUnweighted,
 }
 
 impl PlantedBug for MoeBug {
@@ -51,6 +63,9 @@ impl PlantedBug for MoeBug {
         MoeBug::EmptyExpertStaleWgrad,
         MoeBug::CombineGradMissing,
         MoeBug::SharedGateUngatedBackward,
+        MoeBug::ClampGradIgnored,
+        MoeBug::RouterBiasGradMissing,
+        MoeBug::DownBiasUnweighted,
     ];
 
     fn name(self) -> &'static str {
@@ -60,6 +75,9 @@ impl PlantedBug for MoeBug {
             MoeBug::EmptyExpertStaleWgrad => "empty-expert-stale-wgrad",
             MoeBug::CombineGradMissing => "combine-grad-missing",
             MoeBug::SharedGateUngatedBackward => "shared-gate-ungated-backward",
+            MoeBug::ClampGradIgnored => "clamp-grad-ignored",
+            MoeBug::RouterBiasGradMissing => "router-bias-grad-missing",
+            MoeBug::DownBiasUnweighted => "down-bias-unweighted",
         }
     }
 
@@ -74,6 +92,9 @@ impl PlantedBug for MoeBug {
             MoeBug::SharedGateUngatedBackward => {
                 "a gated shared expert's backward ignores the gate"
             }
+            MoeBug::ClampGradIgnored => "the clamped activation's gradient ignores the clamps",
+            MoeBug::RouterBiasGradMissing => "the router-logit bias gets no gradient",
+            MoeBug::DownBiasUnweighted => "dbo sums dout without the combine weight",
         }
     }
 }
@@ -104,7 +125,10 @@ impl MoeEmulate {
 
     /// The routing of f32-rounded router logits and its permutation.
     fn route(case: &MoeCase) -> Result<(Routing, Permutation), moecheck_reference::Error> {
-        let logits = r(case.x.dot(&case.wr));
+        let mut logits = r(case.x.dot(&case.wr));
+        if let Some(b) = &case.router_bias {
+            logits = r(logits + b);
+        }
         let routing = route(&case.routing_case(logits))?;
         let perm = Permutation::new(&routing.indices, &routing.kept, case.experts())?;
         Ok((routing, perm))
@@ -130,31 +154,94 @@ impl MoeEmulate {
         dx
     }
 
-    fn ffn(x: ArrayView2<f64>, w: [ndarray::ArrayView3<f64>; 3], off: &[usize]) -> FfnForward {
-        let a = r(grouped_fwd(x, w[0], off));
-        let b = r(grouped_fwd(x, w[1], off));
-        let act = a.mapv(|v| r32(silu(v)));
-        let h = r(&act * &b);
-        let y = r(grouped_fwd(h.view(), w[2], off));
+    fn ffn(
+        x: ArrayView2<f64>,
+        w: [ndarray::ArrayView3<f64>; 3],
+        off: &[usize],
+        spec: FfnSpec,
+    ) -> FfnForward {
+        let mut a = r(grouped_fwd(x, w[0], off));
+        let mut b = r(grouped_fwd(x, w[1], off));
+        if let Some(bias) = spec.bias {
+            add_group_bias(&mut a, bias.b0.view(), off);
+            add_group_bias(&mut b, bias.b1.view(), off);
+            (a, b) = (r(a), r(b));
+        }
+        let (act, h) = match spec.act {
+            Activation::Swiglu => {
+                let act = a.mapv(|v| r32(silu(v)));
+                let h = r(&act * &b);
+                (act, h)
+            }
+            Activation::ClampedSwiglu => {
+                let act = a.mapv(|v| {
+                    let g = v.min(CLAMP_LIMIT);
+                    r32(g * r32(sigmoid(r32(CLAMP_ALPHA * g))))
+                });
+                let vp1 = b.mapv(|v| r32(v.clamp(-CLAMP_LIMIT, CLAMP_LIMIT) + 1.0));
+                (act.clone(), r(&vp1 * &act))
+            }
+        };
+        let mut y = r(grouped_fwd(h.view(), w[2], off));
+        if let Some(bias) = spec.bias {
+            add_group_bias(&mut y, bias.bo.view(), off);
+            y = r(y);
+        }
         FfnForward { a, b, act, h, y }
     }
 
+    /// `(dx, [dW0, dW1, dWo], [db0, db1, dbo] with biases)`.
+    #[allow(clippy::type_complexity)]
     fn ffn_bwd(
+        &self,
         x: ArrayView2<f64>,
         w: [ndarray::ArrayView3<f64>; 3],
         f: &FfnForward,
         dy: ArrayView2<f64>,
         off: &[usize],
-    ) -> (Array2<f64>, [Array3<f64>; 3]) {
+        spec: FfnSpec,
+    ) -> (Array2<f64>, [Array3<f64>; 3], Option<[Array2<f64>; 3]>) {
         let dh = r(grouped_dgrad(dy, w[2], off));
         let dwo = r(grouped_wgrad(f.h.view(), dy, off));
-        let sg = f.a.mapv(|v| r32(silu_grad(v)));
-        let da = r(&r(&dh * &f.b) * &sg);
-        let db = r(&dh * &f.act);
+        let (da, db) = match spec.act {
+            Activation::Swiglu => {
+                let sg = f.a.mapv(|v| r32(silu_grad(v)));
+                (r(&r(&dh * &f.b) * &sg), r(&dh * &f.act))
+            }
+            Activation::ClampedSwiglu => {
+                let ignore = self.has(MoeBug::ClampGradIgnored);
+                let mut da = Array2::zeros(dh.dim());
+                let mut db = Array2::zeros(dh.dim());
+                ndarray::Zip::from(&mut da)
+                    .and(&mut db)
+                    .and(&dh)
+                    .and(&f.a)
+                    .and(&f.b)
+                    .and(&f.act)
+                    .for_each(|p, q, &d, &av, &bv, &act| {
+                        let vp1 = r32(bv.clamp(-CLAMP_LIMIT, CLAMP_LIMIT) + 1.0);
+                        let sg = r32(silu_grad(r32(CLAMP_ALPHA * av.min(CLAMP_LIMIT))));
+                        if ignore || av < CLAMP_LIMIT {
+                            *p = r32(r32(d * vp1) * sg);
+                        }
+                        if ignore || bv.abs() < CLAMP_LIMIT {
+                            *q = r32(d * act);
+                        }
+                    });
+                (da, db)
+            }
+        };
         let dx = r(r(grouped_dgrad(da.view(), w[0], off)) + r(grouped_dgrad(db.view(), w[1], off)));
         let dw0 = r(grouped_wgrad(x, da.view(), off));
         let dw1 = r(grouped_wgrad(x, db.view(), off));
-        (dx, [dw0, dw1, dwo])
+        let dbias = spec.bias.map(|_| {
+            [
+                r(group_bias_grad(da.view(), off)),
+                r(group_bias_grad(db.view(), off)),
+                r(group_bias_grad(dy, off)),
+            ]
+        });
+        (dx, [dw0, dw1, dwo], dbias)
     }
 }
 
@@ -182,13 +269,14 @@ impl Implementation<MoeLayer> for MoeEmulate {
         let experts = [case.w0.view(), case.w1.view(), case.wo.view()];
         let off = perm.offsets();
         let xp = perm.permute(case.x.view());
-        let ffn = Self::ffn(xp.view(), experts, &off);
+        let ffn = Self::ffn(xp.view(), experts, &off, case.experts_spec());
         let mut out = r(perm.combine(ffn.y.view(), combine.view()));
         let shared_w = case.shared.as_ref().map(shared_as_group);
         let all = [0, t];
-        let shared = shared_w
-            .as_ref()
-            .map(|[a, b, c]| Self::ffn(case.x.view(), [a.view(), b.view(), c.view()], &all));
+        let shared = shared_w.as_ref().map(|[a, b, c]| {
+            let w = [a.view(), b.view(), c.view()];
+            Self::ffn(case.x.view(), w, &all, case.shared_spec())
+        });
         // A gated shared expert: `σ(x·g)` per token, in f32.
         let gate = case.shared.as_ref().and_then(|s| s.gate.as_ref()).map(|g| {
             let gv = r(case.x.dot(g)).mapv(|v| r32(sigmoid(v)));
@@ -208,7 +296,7 @@ impl Implementation<MoeLayer> for MoeEmulate {
             bperm = Permutation::new(&routing.indices, &all_kept, e).map_err(err)?;
             bw = r(routing.weights.clone());
             bxp = bperm.permute(case.x.view());
-            bffn = Self::ffn(bxp.view(), experts, &bperm.offsets());
+            bffn = Self::ffn(bxp.view(), experts, &bperm.offsets(), case.experts_spec());
         } else {
             bperm = perm.clone();
             bw = combine.clone();
@@ -227,7 +315,26 @@ impl Implementation<MoeLayer> for MoeEmulate {
                 dc[(ti, s)] = r32(case.dout.row(ti).dot(&bffn.y.row(rr)));
             }
         }
-        let (dxp, mut dw) = Self::ffn_bwd(bxp.view(), experts, &bffn, dyp.view(), &boff);
+        let (dxp, mut dw, mut dbias) = self.ffn_bwd(
+            bxp.view(),
+            experts,
+            &bffn,
+            dyp.view(),
+            &boff,
+            case.experts_spec(),
+        );
+        if let (true, Some(db)) = (self.has(MoeBug::DownBiasUnweighted), dbias.as_mut()) {
+            // dbo from dout itself, not the combine-weighted dyp.
+            db[2].fill(0.0);
+            for ex in 0..e {
+                for rr in boff[ex]..boff[ex + 1] {
+                    let (ti, _) = self.bwd_slot(bperm.order[rr], t, k);
+                    let mut row = db[2].row_mut(ex);
+                    row += &case.dout.row(ti);
+                }
+            }
+            db[2] = r(db[2].clone());
+        }
         if self.has(MoeBug::EmptyExpertStaleWgrad) {
             for g in dw.iter_mut() {
                 for ex in 1..e {
@@ -242,6 +349,13 @@ impl Implementation<MoeLayer> for MoeEmulate {
         let dz = r(routing_vjp(&routing, dc.view()));
         dx = r(dx + r(dz.dot(&case.wr.t())));
         let dw_router = r(case.x.t().dot(&dz));
+        let drouter_bias = case.router_bias.as_ref().map(|b| {
+            if self.has(MoeBug::RouterBiasGradMissing) {
+                Array1::zeros(b.len())
+            } else {
+                r(dz.sum_axis(Axis(0)))
+            }
+        });
         let mut dshared_gate = None;
         let dshared = match (&shared, &shared_w) {
             (Some(sf), Some([a, b, c])) => {
@@ -251,12 +365,13 @@ impl Implementation<MoeLayer> for MoeEmulate {
                     }
                     _ => case.dout.clone(),
                 };
-                let (dxs, [d0, d1, d_o]) = Self::ffn_bwd(
+                let (dxs, [d0, d1, d_o], _) = self.ffn_bwd(
                     case.x.view(),
                     [a.view(), b.view(), c.view()],
                     sf,
                     dys.view(),
                     &all,
+                    case.shared_spec(),
                 );
                 dx = r(dx + dxs);
                 if let Some((g, gv)) = &gate {
@@ -283,6 +398,8 @@ impl Implementation<MoeLayer> for MoeEmulate {
             dwo,
             dshared,
             dshared_gate,
+            drouter_bias,
+            dexpert_bias: dbias,
         })
     }
 

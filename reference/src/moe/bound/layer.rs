@@ -5,7 +5,7 @@
 use ndarray::{Array2, Array3, ArrayD, Axis, Zip};
 use serde::{Deserialize, Serialize};
 
-use super::replay::{ffn_bwd, ffn_fwd, lip, mm_exact_rhs, Ev, FN_ULPS, T2};
+use super::replay::{ffn_bwd, ffn_fwd, group_sums, lip, mm_exact_rhs, Ev, FN_ULPS, T2};
 use crate::format::Format;
 use crate::gemm::bound::gamma;
 use crate::moe::layer::{shared_as_group, sigmoid, Forward, MoeCase, TensorId};
@@ -45,6 +45,9 @@ pub struct LayerBound {
     pub selection_err: Array2<f64>,
     /// `e(w) (T, k)`: the error of the weights before dropping (what `probs` ranks).
     pub weight_err: Array2<f64>,
+    /// An input of a clamped activation within its error of the clamp (the tie guard
+    /// refuses such a case), or `None`.
+    pub kink: Option<String>,
 }
 
 impl LayerBound {
@@ -64,8 +67,16 @@ pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) ->
     let cfg = &r.config;
     let (t, e) = r.scores.dim();
     let k = cfg.topk;
-    // Router logits.
-    let z = mm_exact_rhs(&T2::exact(case.x.clone()), case.wr.view(), ur);
+    // Router logits, and a router bias added to each (one rounding).
+    let mut z = mm_exact_rhs(&T2::exact(case.x.clone()), case.wr.view(), ur);
+    if let Some(rb) = &case.router_bias {
+        Zip::indexed(&mut z.v)
+            .and(&mut z.e)
+            .for_each(|(_, j), v, e| {
+                let r = Ev { v: *v, e: *e }.add(Ev::exact(rb[j]), ur);
+                (*v, *e) = (r.v, r.e);
+            });
+    }
     // Scores and the selection scores.
     let mut s = T2::exact(r.scores.clone());
     match cfg.score {
@@ -144,6 +155,8 @@ pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) ->
         case.w1.view(),
         case.wo.view(),
         &off,
+        case.activation,
+        case.expert_bias.as_ref(),
         u,
     );
     let hidden = case.hidden();
@@ -168,6 +181,8 @@ pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) ->
             w1.view(),
             wo.view(),
             &all,
+            case.activation,
+            None,
             u,
         )
     });
@@ -209,13 +224,14 @@ pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) ->
             }
         }
     }
-    let (dxp, dw0, dw1, dwo) = ffn_bwd(
+    let (dxp, dw0, dw1, dwo, dbias) = ffn_bwd(
         &ffn,
         &dyp,
         case.w0.view(),
         case.w1.view(),
         case.wo.view(),
         &off,
+        case.expert_bias.is_some(),
         u,
     );
     let mut dx = T2::exact(Array2::zeros((t, hidden)));
@@ -312,6 +328,11 @@ pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) ->
     let ax = case.x.mapv(f64::abs);
     let dwr_e = ax.t().dot(&dz.e) * (1.0 + gt) + ax.t().dot(&dz.v.mapv(f64::abs)) * gt;
     let dwr_v = case.x.t().dot(&dz.v);
+    // A router bias's gradient: the column sums of `dz` (depth `T`).
+    let drouter_bias = case
+        .router_bias
+        .as_ref()
+        .map(|_| group_sums(&dz, &[0, t], ur));
     let mut dshared = None;
     let mut dgate = None;
     if let (Some(sf), Some([w0, w1, wo])) = (&shared, &shared_w) {
@@ -319,7 +340,8 @@ pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) ->
             Some(gv) => row_scale(gv, &dout, u),
             None => dout.clone(),
         };
-        let (dxs, d0, d1, d_o) = ffn_bwd(sf, &dys, w0.view(), w1.view(), wo.view(), &all, u);
+        let (dxs, d0, d1, d_o, _) =
+            ffn_bwd(sf, &dys, w0.view(), w1.view(), wo.view(), &all, false, u);
         dx = dx.zip(&dxs, |a, b| a.add(b, u));
         if let (Some(gv), Some(g)) = (&gate, case.shared.as_ref().and_then(|s| s.gate.as_ref())) {
             // `dℓ[t] = <dout[t], ys[t]>·γ(1 − γ)`, `dx += dℓ·gᵀ`, `dg = xᵀ·dℓ` (depth `T`).
@@ -378,10 +400,27 @@ pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) ->
         let b: Vec<f64> = dg.iter().map(|x| x.e + u_out * x.mag()).collect();
         tensors.push((TensorId::DsharedGate, ndarray::Array1::from(b).into_dyn()));
     }
+    let row0 = |(v, e): (Array2<f64>, Array2<f64>)| {
+        (&e + &((v.mapv(f64::abs) + &e) * u_out))
+            .index_axis_move(Axis(0), 0)
+            .into_dyn()
+    };
+    if let Some(rb) = drouter_bias {
+        tensors.push((TensorId::DrouterBias, row0(rb)));
+    }
+    if let Some([b0, b1, bo]) = dbias {
+        let out2 = |(v, e): (Array2<f64>, Array2<f64>)| {
+            (&e + &((v.mapv(f64::abs) + &e) * u_out)).into_dyn()
+        };
+        tensors.push((TensorId::DexpertB0, out2(b0)));
+        tensors.push((TensorId::DexpertB1, out2(b1)));
+        tensors.push((TensorId::DexpertBo, out2(bo)));
+    }
     LayerBound {
         tensors,
         selection_err,
         weight_err: w.e,
+        kink: ffn.kink.or(shared.and_then(|sf| sf.kink)),
     }
 }
 

@@ -7,7 +7,7 @@ use ndarray::{Array2, Array3, ArrayView2, ArrayView3, Axis, Zip};
 
 use crate::gemm::bound::gamma;
 use crate::gemm::{grouped_dgrad, grouped_fwd, grouped_wgrad};
-use crate::moe::layer::{silu, silu_grad};
+use crate::moe::ffn::{sigmoid, silu, silu_grad, Activation, ExpertBias, CLAMP_ALPHA, CLAMP_LIMIT};
 
 /// Relative error, in units of `u`, allowed for one evaluation of `exp`, `σ` or `silu`.
 pub const FN_ULPS: f64 = 4.0;
@@ -153,7 +153,7 @@ pub(super) fn g_wgrad(lhs: &T2, dout: &T2, off: &[usize], u: f64) -> (Array3<f64
     (v, e)
 }
 
-/// The replayed grouped SwiGLU FFN and its backward: `(y, dx, dW0, dW1, dWo)` with errors.
+/// The replayed grouped FFN and its backward: `(y, dx, dW0, dW1, dWo)` with errors.
 pub(super) struct FfnReplay {
     pub(super) y: T2,
     pub(super) xp: T2,
@@ -161,21 +161,105 @@ pub(super) struct FfnReplay {
     pub(super) b: T2,
     pub(super) act: T2,
     pub(super) h: T2,
+    /// The clamped activation: `v + 1` and `α·g` (what its derivative reads).
+    pub(super) clamped: Option<(T2, T2)>,
+    /// An input of the clamped activation within its error of a clamp, or `None`.
+    pub(super) kink: Option<String>,
 }
 
+/// `m + bias_g` on the rows of group `g` (`bias` exact): one rounded addition each.
+pub(super) fn add_bias(m: &T2, bias: ArrayView2<f64>, off: &[usize], u: f64) -> T2 {
+    let mut r = m.clone();
+    for g in 0..off.len() - 1 {
+        for row in off[g]..off[g + 1] {
+            for c in 0..m.v.ncols() {
+                let x = m.at(row, c).add(Ev::exact(bias[(g, c)]), u);
+                r.v[(row, c)] = x.v;
+                r.e[(row, c)] = x.e;
+            }
+        }
+    }
+    r
+}
+
+/// Per-group column sums of `d` (a bias gradient): depth = the group's size.
+pub(super) fn group_sums(d: &T2, off: &[usize], u: f64) -> (Array2<f64>, Array2<f64>) {
+    let n = d.v.ncols();
+    let mut v = Array2::zeros((off.len() - 1, n));
+    let mut e = Array2::zeros((off.len() - 1, n));
+    for g in 0..off.len() - 1 {
+        let gm = gamma(off[g + 1] - off[g], u);
+        for c in 0..n {
+            let (mut sv, mut se, mut sm) = (0.0, 0.0, 0.0);
+            for row in off[g]..off[g + 1] {
+                let x = d.at(row, c);
+                sv += x.v;
+                se += x.e;
+                sm += x.mag();
+            }
+            v[(g, c)] = sv;
+            e[(g, c)] = se + gm * sm;
+        }
+    }
+    (v, e)
+}
+
+#[allow(clippy::too_many_arguments)]
 pub(super) fn ffn_fwd(
     xp: T2,
     w0: ArrayView3<f64>,
     w1: ArrayView3<f64>,
     wo: ArrayView3<f64>,
     off: &[usize],
+    act_fn: Activation,
+    bias: Option<&ExpertBias>,
     u: f64,
 ) -> FfnReplay {
-    let a = g_fwd(&xp, w0, off, u);
-    let b = g_fwd(&xp, w1, off, u);
-    let act = a.map(|x| lip(x, silu(x.v), SILU_LIP, u));
-    let h = act.zip(&b, |p, q| p.mul(q, u));
-    let y = g_fwd(&h, wo, off, u);
+    let mut a = g_fwd(&xp, w0, off, u);
+    let mut b = g_fwd(&xp, w1, off, u);
+    if let Some(bs) = bias {
+        a = add_bias(&a, bs.b0.view(), off, u);
+        b = add_bias(&b, bs.b1.view(), off, u);
+    }
+    let mut kink = None;
+    let (act, h, clamped) = match act_fn {
+        Activation::Swiglu => {
+            let act = a.map(|x| lip(x, silu(x.v), SILU_LIP, u));
+            let h = act.zip(&b, |p, q| p.mul(q, u));
+            (act, h, None)
+        }
+        Activation::ClampedSwiglu => {
+            // `g = min(a, L)` and `v = clamp(b, ±L)` are exact and 1-Lipschitz.
+            let g = a.map(|x| Ev {
+                v: x.v.min(CLAMP_LIMIT),
+                e: x.e,
+            });
+            let ag = g.map(|x| Ev::exact(CLAMP_ALPHA).mul(x, u));
+            let act = g.zip(&ag, |gx, y| gx.mul(lip(y, sigmoid(y.v), 0.25, u), u));
+            let vp1 = b.map(|x| {
+                Ev {
+                    v: x.v.clamp(-CLAMP_LIMIT, CLAMP_LIMIT),
+                    e: x.e,
+                }
+                .add(Ev::exact(1.0), u)
+            });
+            let h = vp1.zip(&act, |p, q| p.mul(q, u));
+            for ((i, j), x) in a.v.indexed_iter() {
+                let (ea, eb, y) = (a.e[(i, j)], b.e[(i, j)], b.v[(i, j)]);
+                if (x - CLAMP_LIMIT).abs() <= ea || (y.abs() - CLAMP_LIMIT).abs() <= eb {
+                    kink = Some(format!(
+                        "row {i}, column {j} of the experts' activation inputs is within its error of the clamp at ±{CLAMP_LIMIT} (a = {x:e}, b = {y:e})"
+                    ));
+                    break;
+                }
+            }
+            (act, h, Some((vp1, ag)))
+        }
+    };
+    let mut y = g_fwd(&h, wo, off, u);
+    if let Some(bs) = bias {
+        y = add_bias(&y, bs.bo.view(), off, u);
+    }
     FfnReplay {
         y,
         xp,
@@ -183,16 +267,21 @@ pub(super) fn ffn_fwd(
         b,
         act,
         h,
+        clamped,
+        kink,
     }
 }
 
+/// `(dx, dW0, dW1, dWo)` with errors, and with biases `[db0, db1, dbo]`.
 pub(super) type Grads3 = (
     T2,
     (Array3<f64>, Array3<f64>),
     (Array3<f64>, Array3<f64>),
     (Array3<f64>, Array3<f64>),
+    Option<[(Array2<f64>, Array2<f64>); 3]>,
 );
 
+#[allow(clippy::too_many_arguments)]
 pub(super) fn ffn_bwd(
     f: &FfnReplay,
     dy: &T2,
@@ -200,21 +289,48 @@ pub(super) fn ffn_bwd(
     w1: ArrayView3<f64>,
     wo: ArrayView3<f64>,
     off: &[usize],
+    bias: bool,
     u: f64,
 ) -> Grads3 {
     let dh = g_dgrad(dy, wo, off, u);
     let dwo = g_wgrad(&f.h, dy, off, u);
-    let sg = f.a.map(|x| lip(x, silu_grad(x.v), SILU_GRAD_LIP, u));
-    let da = dh
-        .zip(&f.b, |p, q| p.mul(q, u))
-        .zip(&sg, |p, q| p.mul(q, u));
-    let db = dh.zip(&f.act, |p, q| p.mul(q, u));
+    let (da, db) = match &f.clamped {
+        None => {
+            let sg = f.a.map(|x| lip(x, silu_grad(x.v), SILU_GRAD_LIP, u));
+            let da = dh
+                .zip(&f.b, |p, q| p.mul(q, u))
+                .zip(&sg, |p, q| p.mul(q, u));
+            (da, dh.zip(&f.act, |p, q| p.mul(q, u)))
+        }
+        Some((vp1, ag)) => {
+            // Flat past a clamp: exactly 0 (cases near a kink are refused).
+            let sg = ag.map(|y| lip(y, silu_grad(y.v), SILU_GRAD_LIP, u));
+            let mut da = dh.zip(vp1, |p, q| p.mul(q, u)).zip(&sg, |p, q| p.mul(q, u));
+            let mut db = dh.zip(&f.act, |p, q| p.mul(q, u));
+            for ((i, j), x) in f.a.v.indexed_iter() {
+                if *x >= CLAMP_LIMIT {
+                    (da.v[(i, j)], da.e[(i, j)]) = (0.0, 0.0);
+                }
+                if f.b.v[(i, j)].abs() >= CLAMP_LIMIT {
+                    (db.v[(i, j)], db.e[(i, j)]) = (0.0, 0.0);
+                }
+            }
+            (da, db)
+        }
+    };
     let dxa = g_dgrad(&da, w0, off, u);
     let dxb = g_dgrad(&db, w1, off, u);
     let dx = dxa.zip(&dxb, |p, q| p.add(q, u));
     let dw0 = g_wgrad(&f.xp, &da, off, u);
     let dw1 = g_wgrad(&f.xp, &db, off, u);
-    (dx, dw0, dw1, dwo)
+    let dbias = bias.then(|| {
+        [
+            group_sums(&da, off, u),
+            group_sums(&db, off, u),
+            group_sums(dy, off, u),
+        ]
+    });
+    (dx, dw0, dw1, dwo, dbias)
 }
 
 /// The dense product `a (M, K) · b (K, N)` with `b` exact.

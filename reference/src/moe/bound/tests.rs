@@ -3,7 +3,7 @@
 //! pairs, no [`super::replay`] helper, `γ_n = n·u / (1 - n·u)` and the constants `2^-53`,
 //! `FN_ULPS = 4`, the Lipschitz constants `1/4`, `1.1`, `1/2` as literals), on small cases
 //! of every score function, with and without normalisation, bias, capacity dropping and a
-//! shared expert (gated or not), for an f64 and a bf16 declaration. Every tensor, the selection error and
+//! shared expert (gated or not), gpt-oss's clamped activation, expert and router biases, for an f64 and a bf16 declaration. Every tensor, the selection error and
 //! the weight error must agree to 1e-10 relative, so a change to any term of
 //! [`super::layer_bound`] (or an index that reads the wrong element) fails here.
 //!
@@ -18,7 +18,7 @@ use super::derive::*;
 use super::*;
 use crate::format::Format;
 use crate::moe::layer::{forward, TensorId};
-use crate::moe::tests::{case, configs, gate_shared};
+use crate::moe::tests::{case, configs, gate_shared, gpt_oss};
 use crate::routing::ScoreFunction;
 
 /// `(tensors, selection error, weight error)`.
@@ -37,12 +37,15 @@ fn derive(case: &crate::moe::MoeCase, precision: &LayerPrecision) -> Derived {
     let (k, hd) = (cfg.topk, case.hidden());
     let alpha = ex(cfg.scaling_factor);
     let eps = cfg.norm_eps;
-    // z = x·W_r, x and W_r exact: depth H.
+    // z = x·W_r (+ b_r), x, W_r and b_r exact: depth H, then one addition.
     let z = Array2::from_shape_fn((t, e), |(ti, j)| {
         let p: Vec<(P, P)> = (0..hd)
             .map(|i| (ex(case.x[(ti, i)]), ex(case.wr[(i, j)])))
             .collect();
-        dot(&p, ur)
+        match &case.router_bias {
+            Some(rb) => add(dot(&p, ur), ex(rb[j]), ur),
+            None => dot(&p, ur),
+        }
     });
     // Scores.
     let s = Array2::from_shape_fn((t, e), |(ti, j)| match cfg.score {
@@ -104,7 +107,18 @@ fn derive(case: &crate::moe::MoeCase, precision: &LayerPrecision) -> Derived {
     let p = &fwd.perm;
     let off = p.offsets();
     let xp = fwd.xp.mapv(ex);
-    let fw = ffn_fwd(&xp, case.w0.view(), case.w1.view(), case.wo.view(), &off, u);
+    let eb = case.expert_bias.as_ref();
+    let act = case.activation;
+    let fw = ffn_fwd(
+        &xp,
+        case.w0.view(),
+        case.w1.view(),
+        case.wo.view(),
+        &off,
+        act,
+        eb,
+        u,
+    );
     let mut out = Array2::from_shape_fn((t, hd), |(ti, col)| {
         let pairs: Vec<(P, P)> = (0..k)
             .filter(|&j| r.kept[(ti, j)])
@@ -116,7 +130,7 @@ fn derive(case: &crate::moe::MoeCase, precision: &LayerPrecision) -> Derived {
         let w3 = |a: &Array2<f64>| a.clone().insert_axis(ndarray::Axis(0));
         let (w0, w1, wo) = (w3(&sw.w0), w3(&sw.w1), w3(&sw.wo));
         let x = case.x.mapv(ex);
-        let f = ffn_fwd(&x, w0.view(), w1.view(), wo.view(), &[0, t], u);
+        let f = ffn_fwd(&x, w0.view(), w1.view(), wo.view(), &[0, t], act, None, u);
         (x, w0, w1, wo, f)
     });
     // The gate `γ[t] = σ(x[t]·g)`, a depth-H dot and a 1/4-Lipschitz evaluation.
@@ -160,7 +174,7 @@ fn derive(case: &crate::moe::MoeCase, precision: &LayerPrecision) -> Derived {
             .collect();
         dot(&pairs, u)
     });
-    let (dxp, dw0, dw1, dwo) = ffn_bwd(
+    let (dxp, dw0, dw1, dwo, dbias) = ffn_bwd(
         &fw,
         &xp,
         &dyp,
@@ -168,6 +182,7 @@ fn derive(case: &crate::moe::MoeCase, precision: &LayerPrecision) -> Derived {
         case.w1.view(),
         case.wo.view(),
         &off,
+        eb.is_some(),
         u,
     );
     let mut dx = Array2::from_shape_fn((t, hd), |(ti, col)| {
@@ -256,7 +271,17 @@ fn derive(case: &crate::moe::MoeCase, precision: &LayerPrecision) -> Derived {
             }
             None => dout.clone(),
         };
-        let (dxs, d0, d1, d_o) = ffn_bwd(f, x, &dys, w0.view(), w1.view(), wo.view(), &[0, t], u);
+        let (dxs, d0, d1, d_o, _) = ffn_bwd(
+            f,
+            x,
+            &dys,
+            w0.view(),
+            w1.view(),
+            wo.view(),
+            &[0, t],
+            false,
+            u,
+        );
         dx = Array2::from_shape_fn((t, hd), |i| add(dx[i], dxs[i], u));
         if let Some((gv, g)) = &gate {
             // dℓ[t] = <dout[t], ys[t]>·γ·(1 − γ); dx += dℓ·gᵀ; dg = xᵀ·dℓ (depth T).
@@ -297,6 +322,23 @@ fn derive(case: &crate::moe::MoeCase, precision: &LayerPrecision) -> Derived {
     }
     if let Some(dg) = gate_grad {
         tensors.push((TensorId::DsharedGate, dg));
+    }
+    if case.router_bias.is_some() {
+        // Σ_t dz[t, j]: a sum of T terms in the router's format.
+        let db: Vec<f64> = (0..e)
+            .map(|j| {
+                let v: f64 = (0..t).map(|ti| dz[(ti, j)].0).sum();
+                let er: f64 = (0..t).map(|ti| dz[(ti, j)].1).sum();
+                let m: f64 = (0..t).map(|ti| mag(dz[(ti, j)])).sum();
+                round(&(v, er + gm(t, ur) * m))
+            })
+            .collect();
+        tensors.push((TensorId::DrouterBias, db));
+    }
+    if let Some([b0, b1, bo]) = dbias {
+        tensors.push((TensorId::DexpertB0, flat2(&b0)));
+        tensors.push((TensorId::DexpertB1, flat2(&b1)));
+        tensors.push((TensorId::DexpertBo, flat2(&bo)));
     }
     (tensors, selection, w.mapv(|x| x.1))
 }
@@ -345,6 +387,9 @@ fn layer_bound_matches_the_documented_derivation() {
         let mut c = case(900 + i as u64, 8, 3, 6, 2, cfg, i % 2 == 0);
         if i % 4 == 0 {
             gate_shared(&mut c, 900 + i as u64);
+        }
+        if i % 3 == 1 {
+            gpt_oss(&mut c, 900 + i as u64, 8.0);
         }
         let fwd = forward(&c).unwrap();
         for p in &precisions {
