@@ -103,7 +103,7 @@ where
         other => other,
     };
     let parts = c.shards(gemm, estimate, imp.as_ref(), case_whole)?;
-    let run = if parts > 1 && matches!(estimate, Estimate::Fp8RunWhole) {
+    let mut run = if parts > 1 && matches!(estimate, Estimate::Fp8RunWhole) {
         eprintln!(
             "moecheck: running {} on the whole FP8 case, then checking its outputs in {parts} shards of consecutive experts, one shard's references held at a time (the report is the whole case's)",
             imp.name()
@@ -122,7 +122,8 @@ where
     } else {
         pipeline::run(spec, Some(imp.as_ref()), c.dump.as_deref(), verify)?
     };
-    report::finish(&pipeline::report(&run), c.json)
+    let code = report::finish(&pipeline::report(&run), c.json)?;
+    run.written().map(|()| code)
 }
 
 impl GemmCheck {

@@ -24,6 +24,7 @@ pub mod registry;
 pub mod report;
 pub mod selftest;
 pub mod train;
+pub mod user_file;
 
 pub use moecheck_curves as curves;
 pub use moecheck_properties as properties;

@@ -84,9 +84,18 @@ pub struct Run<O: Op> {
     pub reference_seconds: f64,
     /// `None` for a reference-only run.
     pub checked: Option<(Implemented, Verified<O>)>,
+    /// Why `--dump DIR` could not be written (a full disk): the verdict still stands and is
+    /// reported, then the command exits 2 with this ([`Run::written`]).
+    pub unwritten: Option<anyhow::Error>,
 }
 
 impl<O: Op> Run<O> {
+    /// `Err` when a file the run was asked to write was not written: call it after the
+    /// report is printed, so that the report is never lost with the file.
+    pub fn written(&mut self) -> anyhow::Result<()> {
+        self.unwritten.take().map_or(Ok(()), Err)
+    }
+
     /// The precision the report states: the implementation's, or the reference's.
     pub fn precision(&self) -> O::Precision {
         match &self.checked {
@@ -101,8 +110,8 @@ impl<O: Op> Run<O> {
 /// checks its outputs, and writes the case and the checked outputs to `dump`.
 ///
 /// An invalid generated case, an implementation that cannot run it as declared, or a dump
-/// that cannot be written is an error (exit 2); an implementation that fails is a failing
-/// verdict.
+/// directory refused before the run is an error (exit 2); an implementation that fails is a
+/// failing verdict; a dump that cannot be written after the check is [`Run::unwritten`].
 pub fn run<O: Backends>(
     generator: &dyn Generate<O>,
     imp: Option<&dyn Implementation<O>>,
@@ -110,8 +119,10 @@ pub fn run<O: Backends>(
     check: O::Check,
 ) -> anyhow::Result<Run<O>> {
     if let Some(dir) = dump {
-        // Refused before anything runs: a directory holding anything but a case.
+        // Refused before anything runs: a directory holding anything but a case, or one
+        // that cannot be written.
         replaceable(dir, "--dump")?;
+        crate::user_file::check_dir(dir, "--dump")?;
     }
     let progress = Progress::new(generator.work());
     let generated = prepare(generator, imp, &progress)?;
@@ -143,12 +154,13 @@ pub fn run<O: Backends>(
     {
         bail!("generated case: {e}");
     }
+    let mut unwritten = None;
     if let Some(dir) = dump {
         progress.stage("writing the case directory");
         let outputs = checked.as_ref().and_then(|(_, v)| v.outputs.as_ref());
         let precision = checked.as_ref().map(|(_, v)| &v.precision);
-        write_dump::<O>(dir, case, ask, outputs, precision, "--dump")?;
-        if imp.is_some() && outputs.is_none() {
+        unwritten = write_dump::<O>(dir, case, ask, outputs, precision, "--dump").err();
+        if unwritten.is_none() && imp.is_some() && outputs.is_none() {
             eprintln!(
                 "moecheck: --dump {}: the implementation produced nothing, so the case is written without outputs (`moecheck check` on it fails)",
                 dir.display()
@@ -160,6 +172,7 @@ pub fn run<O: Backends>(
         expected,
         reference_seconds,
         checked,
+        unwritten,
     })
 }
 

@@ -191,5 +191,6 @@ fn finish<O: Backends + Sharded>(
         expected: O::unheld(check),
         reference_seconds,
         checked: Some((implemented, verified)),
+        unwritten: None,
     }
 }

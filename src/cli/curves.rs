@@ -200,8 +200,9 @@ pub fn run(a: CurvesArgs) -> anyhow::Result<ExitCode> {
 
 fn run_diff(a: DiffArgs) -> anyhow::Result<ExitCode> {
     if let Some(p) = &a.plot {
-        // Refuse a bad extension before reading anything.
+        // Refuse a bad extension, or a file that cannot be written, before reading anything.
         curves::plot::Kind::of(p)?;
+        moecheck::user_file::check(p, "--plot")?;
     }
     let reader = Reader::new(a.format, a.pattern.as_deref(), a.metric)?;
     let base = reader.read(&a.base)?;
@@ -224,19 +225,22 @@ fn run_diff(a: DiffArgs) -> anyhow::Result<ExitCode> {
         exact: a.exact,
     };
     let d = diff(&base, &test, base2.as_ref(), a.metric, &criterion)?;
+    let mut plotted = Ok(());
     if let Some(p) = &a.plot {
         let bytes = curves::plot::render(&d, curves::plot::Kind::of(p)?);
-        std::fs::write(p, bytes)
-            .map_err(|e| anyhow::anyhow!("{}: cannot write plot: {e}", p.display()))?;
+        plotted = moecheck::user_file::write(p, "--plot", &bytes);
     }
+    // The report is printed even when the plot could not be written; the exit status then
+    // says that it was not (2).
     if a.json {
         moecheck::outln!("{}", serde_json::to_string_pretty(&d.report)?);
     } else {
         moecheck::out!("{}", curves::render::text(&d.report));
-        if let Some(p) = &a.plot {
+        if let (Some(p), Ok(())) = (&a.plot, &plotted) {
             moecheck::outln!("plot: {}", p.display());
         }
     }
+    plotted?;
     Ok(match d.report.verdict {
         Verdict::Pass => ExitCode::SUCCESS,
         Verdict::Fail => ExitCode::from(super::EXIT_FAIL),

@@ -180,6 +180,7 @@ pub fn run(a: MoeFlags) -> anyhow::Result<ExitCode> {
     )
     .map_err(anyhow::Error::msg)?;
     let imp = registry::build::<MoeLayer>(&a.choice()).map_err(anyhow::Error::msg)?;
-    let run = pipeline::run(&spec, Some(imp.as_ref()), a.dump.as_deref(), ())?;
-    report::finish(&pipeline::report(&run), a.json)
+    let mut run = pipeline::run(&spec, Some(imp.as_ref()), a.dump.as_deref(), ())?;
+    let code = report::finish(&pipeline::report(&run), a.json)?;
+    run.written().map(|()| code)
 }

@@ -12,6 +12,7 @@ use moecheck::prop::campaign::{self, Campaign, DEFAULT_CASES, DEFAULT_MAX_SHRINK
 use moecheck::prop::junit;
 use moecheck::registry::Declared;
 use moecheck::report;
+use moecheck::user_file;
 use moecheck_reference::format::Format;
 
 use super::ImplFlags;
@@ -192,7 +193,7 @@ fn contract_of(a: &PropFlags) -> (Contract, Vec<String>) {
 
 pub fn run(a: PropFlags) -> anyhow::Result<ExitCode> {
     if let Some(file) = &a.junit {
-        junit::check_target(file)?;
+        user_file::check(file, "--junit")?;
     }
     let declared = Declared {
         acc: a.acc,
@@ -217,8 +218,15 @@ pub fn run(a: PropFlags) -> anyhow::Result<ExitCode> {
         strict: a.strict,
     };
     let report = campaign::run_named(&a.op, &c)?;
-    if let Some(file) = &a.junit {
-        junit::write_atomic(file, &junit::document(&report))?;
+    // Written before the report is printed, whose exit status stands only when every file
+    // the campaign writes was written.
+    let written = match &a.junit {
+        Some(file) => user_file::write(file, "--junit", junit::document(&report).as_bytes()),
+        None => Ok(()),
+    };
+    let code = report::finish(&report, a.json)?;
+    if let Some(e) = report.properties.iter().find_map(|p| p.unwritten.as_ref()) {
+        anyhow::bail!("{e}");
     }
-    report::finish(&report, a.json)
+    written.map(|()| code)
 }

@@ -154,13 +154,21 @@ pub fn run(a: RouteFlags) -> anyhow::Result<ExitCode> {
         Some(c) => Some(registry::build::<Route>(&c).map_err(anyhow::Error::msg)?),
         None => None,
     };
-    let run = pipeline::run(&spec, imp.as_deref(), a.dump.as_deref(), ())?;
+    let mut run = pipeline::run(&spec, imp.as_deref(), a.dump.as_deref(), ())?;
+    let mut out = Ok(());
     if let Some(dir) = &a.out {
         let case = &run.generated.case;
         let reference = Route::reference_outputs(case, (), run.expected.clone());
-        pipeline::write_outputs::<Route>(dir, &reference.with_f32_weights(), "--out")?;
+        out = pipeline::write_outputs::<Route>(dir, &reference.with_f32_weights(), "--out");
     }
     let mut report = pipeline::report(&run);
-    report.document.wrote_to = a.out.as_ref().map(|d| d.display().to_string());
-    report::finish(&report, a.json)
+    report.document.wrote_to = a
+        .out
+        .as_ref()
+        .filter(|_| out.is_ok())
+        .map(|d| d.display().to_string());
+    // The report first: a file that could not be written loses no verdict.
+    let code = report::finish(&report, a.json)?;
+    run.written()?;
+    out.map(|()| code)
 }

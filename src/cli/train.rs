@@ -238,24 +238,25 @@ pub fn run(a: TrainFlags) -> anyhow::Result<ExitCode> {
         }
     });
     progress.done();
-    if let Some(e) = write_err {
-        return Err(e);
-    }
     let r = match result {
         Ok(r) => r,
         Err(TrainError::Refused(why)) => bail!("--impl {}: {why}", test.name()),
         Err(e @ TrainError::Failed { .. }) => {
             eprintln!("moecheck: train: {e}");
-            return Ok(ExitCode::from(super::EXIT_FAIL));
+            return write_err.map_or(Ok(ExitCode::from(super::EXIT_FAIL)), Err);
         }
     };
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         outln!("{}", summary("run", &r, config.batch, config.steps));
-        if let Some(p) = &a.log {
+        if let (Some(p), None) = (&a.log, &write_err) {
             outln!("log: {}", p.display());
         }
+    }
+    // The report first: a log that could not be written loses no result.
+    if let Some(e) = write_err {
+        return Err(e);
     }
     Ok(if r.diverged_at.is_some() {
         ExitCode::from(super::EXIT_FAIL)
@@ -276,6 +277,7 @@ fn run_compare(
     let tmp;
     let dir = match &a.out {
         Some(d) => {
+            moecheck::user_file::check_dir(d, "--out")?;
             std::fs::create_dir_all(d).with_context(|| format!("--out {}", d.display()))?;
             d.clone()
         }

@@ -28,6 +28,7 @@ use crate::ops::{self, Operation, Visit};
 use crate::pipeline;
 use crate::progress::Progress;
 use crate::registry::{self, Backends, Choice};
+use crate::user_file;
 
 /// Cases per property when `--cases` is not given.
 pub const DEFAULT_CASES: u32 = 64;
@@ -98,6 +99,7 @@ pub fn run<O: Operation>(c: &Campaign) -> anyhow::Result<PropReport> {
     if c.out.exists() && !c.out.is_dir() {
         bail!("--out {}: not a directory", c.out.display());
     }
+    user_file::check_dir(&c.out, "--out")?;
     for p in &properties {
         pipeline::replaceable(&c.case_dir(O::NAME, p.name), "--out")?;
     }
@@ -295,10 +297,15 @@ fn property<O: Operation>(
     let mut reproduce = command::prop_line(&c.choice, &run);
     if let Some(args) = &minimal {
         let dir = c.case_dir(O::NAME, p.name);
-        if let Some(line) = write_minimal(&dir, imp, p, args, &reason)? {
-            reproduce = line;
+        // A case that cannot be written (a full disk) loses no verdict: the report says the
+        // rest, and the command exits 2 with this reason after it.
+        match write_minimal(&dir, imp, p, args, &reason) {
+            Ok(line) => {
+                reproduce = line.unwrap_or(reproduce);
+                result.minimal_case = Some(dir.display().to_string());
+            }
+            Err(e) => result.unwritten = Some(format!("{e:#}")),
         }
-        result.minimal_case = Some(dir.display().to_string());
         result.arguments = Some(minimal_case);
     }
     result.verdict = PropertyVerdict::Fail;

@@ -3,14 +3,9 @@
 //! line for each failed property (`type="inconclusive"` for an inconclusive one), `<skipped>`
 //! with the reason for one that checked nothing (not applicable, not run, skipped), and each
 //! property's applied, refused and out-of-domain cases in its `<system-out>`, so CI systems
-//! show it natively. Written atomically (a
-//! temporary file in the same directory, renamed over FILE).
+//! show it natively. Written as every user-named file is (`crate::user_file`).
 
 use std::fmt::Write as _;
-use std::io::Write as _;
-use std::path::Path;
-
-use anyhow::{bail, Context};
 
 use super::report::{PropReport, PropertyVerdict};
 
@@ -141,49 +136,6 @@ pub fn document(report: &PropReport) -> String {
     s
 }
 
-/// Refuses `path` before a campaign runs: a directory, or a file in a directory that does not
-/// exist.
-pub fn check_target(path: &Path) -> anyhow::Result<()> {
-    if path.is_dir() {
-        bail!(
-            "--junit {}: is a directory (give a file name)",
-            path.display()
-        );
-    }
-    let parent = parent_of(path);
-    if !parent.is_dir() {
-        bail!(
-            "--junit {}: directory {} does not exist",
-            path.display(),
-            parent.display()
-        );
-    }
-    Ok(())
-}
-
-fn parent_of(path: &Path) -> &Path {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    }
-}
-
-/// Writes `text` to `path` atomically: a temporary file beside it, renamed over it.
-pub fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
-    check_target(path)?;
-    let context = || format!("--junit {}", path.display());
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".moecheck-junit-")
-        .tempfile_in(parent_of(path))
-        .with_context(context)?;
-    tmp.write_all(text.as_bytes()).with_context(context)?;
-    tmp.as_file().sync_all().with_context(context)?;
-    tmp.persist(path)
-        .map_err(|e| e.error)
-        .with_context(context)?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,21 +237,5 @@ mod tests {
         assert!(xml.contains("value=\"exec:a &amp;&amp; b\""), "{xml}");
         assert!(xml.contains("message=\"out[0, 0] = 1e0 &lt; &quot;want&quot; 0\""));
         assert!(xml.contains("reproduce: moecheck check &apos;out/a b&apos;"));
-    }
-
-    #[test]
-    fn refuses_a_directory_and_writes_atomically() {
-        let dir = tempfile::tempdir().unwrap();
-        let e = write_atomic(dir.path(), "x").unwrap_err().to_string();
-        assert!(e.contains("is a directory"), "{e}");
-        let missing = dir.path().join("no/such/report.xml");
-        let e = check_target(&missing).unwrap_err().to_string();
-        assert!(e.contains("does not exist"), "{e}");
-        let file = dir.path().join("report.xml");
-        std::fs::write(&file, "old").unwrap();
-        write_atomic(&file, "<new/>").unwrap();
-        assert_eq!(std::fs::read_to_string(&file).unwrap(), "<new/>");
-        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
-        assert_eq!(left.len(), 1, "no temporary file is left behind");
     }
 }

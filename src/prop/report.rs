@@ -75,6 +75,10 @@ pub struct PropertyResult {
     /// One shell line that reproduces the failure.
     pub reproduce: Option<String>,
     pub seconds: f64,
+    /// Why the minimal case could not be written under `--out` (the campaign still reports;
+    /// the command then exits 2 with this line).
+    #[serde(skip)]
+    pub unwritten: Option<String>,
 }
 
 /// What became of one property of a campaign.
@@ -124,6 +128,7 @@ impl PropertyResult {
             minimal_case: None,
             reproduce: None,
             seconds: 0.0,
+            unwritten: None,
         }
     }
 

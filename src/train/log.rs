@@ -8,7 +8,8 @@
 //!
 //! A log is written line by line as the run goes (a run stopped early leaves a readable log).
 //! An existing file is replaced only when it is a log this command wrote (its first line says
-//! so); anything else is refused, naming the flag.
+//! so) or empty; anything else is refused, naming the flag. Links and special files are
+//! treated as every file a user names (`crate::user_file`).
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
@@ -17,6 +18,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 
 use super::StepLog;
+use crate::user_file::{self, Target};
 
 const PLAIN_MARK: &str = "# moecheck train";
 const JSON_MARK: &str = "\"source\": \"moecheck train\"";
@@ -28,21 +30,20 @@ pub struct LogWriter {
     jsonl: bool,
 }
 
-/// `Ok` when `path` may be written: nothing there, or a log an earlier `moecheck train` wrote.
+/// `Ok` when `path` may be written: nothing there, a special file such as `/dev/null`
+/// (written in place), an empty file (a run stopped before its first step, or anybody's: it
+/// holds nothing to lose), or a log an earlier `moecheck train` wrote. A symbolic link, a
+/// directory, or any other file is refused, naming the flag ([`user_file::check`]).
 pub fn replaceable(path: &Path, flag: &str) -> anyhow::Result<()> {
-    let meta = match std::fs::symlink_metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e).with_context(|| format!("{flag} {}", path.display())),
+    let Target::Regular(_) = user_file::check(path, flag)? else {
+        return Ok(());
     };
-    let first = if meta.is_file() {
-        File::open(path)
-            .ok()
-            .and_then(|f| BufReader::new(f).lines().next())
-            .and_then(Result::ok)
-            .unwrap_or_default()
-    } else {
-        String::new()
+    let first = File::open(path)
+        .ok()
+        .and_then(|f| BufReader::new(f).lines().next())
+        .and_then(Result::ok);
+    let Some(first) = first else {
+        return Ok(());
     };
     if !(first.starts_with(PLAIN_MARK) || first.contains(JSON_MARK)) {
         bail!(
@@ -59,12 +60,17 @@ impl LogWriter {
     pub fn create(path: &Path, flag: &str, about: &str) -> anyhow::Result<LogWriter> {
         replaceable(path, flag)?;
         let jsonl = path.extension().is_some_and(|e| e == "jsonl");
-        let mut file = File::create(path)
-            .with_context(|| format!("{flag} {}: cannot create the log", path.display()))?;
+        let mut file = user_file::open(path, flag)?;
         if !jsonl {
-            writeln!(file, "{PLAIN_MARK} {about}")
-                .and_then(|()| writeln!(file, "step loss tokens_per_s"))
-                .with_context(|| format!("{flag} {}", path.display()))?;
+            let header = writeln!(file, "{PLAIN_MARK} {about}")
+                .and_then(|()| writeln!(file, "step loss tokens_per_s"));
+            if let Err(e) = header {
+                // Half a first line (a full disk) would make the next run refuse the file.
+                if std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(e).with_context(|| format!("{flag} {}", path.display()));
+            }
         }
         Ok(LogWriter {
             path: path.to_path_buf(),
