@@ -2,12 +2,12 @@
 //! GPU: input errors are exit 2 naming the flag, and a run without a device is a failed case
 //! (exit 1) saying "no CUDA device" — never a pass, never a panic.
 
+mod common;
+
 use assert_cmd::Command;
 use predicates::prelude::*;
 
-fn moecheck() -> Command {
-    Command::cargo_bin("moecheck").expect("binary built")
-}
+use common::moecheck;
 
 /// Whether a CUDA device is usable here (the tests below are about its absence).
 fn device_present() -> bool {

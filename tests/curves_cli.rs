@@ -1,14 +1,13 @@
 //! Drives the real `moecheck curves` binary: the seed's logs with a plot, JSON, exit codes
 //! 0/1/3, and exit 2 with `file:line` for malformed logs and bad flags.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
-use assert_cmd::Command;
 use predicates::prelude::*;
 
-fn moecheck() -> Command {
-    Command::cargo_bin("moecheck").expect("binary built")
-}
+use common::moecheck;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -86,8 +86,7 @@ fn fp8_bad_flags_exit_2_naming_the_flag() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
     // FP8 flags without an FP8 dtype.
-    let out = Command::cargo_bin("moecheck")
-        .unwrap()
+    let out = common::moecheck()
         .args([
             "gemm",
             "--experts",
@@ -113,7 +112,7 @@ fn fp8_dump_then_check_round_trips_and_catches_tampering() {
     let json = std::fs::read_to_string(dir.join("case.json")).unwrap();
     assert!(json.contains("\"fp8\""), "{json}");
     let check = || {
-        let mut c = Command::cargo_bin("moecheck").unwrap();
+        let mut c = common::moecheck();
         c.arg("check").arg(&dir);
         c
     };
@@ -198,7 +197,7 @@ fn fp8_delayed_dump_round_trips_its_scales_and_refuses_bad_ones() {
         assert!(dir.join(f).is_file(), "{f} not written");
     }
     let check = || {
-        let mut c = Command::cargo_bin("moecheck").unwrap();
+        let mut c = common::moecheck();
         c.arg("check").arg(&dir);
         c
     };

@@ -3,6 +3,8 @@
 //! bit for bit, on inputs with zeros, outliers, NaN/inf, values past max and subnormals.
 //! Python is not needed: the expected outputs are committed.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
@@ -54,7 +56,7 @@ fn quantize_matches_ml_dtypes_bit_for_bit() {
         let (input, format, scope, sat) = (f[0], f[1], f[2], f[3]);
         let dir = fixtures().join(input);
         let out = tmp.path().join(line.replace(' ', "_"));
-        let mut cmd = Command::cargo_bin("moecheck").unwrap();
+        let mut cmd = common::moecheck();
         cmd.args(["fp8", "quantize", "--format", format, "--in"])
             .arg(dir.join("x.npy"))
             .arg("--out")
@@ -135,8 +137,7 @@ fn quantize_bad_input_exits_2_with_one_line_reason() {
             "sum to 19",
         ),
     ] {
-        let out = Command::cargo_bin("moecheck")
-            .unwrap()
+        let out = common::moecheck()
             .args(["fp8", "quantize", "--out"])
             .arg(tmp.path().join("o"))
             .args(&args)

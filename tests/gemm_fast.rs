@@ -209,7 +209,7 @@ fn fp8_fast_verification_is_reported() {
 fn check_verifies_a_case_directory_fast() {
     let tmp = tempfile::tempdir().unwrap();
     let check = |dir: &std::path::Path, extra: &[&str]| {
-        let mut cmd = assert_cmd::Command::cargo_bin("moecheck").unwrap();
+        let mut cmd = common::moecheck();
         cmd.arg("check").arg(dir).args(extra);
         cmd.output().unwrap()
     };
@@ -236,8 +236,7 @@ fn check_verifies_a_case_directory_fast() {
         assert_eq!(full.status.code(), Some(want), "{name}");
     }
     let route = tmp.path().join("route");
-    let made = assert_cmd::Command::cargo_bin("moecheck")
-        .unwrap()
+    let made = common::moecheck()
         .args([
             "route", "--topk", "2", "--score", "softmax", "--tokens", "16",
         ])

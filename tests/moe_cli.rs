@@ -2,11 +2,13 @@
 //! (exit 2 with a one-line reason), the JSON report, and agreement with the JAX adapter
 //! (examples/adapters/jax_moe_layer.py: MaxText layer formulas, gradients by `jax.vjp`).
 
+mod common;
+
 use assert_cmd::Command;
 use predicates::prelude::*;
 
 fn moe(args: &[&str]) -> Command {
-    let mut c = Command::cargo_bin("moecheck").expect("binary built");
+    let mut c = common::moecheck();
     c.arg("moe").args(args);
     c
 }
@@ -381,8 +383,7 @@ fn dump_runs_the_program_once_and_dumps_the_checked_outputs() {
             "{file}: the dumped outputs are not the ones the program wrote"
         );
     }
-    Command::cargo_bin("moecheck")
-        .unwrap()
+    common::moecheck()
         .args([
             "check",
             d.to_str().unwrap(),
@@ -405,7 +406,7 @@ fn dumped_layer_case_is_rechecked_and_tampering_fails() {
         .assert()
         .code(0);
     let check = || {
-        let mut c = Command::cargo_bin("moecheck").unwrap();
+        let mut c = common::moecheck();
         c.args(["check", d.to_str().unwrap()]);
         c
     };
@@ -455,8 +456,7 @@ fn router_compute_is_declared_apart_from_compute() {
     let g: ndarray::Array2<f64> = ndarray_npy::read_npy(&p).unwrap();
     ndarray_npy::write_npy(&p, &g.mapv(|v| v as f32 as f64)).unwrap();
     let check = |extra: &[&str]| {
-        Command::cargo_bin("moecheck")
-            .unwrap()
+        common::moecheck()
             .args(["check", d.to_str().unwrap(), "--compute", "f64"])
             .args(["--out-dtype", "f64"])
             .args(extra)

@@ -59,6 +59,8 @@ fn end(pid: u32) {
 }
 
 fn program(command: String, timeout_s: f64) -> Program {
+    // The failed cases it keeps go to this test binary's own $TMPDIR.
+    common::own_tmpdir();
     Program {
         command,
         timeout: Duration::from_secs_f64(timeout_s),
@@ -220,4 +222,83 @@ fn an_interrupted_moecheck_ends_the_program_it_was_running() {
         "moecheck ended as SIGINT says: {status:?}"
     );
     assert!(ended, "the program's child {child} outlived moecheck");
+}
+
+/// The names in `dir` (a run's `$TMPDIR`).
+fn left_in(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Waits (up to 60 s) for `path` to exist.
+fn appears(path: &Path) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while !path.exists() {
+        assert!(Instant::now() < until, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Issue 42, item 5: `signal` sent to moecheck running `args` (whose program touches
+/// `started` in its working directory, then sleeps) while the program holds a case: moecheck
+/// ends as the signal says, and its `$TMPDIR` is left empty (no case directory with inputs).
+fn interrupted_run_leaves_tmpdir_empty(args: &[String], signal: &str) {
+    let root = tempfile::tempdir().unwrap();
+    let tmp = root.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let mut moecheck = std::process::Command::new(env!("CARGO_BIN_EXE_moecheck"))
+        .args(args)
+        .current_dir(root.path())
+        .env("TMPDIR", &tmp)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    appears(&root.path().join("started"));
+    assert!(
+        !left_in(&tmp).is_empty(),
+        "the case directory is in $TMPDIR"
+    );
+    let sent = std::process::Command::new("kill")
+        .args([signal, &moecheck.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let status = moecheck.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert!(status.signal().is_some(), "{args:?} {signal}: {status:?}");
+    assert_eq!(left_in(&tmp), Vec::<String>::new(), "{args:?} {signal}");
+}
+
+fn strings(words: &[&str]) -> Vec<String> {
+    words.iter().map(|w| w.to_string()).collect()
+}
+
+#[test]
+fn an_interrupted_exec_run_leaves_tmpdir_empty() {
+    let mut args = strings(&["gemm", "--impl", "exec:touch started; sleep 300 #"]);
+    args.extend(strings(&common::SMALL_GEMM));
+    interrupted_run_leaves_tmpdir_empty(&args, "-INT");
+    let mut args = strings(&["prop", "--op", "gemm", "--cases", "3", "--impl"]);
+    args.push("exec:touch started; sleep 300 #".into());
+    interrupted_run_leaves_tmpdir_empty(&args, "-TERM");
+}
+
+#[test]
+fn an_interrupted_worker_run_leaves_tmpdir_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("worker.sh");
+    std::fs::write(
+        &script,
+        "echo '{\"protocol\": 2, \"ops\": [\"grouped_gemm\"]}'\nread line\ntouch started\nsleep 300\n",
+    )
+    .unwrap();
+    let imp = format!("worker:sh {}", script.display());
+    let mut args = strings(&["gemm", "--impl", &imp]);
+    args.extend(strings(&common::SMALL_GEMM));
+    interrupted_run_leaves_tmpdir_empty(&args, "-TERM");
+    let args = strings(&["prop", "--op", "gemm", "--cases", "3", "--impl", &imp]);
+    interrupted_run_leaves_tmpdir_empty(&args, "-INT");
 }

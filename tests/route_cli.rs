@@ -1,17 +1,16 @@
 //! Drives `moecheck route`: outputs, bad input (exit 2 naming the flag or file), planted bugs
 //! (exit 1), and agreement with the JAX adapter (examples/adapters/jax_route.py).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
-use assert_cmd::Command;
 use moecheck_reference::seed::mix;
 use ndarray::{Array1, Array2};
 use ndarray_npy::{read_npy, write_npy};
 use predicates::prelude::*;
 
-fn moecheck() -> Command {
-    Command::cargo_bin("moecheck").expect("binary built")
-}
+use common::moecheck;
 
 /// Logits `(t, e)`: integers in `-max..=max` times `step`, from `seed` (grid values: ties are
 /// exact and distinct scores are far apart).

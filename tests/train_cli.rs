@@ -2,14 +2,14 @@
 //! every implementation kind (in-process, exec:, worker:), `--compare` verdicts, and exit 2
 //! with one line for bad flags or a file it must not replace.
 
+mod common;
+
 use std::path::Path;
 
 use assert_cmd::Command;
 use predicates::prelude::*;
 
-fn moecheck() -> Command {
-    Command::cargo_bin("moecheck").expect("binary built")
-}
+use common::moecheck;
 
 /// A small model: a few seconds in a debug build.
 const SMALL: [&str; 12] = [

@@ -7,6 +7,8 @@
 //! The workers are tiny Python scripts that speak the protocol themselves (so the Rust side
 //! is tested, not the helper) and compute with the shipped numpy adapter's handler.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -78,6 +80,8 @@ fn starts(dir: &Path) -> Vec<u32> {
 }
 
 fn built(name: &str, timeout: f64) -> Box<dyn Implementation<Gemm>> {
+    // The failed cases the worker keeps go to this test binary's own $TMPDIR.
+    common::own_tmpdir();
     build::<Gemm>(&Choice {
         timeout: Some(timeout),
         ..Choice::named(name)

@@ -282,9 +282,8 @@ fn run_compare(
             d.clone()
         }
         None => {
-            tmp = tempfile::Builder::new()
-                .prefix("moecheck-train-")
-                .tempdir()?;
+            tmp = moecheck::impls::scratch::Scratch::new("moecheck-train-")
+                .context("a temporary directory for the logs")?;
             tmp.path().to_path_buf()
         }
     };

@@ -19,6 +19,7 @@ use moecheck_reference::op::{Implementation, Op, RunError};
 use moecheck_reference::protocol::Protocol;
 
 use crate::impls::process::{failure, keep_failed_case, save_stderr, KeptCases, Running, GRACE};
+use crate::impls::scratch::Scratch;
 use crate::protocol;
 
 /// An external program, run by `sh -c` with the case directory appended, within a timeout.
@@ -50,9 +51,7 @@ impl<O: Protocol> Implementation<O> for Exec<O> {
         O::declared_precision(case, &self.declaration)
     }
     fn run(&self, case: &O::Case, ask: O::Ask) -> Result<O::Outputs, RunError> {
-        let tmp = tempfile::Builder::new()
-            .prefix("moecheck-case-")
-            .tempdir()
+        let tmp = Scratch::new("moecheck-case-")
             .map_err(|e| RunError::new(format!("cannot create a case directory: {e}")))?;
         let dir = tmp.path();
         protocol::write_case::<O>(dir, case, ask, None)

@@ -16,6 +16,7 @@ pub mod interrupt;
 pub mod moe;
 pub mod process;
 pub mod route;
+pub mod scratch;
 pub mod worker;
 
 pub use crate::backends::{model_name, parse_bug, NoBug, PlantedBug};

@@ -286,12 +286,14 @@ pub fn save_stderr(dir: &std::path::Path, stderr: &str) {
 /// The failure `e` of the case in the temporary directory `tmp`: for the first
 /// [`KEPT_CASES`] failures counted by `kept` the directory is kept (with the case, whatever
 /// outputs were written, and [`STDERR_FILE`]) and `e` says where; later ones are deleted.
-pub fn keep_failed_case(tmp: tempfile::TempDir, e: RunError, kept: &KeptCases) -> RunError {
+pub fn keep_failed_case(tmp: super::scratch::Scratch, e: RunError, kept: &KeptCases) -> RunError {
     use std::sync::atomic::Ordering;
     if kept.0.fetch_add(1, Ordering::Relaxed) >= KEPT_CASES {
         return e;
     }
-    let dir = tmp.keep();
+    let Some(dir) = tmp.keep() else {
+        return e;
+    };
     let stderr = match dir.join(STDERR_FILE).exists() {
         true => format!(", its stderr in {STDERR_FILE}"),
         false => String::new(),

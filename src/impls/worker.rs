@@ -36,6 +36,7 @@ use moecheck_reference::protocol::Protocol;
 
 use crate::impls::exec::{describe, Program};
 use crate::impls::process::{failure, keep_failed_case, save_stderr, with_stderr, Running, GRACE};
+use crate::impls::scratch::Scratch;
 use crate::protocol;
 
 /// The version of the worker protocol this build speaks.
@@ -98,9 +99,7 @@ impl<O: Protocol> Implementation<O> for Worker<O> {
         if let Some(e) = Implementation::<O>::broken(self) {
             return Err(e);
         }
-        let tmp = tempfile::Builder::new()
-            .prefix("moecheck-case-")
-            .tempdir()
+        let tmp = Scratch::new("moecheck-case-")
             .map_err(|e| RunError::new(format!("cannot create a case directory: {e}")))?;
         let dir = tmp.path();
         protocol::write_case::<O>(dir, case, ask, None)

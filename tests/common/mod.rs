@@ -1,11 +1,45 @@
 //! Helpers shared by the tests that drive the real binary.
 #![allow(dead_code)] // each test binary uses its own subset
 
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
 use assert_cmd::Command;
 
-/// The `moecheck` binary.
+/// The `moecheck` binary, its `$TMPDIR` this test binary's own ([`own_tmpdir`]).
 pub fn moecheck() -> Command {
+    own_tmpdir();
     Command::cargo_bin("moecheck").expect("binary built")
+}
+
+/// This test binary's own temporary directory.
+static OWN_TMPDIR: OnceLock<PathBuf> = OnceLock::new();
+
+/// Makes `$TMPDIR` a fresh directory of this test binary's own (for what it runs in process
+/// and every program it starts, moecheck and the programs moecheck starts), removed when the
+/// binary exits: the failed cases moecheck keeps for its user, and whatever a test's program
+/// leaves, never reach the machine's temporary directory. `.ci/run` fails when anything is
+/// left there after the tests.
+pub fn own_tmpdir() {
+    OWN_TMPDIR.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("moecheck-tests-")
+            .tempdir()
+            .expect("a temporary directory for the tests")
+            .keep();
+        // Rust's own environment functions hold a lock while they read or write it, and the
+        // children this binary starts read it under the same lock.
+        std::env::set_var("TMPDIR", &dir);
+        // SAFETY: registers a plain function with no arguments, run once at exit.
+        unsafe { libc::atexit(remove_own_tmpdir) };
+        dir
+    });
+}
+
+extern "C" fn remove_own_tmpdir() {
+    if let Some(dir) = OWN_TMPDIR.get() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 /// A small routed grouped-GEMM case (six experts, two of them empty, a dropped tail): every

@@ -30,7 +30,7 @@ pub fn skip() -> bool {
 }
 
 /// Compiles driver.cpp (with the kernels) with `defines` into a fresh library in the temp
-/// dir (named by `tag` and this process) and loads it. Tries `$CXX`, then `g++`, then `c++`.
+/// dir (named by `tag` and this process), loads it and removes the file. Tries `$CXX`, then `g++`, then `c++`.
 ///
 /// Panics, with every compiler's error, when none of them builds it.
 fn build(tag: &str, defines: &[&str]) -> libloading::Library {
@@ -65,7 +65,10 @@ fn build(tag: &str, defines: &[&str]) -> libloading::Library {
         match r {
             Ok(o) if o.status.success() => {
                 // SAFETY: our own freshly built library; its initialisers are trivial.
-                return unsafe { libloading::Library::new(&out) }.expect("load the host kernels");
+                let lib = unsafe { libloading::Library::new(&out) };
+                // Loaded (mapped), the file is no longer needed: nothing stays in $TMPDIR.
+                let _ = std::fs::remove_file(&out);
+                return lib.expect("load the host kernels");
             }
             Ok(o) => errors.push(format!("{cxx}: {}", String::from_utf8_lossy(&o.stderr))),
             Err(e) => errors.push(format!("{cxx}: {e}")),
