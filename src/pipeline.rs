@@ -14,7 +14,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 
 use moecheck_reference::gemm::shard::Shard;
-use moecheck_reference::op::{verify_against, Implementation, Op, Verdict, Verified};
+use moecheck_reference::op::{verify_against, Implementation, Op, RunError, Verdict, Verified};
 use moecheck_reference::protocol::Protocol;
 use moecheck_reference::report::{Implemented, Reported, RunInfo};
 
@@ -391,21 +391,27 @@ pub struct DirCheck<O: Op> {
 
 /// The outputs in `dir` against the reference of the case in `dir` (checked in mode
 /// `check`), for an implementation that declared `declaration`. A directory that cannot be
-/// read, or an invalid case, is an error (exit 2).
+/// read, or an invalid case, is an error (exit 2); outputs that cannot be read as the case's
+/// are a failed run (exit 1).
 pub fn verify_dir<O: Protocol>(
     dir: &Path,
     declaration: &O::Declaration,
     check: O::Check,
 ) -> anyhow::Result<DirCheck<O>> {
     let (case, ask) = protocol::read_case::<O>(dir)?;
-    let got = protocol::read_outputs::<O>(dir, &case, ask)?;
+    let got = protocol::read_outputs::<O>(dir, &case, ask);
     let precision = O::declared_precision(&case, declaration);
     let start = Instant::now();
     let expected = O::expected(&case, ask, check).with_context(|| dir.display().to_string())?;
     let reference_seconds = start.elapsed().as_secs_f64();
-    let verdict = match O::compare(&case, ask, &precision, &expected, &got) {
-        Ok(report) => Verdict::of(report),
-        Err(e) => bail!("{}: {e}", dir.display()),
+    let verdict = match got {
+        // Outputs missing, of the wrong shape or dtype, or out of range are the
+        // implementation's failure (exit 1), as they are under `exec:` and `worker:`.
+        Err(e) => Verdict::RunFailed(RunError::new(e.to_string())),
+        Ok(got) => match O::compare(&case, ask, &precision, &expected, &got) {
+            Ok(report) => Verdict::of(report),
+            Err(e) => bail!("{}: {e}", dir.display()),
+        },
     };
     Ok(DirCheck {
         case,

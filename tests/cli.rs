@@ -105,20 +105,27 @@ fn k_zero_and_all_dropped_are_legal() {
 fn dump_then_check_round_trips_and_catches_tampering() {
     let (_dir, d) = dumped(&[], 0);
     moecheck().arg("check").arg(&d).assert().code(0);
-    // Tamper: write an output of the wrong shape.
+    // Tamper: write an output of the wrong shape, then of the wrong dtype. Wrong outputs are
+    // the implementation's failure, as under exec: (issue 42, item 16): exit 1, naming out.npy.
+    let good: ndarray::Array2<f32> = ndarray_npy::read_npy(d.join("out.npy")).unwrap();
     let bad = ndarray::Array2::<f32>::zeros((3, 3));
     ndarray_npy::write_npy(d.join("out.npy"), &bad).unwrap();
     moecheck()
         .arg("check")
         .arg(&d)
         .assert()
-        .code(predicate::in_iter([1, 2]))
+        .code(1)
+        .stdout(predicate::str::contains("out.npy"))
         .stderr(predicate::str::contains("panicked").not());
+    ndarray_npy::write_npy(d.join("out.npy"), &good.mapv(|v| v as i32)).unwrap();
+    moecheck()
+        .arg("check")
+        .arg(&d)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("out.npy"));
 }
 
-/// A kernel that rounds to bf16 what an f32 case asks for (cuBLAS's grouped GEMM, seen on an
-/// H200): `check` fails it as f32, names `--out-dtype bf16`, and passes it so declared,
-/// saying so in the text and the JSON. A dump records such a declaration (here: by hand).
 #[test]
 fn check_takes_a_declared_output_format_for_a_grouped_gemm() {
     let (_dir, d) = dumped(&["--impl", "reference", "--out-dtype", "bf16"], 0);
@@ -869,17 +876,21 @@ fn npy_headers_are_checked_before_allocating_and_named_precisely() {
         assert!(err.contains(needle), "want {needle:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{err}");
     };
-    for file in [
-        "lhs.npy",
-        "group_sizes.npy",
-        "rhs.npy",
-        "dout.npy",
-        "out.npy",
-    ] {
+    for file in ["lhs.npy", "group_sizes.npy", "rhs.npy", "dout.npy"] {
         let d = copy(&format!("huge_{file}"));
         claim_first_dim(&d.join(file), 1 << 40);
         check(&d, &format!("{file}: has shape [1099511627776"));
     }
+    // An output is the implementation's: a failed case (exit 1), the same reason in the report.
+    let d = copy("huge_out.npy");
+    claim_first_dim(&d.join("out.npy"), 1 << 40);
+    let out = moecheck().arg("check").arg(&d).output().unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    assert!(
+        report.contains("out.npy: has shape [1099511627776"),
+        "{report}"
+    );
     // A float64 lhs: the element type, not a size.
     let d = copy("f64_lhs");
     let a: ndarray::Array2<f32> = ndarray_npy::read_npy(d.join("lhs.npy")).unwrap();
