@@ -126,6 +126,29 @@ fn dump_then_check_round_trips_and_catches_tampering() {
         .stdout(predicate::str::contains("out.npy"));
 }
 
+/// A declaration recorded in case.json that no implementation can make (`acc_block: 0`) is
+/// bad input naming the file and its key, not a flag the user never gave (issue 42, "Also").
+#[test]
+fn a_recorded_declaration_is_refused_naming_case_json() {
+    let (_dir, d) = dumped(&[], 0);
+    let path = d.join("case.json");
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    doc["declared"] = serde_json::json!({"acc_block": 0});
+    std::fs::write(&path, doc.to_string()).unwrap();
+    let o = moecheck().arg("check").arg(&d).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("case.json") && err.contains("acc_block 0"),
+        "{err}"
+    );
+    assert!(!err.contains("--acc-block"), "{err}");
+}
+
+/// A kernel that rounds to bf16 what an f32 case asks for (cuBLAS's grouped GEMM, seen on an
+/// H200): `check` fails it as f32, names `--out-dtype bf16`, and passes it so declared,
+/// saying so in the text and the JSON. A dump records such a declaration (here: by hand).
 #[test]
 fn check_takes_a_declared_output_format_for_a_grouped_gemm() {
     let (_dir, d) = dumped(&["--impl", "reference", "--out-dtype", "bf16"], 0);

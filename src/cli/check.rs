@@ -57,19 +57,17 @@ pub struct CheckArgs {
 
 pub fn run(a: CheckArgs) -> anyhow::Result<ExitCode> {
     let header = protocol::read_header(&a.dir)?;
-    // A flag given here wins; the rest come from what the dump recorded.
-    let declared = Declared {
+    let flags = Declared {
         acc: a.acc,
         acc_block: a.acc_block,
         compute: a.compute,
         out_dtype: a.out_dtype,
         router_compute: a.router_compute,
-    }
-    .or(header.declared);
+    };
     let mut check = CheckAs {
         dir: &a.dir,
         header: &header,
-        declared,
+        flags,
         verify: a.verify,
         result: None,
     };
@@ -88,7 +86,8 @@ pub fn run(a: CheckArgs) -> anyhow::Result<ExitCode> {
 struct CheckAs<'a> {
     dir: &'a Path,
     header: &'a CaseHeader,
-    declared: Declared,
+    /// The declaration flags given here.
+    flags: Declared,
     verify: Option<Verify>,
     result: Option<anyhow::Result<Box<dyn Report>>>,
 }
@@ -99,8 +98,20 @@ impl Visit for CheckAs<'_> {
             return ControlFlow::Continue(());
         }
         let run = || -> anyhow::Result<Box<dyn Report>> {
-            let declaration =
-                registry::declaration::<O>(&self.declared).map_err(anyhow::Error::msg)?;
+            // A flag given here wins; the rest come from what the dump recorded.
+            let declared = self.flags.or(self.header.declared);
+            let declaration = registry::declaration::<O>(&declared).map_err(|e| {
+                match registry::declaration::<O>(&self.flags) {
+                    // The flags alone are fine: what case.json records is refused, so the
+                    // reason names its keys, not flags nobody gave.
+                    Ok(_) => anyhow::anyhow!(
+                        "{}: \"declared\": {}",
+                        self.dir.join("case.json").display(),
+                        recorded_keys(&e)
+                    ),
+                    Err(_) => anyhow::Error::msg(e),
+                }
+            })?;
             let mode = O::check_mode(self.verify).map_err(anyhow::Error::msg)?;
             let report = pipeline::check_dir::<O>(self.dir, &declaration, mode)?;
             Ok(Box::new(report))
@@ -108,4 +119,20 @@ impl Visit for CheckAs<'_> {
         self.result = Some(run());
         ControlFlow::Break(())
     }
+}
+
+/// `reason` with each declaration flag written as the `case.json` key it was read from
+/// (`--acc-block 0: ...` -> `acc_block 0: ...`).
+fn recorded_keys(reason: &str) -> String {
+    [
+        "--acc-block",
+        "--acc",
+        "--compute",
+        "--out-dtype",
+        "--router-compute",
+    ]
+    .iter()
+    .fold(reason.to_string(), |r, flag| {
+        r.replace(flag, &flag[2..].replace('-', "_"))
+    })
 }
