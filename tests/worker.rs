@@ -340,3 +340,24 @@ serve(flaky, ops=["grouped_gemm"])
     drop(imp);
     assert!(goes(pids[0]), "the worker outlived its Worker");
 }
+
+/// Issue 42 item 13: a worker that exits (status 7) while a background child it started keeps
+/// its stdout open used to be waited for until `--timeout` and reported as "did not answer".
+/// The process is watched as well as the pipe: the case fails at once, with the exit.
+#[test]
+fn a_worker_that_exits_while_its_child_holds_stdout_fails_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("worker.sh");
+    std::fs::write(
+        &script,
+        "echo '{\"protocol\": 2, \"ops\": [\"grouped_gemm\"]}'\nread line\nsleep 300 &\nexit 7\n",
+    )
+    .unwrap();
+    let imp = built(&format!("worker:sh {}", script.display()), 30.0);
+    let start = Instant::now();
+    let failed = campaign(imp.as_ref(), 1);
+    let took = start.elapsed();
+    let e = failed[0].as_deref().expect("the case fails");
+    assert!(took < Duration::from_secs(10), "{took:?}: {e}");
+    assert!(e.contains("exited with status 7"), "{e}");
+}

@@ -194,6 +194,19 @@ enum Line {
     Failed(String),
 }
 
+/// How often [`Session::next`] looks whether the worker is still running.
+const WATCH: Duration = Duration::from_millis(100);
+
+impl From<Line> for Next {
+    fn from(line: Line) -> Next {
+        match line {
+            Line::Text(l) => Next::Line(l),
+            Line::TooLong => Next::Line(format!("(a line longer than {MAX_LINE} bytes)")),
+            Line::Failed(e) => Next::Closed(Some(e)),
+        }
+    }
+}
+
 /// What came of waiting for a line.
 enum Next {
     Line(String),
@@ -310,14 +323,24 @@ impl Session {
             && matches!(self.process.wait_until(Instant::now()), Ok(None))
     }
 
-    fn next(&self, deadline: Instant) -> Next {
-        let wait = deadline.saturating_duration_since(Instant::now());
-        match self.lines.recv_timeout(wait) {
-            Ok(Line::Text(l)) => Next::Line(l),
-            Ok(Line::TooLong) => Next::Line(format!("(a line longer than {MAX_LINE} bytes)")),
-            Ok(Line::Failed(e)) => Next::Closed(Some(e)),
-            Err(RecvTimeoutError::Disconnected) => Next::Closed(None),
-            Err(RecvTimeoutError::Timeout) => Next::TimedOut,
+    /// The next line before `deadline`. The process is watched as well as the pipe: a worker
+    /// that exited while something it started holds its stdout open answers nothing more,
+    /// and is reported at once (by [`Session::gone`]), not at the timeout.
+    fn next(&mut self, deadline: Instant) -> Next {
+        loop {
+            let slice = deadline.saturating_duration_since(Instant::now()).min(WATCH);
+            match self.lines.recv_timeout(slice) {
+                Ok(line) => return line.into(),
+                Err(RecvTimeoutError::Disconnected) => return Next::Closed(None),
+                Err(RecvTimeoutError::Timeout) if Instant::now() >= deadline => {
+                    return Next::TimedOut;
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            if let Ok(Some(_)) = self.process.wait_until(Instant::now()) {
+                // What it wrote before it exited is still read.
+                return self.lines.recv_timeout(WATCH).map_or(Next::Closed(None), Next::from);
+            }
         }
     }
 
