@@ -204,7 +204,8 @@ pub(crate) fn prepare<O: Op>(
 ///
 /// A case directory already there (nothing but `case.json` and `.npy` files: an earlier dump)
 /// is replaced whole, so no output of an earlier run is left beside this case to pass under
-/// `moecheck check`; a directory holding anything else is refused ([`replaceable`]).
+/// `moecheck check`; a directory holding anything else is refused ([`replaceable`]). The new
+/// directory is written beside it and renamed over it ([`crate::user_file::publish_dir`]).
 pub fn write_dump<O: Backends>(
     dir: &Path,
     case: &O::Case,
@@ -215,23 +216,20 @@ pub fn write_dump<O: Backends>(
 ) -> anyhow::Result<()> {
     replaceable(dir, flag)?;
     let named = || format!("{flag} {}", dir.display());
-    if dir.exists() {
-        for entry in std::fs::read_dir(dir).with_context(named)? {
-            let entry = entry.with_context(named)?;
-            std::fs::remove_file(entry.path()).with_context(named)?;
-        }
-    }
-    std::fs::create_dir_all(dir).with_context(named)?;
     // The declaration flags beyond the operation's defaults, recorded so that `moecheck
     // check DIR` reproduces the verdict without them being given again.
     let declared = precision
         .map(|p| fewest::<O>(O::declared(case, p)))
         .filter(|d| !d.given().is_empty());
-    protocol::write_case::<O>(dir, case, ask, declared.as_ref()).with_context(named)?;
-    if let Some(out) = outputs {
-        protocol::write_outputs::<O>(dir, out).with_context(named)?;
-    }
-    Ok(())
+    let fill = |staging: &Path| -> anyhow::Result<()> {
+        protocol::write_case::<O>(staging, case, ask, declared.as_ref()).with_context(named)?;
+        if let Some(out) = outputs {
+            protocol::write_outputs::<O>(staging, out).with_context(named)?;
+        }
+        Ok(())
+    };
+    // Written beside DIR and renamed over it: two runs at once never mix their files.
+    crate::user_file::publish_dir(dir, flag, fill, |old| replaceable(old, flag))
 }
 
 /// `Ok` when a case directory may be written to `dir`: nothing is there, an empty directory,

@@ -166,6 +166,67 @@ pub fn check_dir(dir: &Path, flag: &str) -> anyhow::Result<()> {
         .with_context(|| format!("{}: cannot write in {}", shown(), at.display()))
 }
 
+/// Makes the directory `dir` whole at once, for `flag`: `fill` writes into a new directory
+/// beside it (on the same file system, its mode the umask's), which then takes `dir`'s place
+/// by `rename(2)`; what was at `dir` is moved aside and removed, once `replaceable` accepts it
+/// (else it is put back and the error returned). Two runs at once each publish a whole
+/// directory and the last one wins: a reader never sees one run's files beside another's, and
+/// a run that fails half-way leaves `dir` as it was.
+pub fn publish_dir(
+    dir: &Path,
+    flag: &str,
+    fill: impl FnOnce(&Path) -> anyhow::Result<()>,
+    replaceable: impl Fn(&Path) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let shown = || format!("{flag} {}", dir.display());
+    let parent = parent_of(dir);
+    let name = match dir.file_name() {
+        Some(n) => n.to_string_lossy(),
+        None => bail!("{}: not a directory name", shown()),
+    };
+    std::fs::create_dir_all(parent).with_context(shown)?;
+    let beside = || {
+        tempfile::Builder::new()
+            .prefix(&format!(".{name}.moecheck-"))
+            .permissions(Permissions::from_mode(0o777))
+            .tempdir_in(parent)
+            .with_context(shown)
+    };
+    let staging = beside()?;
+    fill(staging.path())?;
+    // A few rounds: another run may publish between our moving its directory aside and ours in.
+    for _ in 0..16 {
+        match std::fs::rename(staging.path(), dir) {
+            Ok(()) => {
+                let _ = staging.keep();
+                return Ok(());
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::DirectoryNotEmpty | ErrorKind::AlreadyExists
+                ) => {}
+            Err(e) => return Err(e).with_context(shown),
+        }
+        let aside = beside()?;
+        let old = aside.path().join(&*name);
+        match std::fs::rename(dir, &old) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            Err(e) => return Err(e).with_context(shown),
+        }
+        if let Err(e) = replaceable(&old) {
+            // Not ours to remove (someone's files arrived since the run was allowed).
+            if std::fs::rename(&old, dir).is_err() {
+                // Never removed: it stays beside DIR under its temporary name.
+                let _ = aside.keep();
+            }
+            return Err(e);
+        }
+    }
+    bail!("{}: other runs kept replacing it; not written", shown())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,6 +276,57 @@ mod tests {
         let mode = std::fs::metadata(&p).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o640);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_directory_is_published_whole_while_another_run_publishes_it() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("case");
+        let ok = |_: &Path| Ok(());
+        let files = |d: &Path| {
+            let mut n: Vec<_> = std::fs::read_dir(d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            n.sort();
+            n
+        };
+        let fill = |names: &'static [&'static str]| {
+            move |d: &Path| {
+                for n in names {
+                    std::fs::write(d.join(n), n)?;
+                }
+                Ok(())
+            }
+        };
+        publish_dir(&dir, "--dump", fill(&["a", "b"]), ok).unwrap();
+        // Another run publishes while this one fills: the last one wins, whole.
+        publish_dir(
+            &dir,
+            "--dump",
+            |d| {
+                publish_dir(&dir, "--dump", fill(&["x"]), ok).unwrap();
+                fill(&["c"])(d)
+            },
+            ok,
+        )
+        .unwrap();
+        assert_eq!(files(&dir), ["c"]);
+        // A directory that is not replaceable is put back, untouched.
+        let e = publish_dir(&dir, "--dump", fill(&["d"]), |_| bail!("mine")).unwrap_err();
+        assert_eq!(e.to_string(), "mine");
+        assert_eq!(files(&dir), ["c"]);
+        // A failed fill leaves the directory as it was, and nothing beside it.
+        let e = publish_dir(&dir, "--dump", |_| bail!("full"), ok).unwrap_err();
+        assert_eq!(e.to_string(), "full");
+        assert_eq!(files(&dir), ["c"]);
+        assert_eq!(files(root.path()), ["case"]);
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_ne!(
+            mode & 0o777,
+            0o700,
+            "the umask's mode, not a temporary directory's"
+        );
     }
 
     #[test]

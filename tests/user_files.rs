@@ -275,3 +275,38 @@ fn train_compare_out_naming_a_file_says_so() {
     assert!(!stderr.contains("os error"), "{stderr}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
 }
+
+/// Issue 42 item 6: two `gemm --dump DIR` at once used to leave, about one try in 13, one
+/// run's `case.json` and outputs beside the other's inputs, which `check` then judged. Each
+/// run now writes its directory beside DIR and renames it over DIR: whichever wins, DIR is one
+/// whole run, and `check` passes it.
+#[test]
+fn two_dumps_at_once_leave_one_whole_case() {
+    // Same shapes, other values: the runs write at the same moments.
+    const ROUNDS: usize = 40;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("case");
+    let run = |tokens: &str, seed: &str| {
+        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("moecheck"));
+        c.args(["gemm", "--impl", "reference", "--experts", "8", "--hidden", "64"])
+            .args(["--ffn", "64", "--tokens", tokens, "--seed", seed, "--dump"])
+            .arg(&dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        c.spawn().unwrap()
+    };
+    for round in 0..ROUNDS {
+        let (mut a, mut b) = (run("300", "1"), run("300", "2"));
+        assert!(a.wait().unwrap().success() && b.wait().unwrap().success());
+        let o = moecheck().arg("check").arg(&dir).output().unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "round {round}: {}{}",
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+    assert_eq!(left.len(), 1, "nothing but the case is left beside it");
+}
