@@ -29,8 +29,11 @@
 //!   512, 32 experts, ffn 256 (0.94 GB) and 8192 tokens, hidden 128, 8 experts, ffn 64
 //!   (0.59 GB).
 //!
-//! "Available" is the kernel's `MemAvailable`, or the cgroup's `memory.max` less its
-//! `memory.current` when that is smaller.
+//! "Available" is the smallest of: the kernel's `MemAvailable`; for this process's cgroup and
+//! each cgroup above it, its `memory.max` less its `memory.current` (v1: `limit_in_bytes` less
+//! `usage_in_bytes`); and under `ulimit -v` or `ulimit -d` (`RLIMIT_AS`, `RLIMIT_DATA`), the
+//! limit less what is mapped now (`VmSize`, `VmData`). A case the guard passes must not then
+//! abort on an allocation that one of them refuses.
 
 use std::fs;
 
@@ -40,24 +43,63 @@ use moecheck_reference::gemm::{Passes, Verify};
 
 /// Bytes of memory available to this process, if the machine says.
 pub fn available() -> Option<u64> {
-    let meminfo = fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
-        s.lines()
-            .find_map(|l| l.strip_prefix("MemAvailable:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map(|kb| kb * 1024)
-    });
+    let meminfo = fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| kib_field(&s, "MemAvailable:"));
+    [meminfo, cgroup_room(), rlimit_room()]
+        .into_iter()
+        .flatten()
+        .min()
+}
+
+/// The `KEY: N kB` field of a `/proc` file, in bytes.
+fn kib_field(text: &str, key: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb.saturating_mul(1024))
+}
+
+/// The least room under a memory limit of this process's cgroup and those above it.
+fn cgroup_room() -> Option<u64> {
     let read = |p: &str| fs::read_to_string(p).ok()?.trim().parse::<u64>().ok();
-    let cgroup = match (
-        read("/sys/fs/cgroup/memory.max"),
-        read("/sys/fs/cgroup/memory.current"),
-    ) {
-        (Some(max), Some(cur)) => Some(max.saturating_sub(cur)),
-        _ => None,
+    let room = |dir: &str, max: &str, used: &str| {
+        Some(read(&format!("{dir}/{max}"))?.saturating_sub(read(&format!("{dir}/{used}"))?))
     };
-    match (meminfo, cgroup) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
+    // cgroup v2: `0::/path`; within a cgroup namespace the path is `/`.
+    let own = fs::read_to_string("/proc/self/cgroup").ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .map(|p| p.trim_end_matches('/').to_string())
+    });
+    let mut rooms = vec![room(
+        "/sys/fs/cgroup/memory",
+        "memory.limit_in_bytes",
+        "memory.usage_in_bytes",
+    )];
+    let mut path = own.unwrap_or_default();
+    loop {
+        let dir = format!("/sys/fs/cgroup{path}");
+        rooms.push(room(&dir, "memory.max", "memory.current"));
+        match path.rfind('/') {
+            Some(at) => path.truncate(at),
+            None => break,
+        }
     }
+    rooms.into_iter().flatten().min()
+}
+
+/// Room left under `ulimit -v` (the address space) and `ulimit -d` (the data segment).
+fn rlimit_room() -> Option<u64> {
+    use rustix::process::{getrlimit, Resource};
+    let status = fs::read_to_string("/proc/self/status").ok()?;
+    [(Resource::As, "VmSize:"), (Resource::Data, "VmData:")]
+        .into_iter()
+        .filter_map(|(resource, used)| {
+            let limit = getrlimit(resource).current?;
+            Some(limit.saturating_sub(kib_field(&status, used).unwrap_or(0)))
+        })
+        .min()
 }
 
 /// `bytes` in GiB, one decimal.

@@ -992,6 +992,35 @@ fn size_guards_refuse_cases_larger_than_memory() {
     gemm(&["--allow-large"]).assert().code(0);
 }
 
+/// Issue 42 item 14: under `ulimit -v` a case of about 1.8 GB that fits the machine passed the
+/// guard and then aborted allocating (exit 134). The address-space limit counts in what is
+/// available: exit 2 with the guard's line.
+#[test]
+fn the_memory_guard_counts_ulimit_v() {
+    let moe = [
+        "moe",
+        "--tokens",
+        "64",
+        "--hidden",
+        "1024",
+        "--experts",
+        "8",
+        "--ffn",
+        "1024",
+    ];
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 1200000 && exec \"$0\" \"$@\"")
+        .arg(assert_cmd::cargo::cargo_bin("moecheck"))
+        .args(moe)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(err.contains("this case needs about"), "{err}");
+    assert!(err.contains("--allow-large"), "{err}");
+}
+
 /// Issue 16 item 10: `fp8 quantize --out` and `route --out` never overwrite their own input,
 /// never write through a symbolic link, and never mix their files into a directory that holds
 /// something else (a GEMM case, say) — exit 2 naming the file, unless `--force`. A rerun into
