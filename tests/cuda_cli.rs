@@ -4,7 +4,6 @@
 
 mod common;
 
-use assert_cmd::Command;
 use predicates::prelude::*;
 
 use common::moecheck;

@@ -7,7 +7,6 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use assert_cmd::Command;
 use ndarray::{ArrayD, Dimension};
 use ndarray_npy::ReadNpyExt;
 

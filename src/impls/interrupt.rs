@@ -128,11 +128,14 @@ extern "C" fn on_signal(signal: libc::c_int) {
 /// the forwarded signals blocked (so that the handler never runs on it and waits for itself).
 fn start_cleaner() {
     let (mut wake, mut done) = ([-1; 2], [-1; 2]);
-    // SAFETY: pipe writes two descriptors into each valid two-element array; the signal set is
+    // SAFETY: pipe2 writes two descriptors into each valid two-element array; the signal set is
     // zero-initialised, then filled by sigemptyset/sigaddset; pthread_sigmask reads `block` and
     // writes `old`, both valid.
     unsafe {
-        if libc::pipe(wake.as_mut_ptr()) != 0 || libc::pipe(done.as_mut_ptr()) != 0 {
+        // Close-on-exec: the programs moecheck starts never hold them.
+        if libc::pipe2(wake.as_mut_ptr(), libc::O_CLOEXEC) != 0
+            || libc::pipe2(done.as_mut_ptr(), libc::O_CLOEXEC) != 0
+        {
             return;
         }
         let mut block: libc::sigset_t = std::mem::zeroed();
