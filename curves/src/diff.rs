@@ -1,41 +1,35 @@
 //! `moecheck curves diff`: is TEST's curve the same as BASE's, within a margin that is
 //! justified by the loss scale, seed-to-seed noise and logging precision?
 //!
-//! The criterion (docs/curves.md gives the reasons):
+//! The criterion (docs/curves.md gives it as a statistician would read it):
 //! 1. Align the runs on the steps both logged (a step logged twice — a restart — keeps its last
-//!    value). A non-finite TEST value where BASE is finite is an immediate FAIL.
+//!    value). A non-finite TEST value where BASE is finite is an immediate FAIL; steps where
+//!    BASE is not finite are not compared, and a PASS is withheld while there are any.
 //! 2. Skip the first `ceil(warmup_frac · n)` common steps.
 //! 3. Split the rest, from the end, into `m` non-overlapping windows of `W` steps and average
-//!    the paired gap `test − base` in each: `g_1..g_m` (averaging tames step-to-step noise and
-//!    autocorrelation).
-//! 4. `δ = max(rel · |mean base loss|, k · σ_seed, 2 · logging precision)` where `σ_seed` is the
-//!    RMS of the windowed gaps between BASE and a second baseline seed, when one is given, and
-//!    the logging precision is the upper median, over the compared steps, of each pair's
-//!    coarser quantum `max(q_base, q_test)` (warm-up steps do not enter it, and one value
-//!    printed coarser than the rest does not loosen the whole comparison).
-//! 5. `CI = mean(g) ± t_{L, m−1} · sd(g)/√m`; tail = mean of the last `ceil(tail_frac · m)`
-//!    windows, ± `t_{L, m−2} · s_res/√m_tail` (each at level `L = 1 − (1 − conf)/2`, so the
-//!    two together are a `conf` joint statement), with `s_res` the residual sd of a line fitted
-//!    to `g`; drifting = the fitted slope is significant (|b|/se > `t_{conf, m−2}`) and moves
-//!    the gap by more than `drift_frac · δ` over the compared steps.
-//! 6. FAIL when CI lies outside ±δ or the tail's interval lies beyond δ; PASS when CI lies
-//!    inside ±δ, the tail's interval inside ±δ and the gap is not drifting; otherwise
-//!    INCONCLUSIVE, with a concrete suggestion.
+//!    the paired gap `test − base` in each: `g_1..g_m`.
+//! 4. `δ = max(rel · |mean base loss|, k · σ_seed, 2 · logging precision)`, σ_seed from BASE
+//!    and every baseline seed with its chi-square interval ([`crate::seed`]); `δ_fail` is δ
+//!    with σ_seed at its upper limit.
+//! 5. The mean gap's interval, the tail gap's, each window's, and the drift
+//!    ([`crate::gap`], which also states the error budget).
+//! 6. FAIL when the mean gap's, the tail's or any window's interval lies outside ±δ_fail;
+//!    PASS when the mean and tail intervals lie inside ±δ, the gap does not drift and BASE is
+//!    finite throughout; otherwise INCONCLUSIVE, with a concrete suggestion ([`crate::decide`]).
 //!
-//! Steps 1–5 are computed here, step 6 in [`crate::decide`]; [`crate::render`] prints the
-//! report that results.
+//! [`crate::render`] prints the report that results.
 
 use std::collections::BTreeMap;
 
 use crate::decide::decide;
-use crate::stats::{
-    bootstrap_median_ratio, mad_outliers, mean, median, sd, slope, t_two_sided, upper_median,
-};
+use crate::gap::windowed;
+use crate::stats::{bootstrap_median_ratio, mad_outliers, median, upper_median};
 use crate::{Curve, CurveError, Metric};
 
 pub use crate::report::{
-    interval_level, Alignment, Criterion, CurvesReport, Diff, GapStats, InputSummary, Margin,
-    Throughput, Verdict, MIN_WINDOWS, TARGET_WINDOWS,
+    interval_level, Alignment, Criterion, CurvesReport, Diff, DivergingWindow, GapStats,
+    InputSummary, Margin, SigmaSeed, Throughput, Verdict, FAIL_STATEMENTS, MIN_WINDOWS,
+    TARGET_WINDOWS,
 };
 
 /// One metric of one log, one value per step.
@@ -140,17 +134,21 @@ impl InputSummary {
     }
 }
 
-/// Compares `test` against `base` (and `base2`, a second baseline seed) on `metric`.
+/// Compares `test` against `base` on `metric`; `baselines` are BASE rerun with other seeds
+/// (`--baseline2`, any number), whose spread gives σ_seed.
 pub fn diff(
     base: &Curve,
     test: &Curve,
-    base2: Option<&Curve>,
+    baselines: &[Curve],
     metric: Metric,
     c: &Criterion,
 ) -> Result<Diff, CurveError> {
     let bs = Series::of(base, metric)?;
     let ts = Series::of(test, metric)?;
-    let b2s = base2.map(|b| Series::of(b, metric)).transpose()?;
+    let b2s = baselines
+        .iter()
+        .map(|b| Series::of(b, metric))
+        .collect::<Result<Vec<_>, _>>()?;
     let only = |a: &Series, b: &Series| -> Vec<u64> {
         a.values
             .keys()
@@ -188,8 +186,11 @@ pub fn diff(
     let eval = &finite[warmup..];
     let compared: Vec<u64> = eval.iter().map(|p| p.0).collect();
     let mut notes = Vec::new();
-    for (name, curve) in [("BASE", Some(base)), ("TEST", Some(test)), ("BASE2", base2)] {
-        for w in curve.map(|c| c.warnings.as_slice()).unwrap_or_default() {
+    let named = [("BASE", base), ("TEST", test)]
+        .into_iter()
+        .chain(baselines.iter().map(|b| ("BASE2", b)));
+    for (name, curve) in named {
+        for w in &curve.warnings {
             notes.push(format!("{name}: {w}"));
         }
     }
@@ -228,149 +229,27 @@ pub fn diff(
         metric: metric.name(),
         base: InputSummary::new(base, &bs, &compared),
         test: InputSummary::new(test, &ts, &compared),
-        baseline2: base2
-            .zip(b2s.as_ref())
-            .map(|(c, s)| InputSummary::new(c, s, &compared)),
+        baseline2: baselines
+            .iter()
+            .zip(&b2s)
+            .map(|(c, s)| InputSummary::new(c, s, &compared))
+            .collect(),
         criterion: c.clone(),
         alignment,
         test_nonfinite_steps: test_nonfinite.clone(),
         first_exact_mismatch_step: None,
         margin: None,
+        sigma_seed: None,
         gap: None,
+        diverging_windows: Vec::new(),
         throughput: throughput(base, test, c),
     };
-    let (margin, gap) = windowed(eval, &bs, &ts, b2s.as_ref(), c);
-    report.margin = margin;
-    report.gap = gap;
-    decide(&mut report, &pairs, c);
+    let w = windowed(eval, &bs, &ts, &b2s, c);
+    report.margin = w.margin;
+    report.sigma_seed = w.sigma_seed;
+    report.gap = w.gap;
+    decide(&mut report, &w.windows, &pairs, c);
     Ok(Diff { report, pairs })
-}
-
-/// Margin and windowed gap statistics over the compared steps (None when there are none).
-fn windowed(
-    eval: &[(u64, f64, f64)],
-    bs: &Series,
-    ts: &Series,
-    b2s: Option<&Series>,
-    c: &Criterion,
-) -> (Option<Margin>, Option<GapStats>) {
-    if eval.is_empty() {
-        return (None, None);
-    }
-    let w = c
-        .window_steps
-        .unwrap_or((eval.len() / TARGET_WINDOWS).max(1))
-        .max(1);
-    let m = eval.len() / w;
-    // Windows aligned to the end, so the last window holds the last steps.
-    let windows: Vec<&[(u64, f64, f64)]> = eval[eval.len() - m * w..].chunks(w).collect();
-    let g: Vec<f64> = windows
-        .iter()
-        .map(|win| mean(&win.iter().map(|p| p.2 - p.1).collect::<Vec<_>>()))
-        .collect();
-    let x: Vec<f64> = windows
-        .iter()
-        .map(|win| mean(&win.iter().map(|p| p.0 as f64).collect::<Vec<_>>()))
-        .collect();
-    let mean_base = mean(&eval.iter().map(|p| p.1).collect::<Vec<_>>());
-    let sigma_seed = b2s.and_then(|b2| {
-        let h: Vec<f64> = windows
-            .iter()
-            .filter_map(|win| {
-                let d: Vec<f64> = win
-                    .iter()
-                    .filter_map(|p| {
-                        b2.values
-                            .get(&p.0)
-                            .filter(|v| v.is_finite())
-                            .map(|v| v - p.1)
-                    })
-                    .collect();
-                (!d.is_empty()).then(|| mean(&d))
-            })
-            .collect();
-        (!h.is_empty()).then(|| (h.iter().map(|v| v * v).sum::<f64>() / h.len() as f64).sqrt())
-    });
-    let precision = pair_precision(eval, bs, ts);
-    let rel_term = c.rel * mean_base.abs();
-    let seed_term = sigma_seed.map(|s| c.k_seed * s);
-    let precision_term = 2.0 * precision;
-    let mut delta = rel_term;
-    let mut set_by = "rel";
-    if let Some(s) = seed_term.filter(|s| *s > delta) {
-        delta = s;
-        set_by = "seed";
-    }
-    if precision_term > delta {
-        delta = precision_term;
-        set_by = "precision";
-    }
-    let margin = Margin {
-        delta,
-        set_by,
-        mean_base,
-        rel_term,
-        sigma_seed,
-        seed_term,
-        precision_term,
-    };
-    let (max_abs_step, max_abs) = eval
-        .iter()
-        .map(|p| (p.0, (p.2 - p.1).abs()))
-        .fold((eval[0].0, 0.0), |acc, v| if v.1 > acc.1 { v } else { acc });
-    let gm = if m > 0 { mean(&g) } else { f64::NAN };
-    // Two intervals decide FAIL (mean and tail): each is taken at 1 − (1 − conf)/2 so that
-    // together they raise a false FAIL with probability at most 1 − conf (Bonferroni).
-    let level = interval_level(c.confidence);
-    let half = if m >= 2 {
-        t_two_sided(level, (m - 1) as f64) * sd(&g) / (m as f64).sqrt()
-    } else {
-        f64::INFINITY
-    };
-    let (b, se_b, s_res) = slope(&x, &g);
-    let t2 = if m >= 3 {
-        t_two_sided(c.confidence, (m - 2) as f64)
-    } else {
-        f64::INFINITY
-    };
-    let slope_t = if se_b > 0.0 {
-        b / se_b
-    } else if b == 0.0 {
-        0.0
-    } else {
-        f64::INFINITY * b.signum()
-    };
-    let span = x.last().zip(x.first()).map_or(0.0, |(l, f)| l - f);
-    let drift = b * span;
-    let drifting = m >= 3 && slope_t.abs() > t2 && drift.abs() > c.drift_frac * delta;
-    let tail_windows = ((c.tail_frac * m as f64).ceil() as usize).clamp(1.min(m), m);
-    let tail_mean = if m > 0 {
-        mean(&g[m - tail_windows..])
-    } else {
-        f64::NAN
-    };
-    let tail_half_width = if m >= 3 {
-        t_two_sided(level, (m - 2) as f64) * s_res / (tail_windows as f64).sqrt()
-    } else {
-        f64::INFINITY
-    };
-    let gap = GapStats {
-        window_steps: w,
-        windows: m,
-        mean: gm,
-        ci_low: gm - half,
-        ci_high: gm + half,
-        max_abs,
-        max_abs_step,
-        tail_windows,
-        tail_mean,
-        tail_half_width,
-        slope_per_step: b,
-        slope_t,
-        drift_over_compared_steps: drift,
-        drifting,
-    };
-    (Some(margin), Some(gap))
 }
 
 /// Median step times excluding warm-up and MAD outliers, and the speed-up with a bootstrap

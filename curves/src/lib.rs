@@ -18,6 +18,7 @@
 mod curve;
 pub mod decide;
 pub mod diff;
+mod gap;
 mod hf;
 mod maxtext;
 mod megatron;
@@ -30,6 +31,7 @@ pub mod plot;
 mod read;
 pub mod render;
 mod report;
+mod seed;
 pub mod stats;
 mod tensorboard;
 mod torchtitan;

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::report::{interval_level, CurvesReport};
+use crate::report::CurvesReport;
 
 fn fmt_steps(steps: &[u64]) -> String {
     match steps.len() {
@@ -28,12 +28,11 @@ fn fmt_steps(steps: &[u64]) -> String {
 pub fn text(r: &CurvesReport) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "moecheck curves diff — metric: {}", r.metric);
-    for (name, i) in [
-        ("BASE", Some(&r.base)),
-        ("TEST", Some(&r.test)),
-        ("BASE2", r.baseline2.as_ref()),
-    ] {
-        if let Some(i) = i {
+    let inputs = [("BASE", &r.base), ("TEST", &r.test)]
+        .into_iter()
+        .chain(r.baseline2.iter().map(|b| ("BASE2", b)));
+    for (name, i) in inputs {
+        {
             let _ = writeln!(
                 s,
                 "  {name:<5} {} ({}; {} steps; logging precision {:.1e}; metrics: {})",
@@ -89,24 +88,51 @@ pub fn text(r: &CurvesReport) -> String {
             format!("{} of {} step(s)", g.windows, g.window_steps),
         );
         row(&mut s, "mean BASE value", format!("{:.4}", m.mean_base));
-        let seed = m.sigma_seed.map_or("no second seed".to_string(), |x| {
-            format!("{:.4} (σ_seed {x:.4})", m.seed_term.unwrap_or(0.0))
+        let seed = m.seed_term.map_or("no baseline seed".to_string(), |x| {
+            format!("k·σ_seed {x:.4}")
         });
         row(
             &mut s,
             "δ",
             format!(
-                "{:.4}  set by {} [rel {:.4}; seed {seed}; 2·precision {:.4}]",
+                "{:.4}  set by {} [rel {:.4}; {seed}; 2·precision {:.4}]",
                 m.delta, m.set_by, m.rel_term, m.precision_term
             ),
         );
+        if let Some(x) = &r.sigma_seed {
+            row(
+                &mut s,
+                "σ_seed",
+                format!(
+                    "{:.4}  {:.1}% CI [{:.4}, {:.4}], {:.1} dof ({} baseline(s) × {:.1} effective of {} windows; lag-1 {:.2})",
+                    x.value,
+                    x.level * 100.0,
+                    x.interval[0],
+                    x.interval[1],
+                    x.dof,
+                    x.baselines,
+                    x.effective_windows,
+                    x.windows,
+                    x.lag1
+                ),
+            );
+            row(
+                &mut s,
+                "δ_fail",
+                format!(
+                    "{:.4}  (k · σ_seed's upper limit {:.4}: a FAIL must clear it)",
+                    m.delta_fail,
+                    m.seed_term_upper.unwrap_or(0.0)
+                ),
+            );
+        }
         row(
             &mut s,
             "mean gap (TEST − BASE)",
             format!(
-                "{:+.4}  {}% CI [{:+.4}, {:+.4}]",
+                "{:+.4}  {:.4}% CI [{:+.4}, {:+.4}]",
                 g.mean,
-                interval_level(r.criterion.confidence) * 100.0,
+                g.level * 100.0,
                 g.ci_low,
                 g.ci_high
             ),
@@ -132,6 +158,16 @@ pub fn text(r: &CurvesReport) -> String {
                 g.drift_over_compared_steps,
                 g.slope_t,
                 if g.drifting { ", drifting" } else { "" }
+            ),
+        );
+    }
+    for w in &r.diverging_windows {
+        row(
+            &mut s,
+            "diverging window",
+            format!(
+                "steps {}–{}: gap {:+.4}, CI [{:+.4}, {:+.4}]",
+                w.steps[0], w.steps[1], w.gap, w.interval[0], w.interval[1]
             ),
         );
     }

@@ -39,9 +39,15 @@ pub const MIN_WINDOWS: usize = 3;
 /// Windows `--window` aims for when not given.
 pub const TARGET_WINDOWS: usize = 10;
 
-/// Level of each of the two intervals (mean gap, tail gap) for a joint confidence `conf`.
-pub fn interval_level(conf: f64) -> f64 {
-    1.0 - (1.0 - conf) / 2.0
+/// Statements that can raise a FAIL without a baseline seed: the mean gap's interval, the
+/// tail gap's, and the family of per-window intervals.
+pub const FAIL_STATEMENTS: usize = 3;
+
+/// Level of each of the `shares` statements that can raise a FAIL, for a joint confidence
+/// `conf` (Bonferroni: each takes `(1 − conf)/shares` of the error rate). `shares` is
+/// [`FAIL_STATEMENTS`], plus one for σ_seed's upper limit when baselines are given.
+pub fn interval_level(conf: f64, shares: usize) -> f64 {
+    1.0 - (1.0 - conf) / shares as f64
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -70,20 +76,66 @@ pub struct Alignment {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Margin {
+    /// `max(rel_term, seed_term, precision_term)`: the band a PASS must lie inside.
     pub delta: f64,
     /// Which term set δ: `"rel"`, `"seed"` or `"precision"`.
     pub set_by: &'static str,
+    /// δ with σ_seed at its upper confidence limit (`k · sigma_seed.interval[1]`): the band a
+    /// FAIL must lie outside, so that seed noise underestimated from few seeds raises no FAIL.
+    /// Equal to `delta` without baselines.
+    pub delta_fail: f64,
     pub mean_base: f64,
     pub rel_term: f64,
-    pub sigma_seed: Option<f64>,
+    /// `k · σ_seed` (point estimate).
     pub seed_term: Option<f64>,
+    /// `k ·` σ_seed's upper confidence limit.
+    pub seed_term_upper: Option<f64>,
     pub precision_term: f64,
+}
+
+/// The seed-to-seed noise σ_seed: the standard deviation of the windowed gap between two runs
+/// of the same code that differ only in their seed, estimated from BASE and every baseline.
+#[derive(Debug, Clone, Serialize)]
+pub struct SigmaSeed {
+    pub value: f64,
+    /// Two-sided chi-square interval `[value·√(dof/χ²_{1−a/2}), value·√(dof/χ²_{a/2})]` at
+    /// `level`, whose upper end is a one-sided `1 − a/2` limit (one FAIL statement's share).
+    pub interval: [f64; 2],
+    pub level: f64,
+    /// Degrees of freedom: `baselines · effective_windows`.
+    pub dof: f64,
+    pub baselines: usize,
+    /// Windows in which some baseline was finite.
+    pub windows: usize,
+    /// Lag-1 autocorrelation of the seed gaps from one window to the next (pooled over runs).
+    pub lag1: f64,
+    /// What the windows are worth as independent draws: `windows · (1 − lag1)/(1 + lag1)`,
+    /// at least 1.
+    pub effective_windows: f64,
+}
+
+/// A window whose gap lies outside ±`delta_fail` with confidence (its interval, at the
+/// Bonferroni level of [`GapStats::window_level`], does not reach the band).
+#[derive(Debug, Clone, Serialize)]
+pub struct DivergingWindow {
+    /// First and last step of the window.
+    pub steps: [u64; 2],
+    /// Mean gap TEST − BASE over the window.
+    pub gap: f64,
+    pub interval: [f64; 2],
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct GapStats {
     pub window_steps: usize,
     pub windows: usize,
+    /// Level of the mean-gap and tail-gap intervals ([`interval_level`]).
+    pub level: f64,
+    /// Level of each window's interval: `1 − (1 − level)/windows` (Bonferroni over windows).
+    pub window_level: f64,
+    /// Lag-1 autocorrelation of the per-step gaps about their window means (pooled); each
+    /// window's interval counts its steps as `W (1 − ρ)/(1 + ρ)` independent ones.
+    pub step_lag1: f64,
     pub mean: f64,
     pub ci_low: f64,
     pub ci_high: f64,
@@ -151,14 +203,20 @@ pub struct CurvesReport {
     pub metric: &'static str,
     pub base: InputSummary,
     pub test: InputSummary,
-    pub baseline2: Option<InputSummary>,
+    /// Every `--baseline2` (BASE rerun with another seed), in the order given.
+    pub baseline2: Vec<InputSummary>,
     pub criterion: Criterion,
     pub alignment: Alignment,
     /// Steps where TEST is NaN/Inf and BASE is finite.
     pub test_nonfinite_steps: Vec<u64>,
     pub first_exact_mismatch_step: Option<u64>,
     pub margin: Option<Margin>,
+    /// Present when baselines were given and some window holds their values.
+    pub sigma_seed: Option<SigmaSeed>,
     pub gap: Option<GapStats>,
+    /// Windows whose gap lies outside ±δ_fail with confidence (a FAIL, even if the curves
+    /// meet again).
+    pub diverging_windows: Vec<DivergingWindow>,
     pub throughput: Option<Throughput>,
 }
 

@@ -204,7 +204,7 @@ fn exercise(c: &Curve, original: Option<&Curve>) {
                     exact,
                     ..Criterion::default()
                 };
-                if let Ok(d) = diff(base, test, None, Metric::Loss, &crit) {
+                if let Ok(d) = diff(base, test, &[], Metric::Loss, &crit) {
                     let _ = moecheck_curves::render::text(&d.report);
                     if !exact {
                         let _ = render(&d, Kind::Svg);

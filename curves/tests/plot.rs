@@ -116,7 +116,7 @@ fn long_file_names_and_the_verdict_do_not_collide() {
         (curve(LONG_TEST, &steps[..3], &base), Verdict::Inconclusive),
         (curve(LONG_TEST, &steps, &nan), Verdict::Fail),
     ] {
-        let d = diff(&b, &test, None, Metric::Loss, &Criterion::default()).unwrap();
+        let d = diff(&b, &test, &[], Metric::Loss, &Criterion::default()).unwrap();
         assert_eq!(d.report.verdict, want);
         let texts = check_layout(&d);
         // The names were shortened in the middle, keeping their ends.
@@ -144,7 +144,7 @@ fn short_names_share_one_line() {
     let d = diff(
         &curve("native.log", &steps, &v),
         &curve("te.log", &steps, &v),
-        None,
+        &[],
         Metric::Loss,
         &Criterion::default(),
     )
@@ -205,7 +205,7 @@ proptest! {
         let d = diff(
             &curve(&a.base_name, &steps, &base),
             &curve(&a.test_name, &steps, &test),
-            None,
+            &[],
             Metric::Loss,
             &Criterion::default(),
         )

@@ -29,19 +29,23 @@ pub enum CurvesCommand {
 #[derive(Debug, Args)]
 #[command(
     after_help = "Criterion (docs/curves.md): skip the warm-up; average the paired gap TEST − BASE \
-over non-overlapping windows; δ = max(rel·|mean BASE|, k·σ_seed, 2·logging precision). PASS when the \
-confidence interval of the mean windowed gap and the tail gap lie inside ±δ and the gap does not drift; \
-FAIL when the interval lies outside ±δ, the tail gap exceeds δ, or TEST is NaN/Inf where BASE is finite; \
-otherwise INCONCLUSIVE with a suggestion.\n\nExit status: 0 pass, 1 fail, 3 inconclusive, 2 bad input or flags."
+over non-overlapping windows; δ = max(rel·|mean BASE|, k·σ_seed, 2·logging precision), and δ_fail the \
+same with σ_seed at its upper confidence limit (chi-square, from BASE and every --baseline2). FAIL when \
+the interval of the mean windowed gap, the tail gap's or any window's (Bonferroni over windows) lies \
+outside ±δ_fail — naming the diverging steps, even if the curves meet again — or TEST is NaN/Inf where \
+BASE is finite. PASS when the mean and tail intervals lie inside ±δ, the gap does not drift and BASE is \
+finite throughout. Otherwise INCONCLUSIVE with a suggestion (more steps, or n more seeds).\n\nExit status: 0 pass, 1 fail, 3 inconclusive, 2 bad input or flags."
 )]
 pub struct DiffArgs {
     /// The baseline log.
     pub base: PathBuf,
     /// The log of the run under test.
     pub test: PathBuf,
-    /// BASE rerun with another seed: σ_seed (RMS of the windowed BASE2 − BASE gap) enters δ.
-    #[arg(long)]
-    pub baseline2: Option<PathBuf>,
+    /// BASE rerun with another seed; repeat it for several seeds. σ_seed, the spread of the
+    /// windowed gap between runs of the same code, comes from BASE and all of them, with a
+    /// chi-square interval for how few seeds estimate it.
+    #[arg(long, value_name = "FILE", action = clap::ArgAction::Append)]
+    pub baseline2: Vec<PathBuf>,
     /// Metric to compare: loss (the training loss), val_loss, step_time_s, tokens_per_s,
     /// tflops. With --pattern: the name of the values the pattern reads.
     #[arg(long, default_value = "loss", value_parser = parse_metric)]
@@ -75,7 +79,8 @@ pub struct DiffArgs {
     /// Seed part of δ: k · σ_seed (with --baseline2).
     #[arg(long, default_value_t = 3.0, value_parser = parse_nonneg)]
     pub k: f64,
-    /// Joint confidence of the mean-gap and tail-gap intervals (each taken at 1 − (1 − c)/2);
+    /// Joint confidence of the statements that can raise a FAIL (mean-gap, tail-gap and
+    /// per-window intervals, and σ_seed's upper limit with baselines: each at 1 − (1 − c)/s);
     /// also the level of the slope test and of the speed-up interval.
     #[arg(long, default_value_t = 0.95, value_parser = parse_confidence)]
     pub confidence: f64,
@@ -207,11 +212,12 @@ fn run_diff(a: DiffArgs) -> anyhow::Result<ExitCode> {
     let reader = Reader::new(a.format, a.pattern.as_deref(), a.metric)?;
     let base = reader.read(&a.base)?;
     let test = reader.read(&a.test)?;
-    let base2 = a.baseline2.as_deref().map(|p| reader.read(p)).transpose()?;
-    for c in [Some(&base), Some(&test), base2.as_ref()]
-        .into_iter()
-        .flatten()
-    {
+    let base2 = a
+        .baseline2
+        .iter()
+        .map(|p| reader.read(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    for c in [&base, &test].into_iter().chain(&base2) {
         warn(c);
     }
     let criterion = Criterion {
@@ -224,7 +230,7 @@ fn run_diff(a: DiffArgs) -> anyhow::Result<ExitCode> {
         drift_frac: a.drift,
         exact: a.exact,
     };
-    let d = diff(&base, &test, base2.as_ref(), a.metric, &criterion)?;
+    let d = diff(&base, &test, &base2, a.metric, &criterion)?;
     let mut plotted = Ok(());
     if let Some(p) = &a.plot {
         let bytes = curves::plot::render(&d, curves::plot::Kind::of(p)?);

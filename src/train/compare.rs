@@ -101,14 +101,15 @@ pub fn compare(
     let b = curve(&arms[0])?;
     let t = curve(arms.last().expect("base and test always run"))?;
     let b2 = if baseline2 {
-        Some(curve(&arms[1])?)
+        vec![curve(&arms[1])?]
     } else {
-        None
+        Vec::new()
     };
-    let d = diff(&b, &t, b2.as_ref(), Metric::Loss, &Criterion::default())
-        .map_err(anyhow::Error::from)?;
+    let report = diff(&b, &t, &b2, Metric::Loss, &Criterion::default())
+        .map_err(anyhow::Error::from)?
+        .report;
     Ok(TrainComparison {
         arms,
-        curves: d.report,
+        curves: report,
     })
 }

@@ -1,6 +1,7 @@
 //! The parity plot's layout: both curves (top panel), the gap TEST − BASE with its window
-//! means and the ±δ band (bottom panel), the warm-up shaded, the first NaN/Inf of TEST marked,
-//! the legend and the verdict (`legend.rs`) — as a list of [`Shape`]s.
+//! means and the ±δ band (bottom panel), the warm-up and the diverging windows shaded, the
+//! first NaN/Inf of TEST marked, the legend and the verdict (`legend.rs`) — as a list of
+//! [`Shape`]s.
 
 use super::legend::{legend, Band};
 use super::panel::{curve, padded, Panel};
@@ -87,6 +88,19 @@ pub fn scene(d: &Diff) -> Vec<Shape> {
                     fill: Colour::Warmup,
                 });
             }
+        }
+    }
+    // Diverging windows (a FAIL wherever they lie), shaded in both panels.
+    for w in &r.diverging_windows {
+        for p in [&top, &bottom] {
+            let (a, b) = (p.px(w.steps[0] as f64), p.px(w.steps[1] as f64));
+            out.push(Shape::Rect {
+                x: a.min(b) - 1.0,
+                y: p.top,
+                w: (b - a).abs() + 2.0,
+                h: p.h,
+                fill: Colour::Diverging,
+            });
         }
     }
     let band_top = bottom.py(delta.min(bottom.y.1));
@@ -224,7 +238,11 @@ pub fn scene(d: &Diff) -> Vec<Shape> {
     out.push(Shape::Text {
         x: 510.0,
         y: HEIGHT as f64 - 14.0,
-        text: "step (grey: warm-up, not compared)".into(),
+        text: if r.diverging_windows.is_empty() {
+            "step (grey: warm-up, not compared)".into()
+        } else {
+            "step (grey: warm-up, not compared; red: diverging windows)".into()
+        },
         colour: Colour::Black,
         anchor: Anchor::Middle,
         size: SIZE_TEXT,

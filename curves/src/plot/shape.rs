@@ -16,9 +16,11 @@ pub enum Colour {
     Window = 8,
     Fail = 9,
     Pass = 10,
+    /// A window whose gap lies outside ±δ_fail with confidence.
+    Diverging = 11,
 }
 
-pub const PALETTE: [[u8; 3]; 11] = [
+pub const PALETTE: [[u8; 3]; 12] = [
     [255, 255, 255],
     [20, 20, 20],
     [225, 225, 225],
@@ -30,6 +32,7 @@ pub const PALETTE: [[u8; 3]; 11] = [
     [90, 30, 130],
     [200, 30, 30],
     [30, 140, 30],
+    [250, 212, 212],
 ];
 
 impl Colour {
