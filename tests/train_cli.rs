@@ -182,6 +182,56 @@ fn compare_passes_the_reference_and_fails_a_visible_bug() {
     assert!(why.contains("GEMM wrote NaN"), "{why}");
 }
 
+/// Piped (stderr not a terminal): one line per phase on stderr, so a long comparison is not
+/// silent. See: issue 41.
+#[test]
+fn compare_prints_one_line_per_phase_when_piped() {
+    let out = train(&["--impl", "reference", "--steps", "10", "--compare"])
+        .assert()
+        .get_output()
+        .stderr
+        .clone();
+    let err = String::from_utf8_lossy(&out);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 4, "{err}");
+    for (i, role) in ["base", "base2", "test"].iter().enumerate() {
+        let want = format!("run {}/3 ({role}) done: 10 steps in", i + 1);
+        assert!(lines[i].contains(&want), "{err}");
+    }
+    assert!(lines[3].contains("curves verdict"), "{err}");
+}
+
+/// Issue 42, item 10: with `--lr 1` every arm diverges at step 1; the verdict says the runs
+/// diverged (and to lower --lr), not "log more steps".
+#[test]
+fn compare_says_when_every_run_diverged() {
+    let out = train(&[
+        "--impl",
+        "reference",
+        "--steps",
+        "20",
+        "--lr",
+        "1",
+        "--compare",
+        "--json",
+    ])
+    .assert()
+    .code(3)
+    .get_output()
+    .stdout
+    .clone();
+    let doc: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let why = doc["curves"]["reasons"][0].as_str().unwrap();
+    assert!(why.starts_with("the runs diverged"), "{why}");
+    assert!(
+        why.contains("base at step 1") && why.contains("test at step 1"),
+        "{why}"
+    );
+    let advice = doc["curves"]["suggestion"].as_str().unwrap();
+    assert!(advice.contains("lower --lr"), "{advice}");
+    assert!(!doc["curves"].to_string().contains("log more steps"));
+}
+
 #[test]
 fn json_run_states_the_floor_and_every_step() {
     let out = train(&["--impl", "reference", "--steps", "5", "--json"])

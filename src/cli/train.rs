@@ -43,7 +43,7 @@ impl From<DtypeArg> for GemmDtype {
     mut_arg("topk", |a| a.default_value("2")),
     mut_arg("score", |a| a.help("Score function [default: the --convention's, else softmax]")),
     mut_arg("implementation", |a| a.help("Implementation of the expert GEMMs: reference | emulate (a CPU model of a grouped-GEMM kernel, never a GPU result; --inject plants a bug) | exec:CMD | worker:CMD (op gemm, or op fp8 with --dtype fp8; docs/protocol.md) | cuda | cublas | cublas-grouped [default: emulate]")),
-    after_help = "A small MoE language model (embeddings of a fixed context window, MoE SwiGLU layers with residuals, output projection, softmax cross-entropy, Adam) trained on a seeded Markov chain whose entropy rate, the best achievable loss, is printed. The expert GEMMs (forward, dgrad, wgrad) run through the implementation; everything else is f64.\n\n--compare runs the reference GEMMs (init seed S, and S+1 for the seed noise) and the implementation (init seed S) on the same data and gives the verdict of `moecheck curves diff base.log test.log --baseline2 base2.log`.\n\nExit status: 0 done (with --compare: PASS), 1 the implementation failed or the run diverged (with --compare: FAIL), 3 with --compare: INCONCLUSIVE, 2 bad flags."
+    after_help = "A small MoE language model (embeddings of a fixed context window, MoE SwiGLU layers with residuals, output projection, softmax cross-entropy, Adam) trained on a seeded Markov chain whose entropy rate, the best achievable loss, is printed. The expert GEMMs (forward, dgrad, wgrad) run through the implementation; everything else is f64.\n\n--compare runs the reference GEMMs (init seed S, and S+1 for the seed noise) and the implementation (init seed S) on the same data and gives the verdict of `moecheck curves diff base.log test.log --baseline2 base2.log` (when stderr is not a terminal, one line there as each run ends; when every run diverges, the verdict says so).\n\nExit status: 0 done (with --compare: PASS), 1 the implementation failed or the run diverged (with --compare: FAIL), 3 with --compare: INCONCLUSIVE, 2 bad flags."
 )]
 pub struct TrainFlags {
     /// Training steps.
@@ -292,6 +292,9 @@ fn run_compare(
     }
     let arms = if a.no_baseline2 { 2 } else { 3 };
     let progress = Progress::steps(config.steps * arms, "steps");
+    // Without a terminal (piped, CI) there is no bar: one line per phase on stderr instead.
+    let lines = !progress.shown();
+    let (mut phase, mut started) = (0, std::time::Instant::now());
     let result = compare(
         config,
         base.as_ref(),
@@ -301,9 +304,27 @@ fn run_compare(
         |role, s| {
             progress.step();
             progress.stage(&format!("{role}: loss {:.4}", s.loss));
+            if lines && s.step + 1 == config.steps {
+                phase += 1;
+                eprintln!(
+                    "moecheck train --compare: run {phase}/{arms} ({role}) done: {} steps in {:.1} s, last loss {:.4}",
+                    config.steps,
+                    started.elapsed().as_secs_f64(),
+                    s.loss
+                );
+                started = std::time::Instant::now();
+            }
         },
     );
     progress.done();
+    if lines {
+        if let Ok(c) = &result {
+            eprintln!(
+                "moecheck train --compare: curves verdict {}",
+                c.curves.verdict.label()
+            );
+        }
+    }
     let c: TrainComparison = match result {
         Ok(c) => c,
         Err(CompareError::Train {

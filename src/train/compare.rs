@@ -105,11 +105,38 @@ pub fn compare(
     } else {
         Vec::new()
     };
-    let report = diff(&b, &t, &b2, Metric::Loss, &Criterion::default())
+    let mut report = diff(&b, &t, &b2, Metric::Loss, &Criterion::default())
         .map_err(anyhow::Error::from)?
         .report;
+    say_diverged(&arms, config.lr, &mut report);
     Ok(TrainComparison {
         arms,
         curves: report,
     })
+}
+
+/// When every arm diverged (a learning rate too high for the model, say), the curves hold
+/// nothing to compare: the report says so first, naming each arm's step and cause.
+fn say_diverged(arms: &[Arm], lr: f64, report: &mut CurvesReport) {
+    let diverged: Vec<String> = arms
+        .iter()
+        .filter_map(|a| {
+            a.run.diverged_at.map(|s| match &a.run.diverged_because {
+                Some(why) => format!("{} at step {s} ({why})", a.role),
+                None => format!("{} at step {s}", a.role),
+            })
+        })
+        .collect();
+    if diverged.len() == arms.len() {
+        report.reasons.insert(
+            0,
+            format!(
+                "the runs diverged: every arm's loss became NaN/Inf — {}; curves that end in NaN cannot be compared",
+                diverged.join("; ")
+            ),
+        );
+        report.suggestion = Some(format!(
+            "the reference arm diverges too, so the configuration does, not the implementation: lower --lr (now {lr})"
+        ));
+    }
 }
