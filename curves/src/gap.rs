@@ -8,12 +8,12 @@
 //! (Bonferroni), so noise alone raises a FAIL with probability at most `α`. Within the window
 //! family, each of the `m` windows takes `α/(s·m)`.
 
-use crate::diff::{pair_precision, Series};
 use crate::report::{
     interval_level, Criterion, DivergingWindow, GapStats, Margin, SigmaSeed, FAIL_STATEMENTS,
     TARGET_WINDOWS,
 };
 use crate::seed::sigma_seed;
+use crate::series::{pair_precision, Series};
 use crate::stats::{effective_count, lag1_about_zero, mean, sd, slope, t_two_sided};
 
 /// Everything the windowed statistics give; all None / empty when nothing is compared.

@@ -32,6 +32,7 @@ mod read;
 pub mod render;
 mod report;
 mod seed;
+mod series;
 pub mod stats;
 mod tensorboard;
 mod torchtitan;

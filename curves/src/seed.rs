@@ -24,8 +24,8 @@
 //! `[σ̂ √(dof/χ²_{1−a/2}), σ̂ √(dof/χ²_{a/2})]` with confidence `1 − a`. With one degree of
 //! freedom at 95% that is `[0.45 σ̂, 31.9 σ̂]`.
 
-use crate::diff::Series;
 use crate::report::SigmaSeed;
+use crate::series::Series;
 use crate::stats::{chi2_quantile, effective_count, lag1_about_zero, mean, sd_interval};
 
 /// σ_seed over `windows` (each a slice of compared `(step, base, test)`) from `baselines`;
