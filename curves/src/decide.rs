@@ -12,7 +12,7 @@
 //!   (`n more seeds would decide` where the gap lies between δ and δ_fail), a longer run.
 
 use crate::gap::{describe, outside};
-use crate::report::{Criterion, CurvesReport, DivergingWindow, Verdict, MIN_WINDOWS};
+use crate::report::{percent, Criterion, CurvesReport, DivergingWindow, Verdict, MIN_WINDOWS};
 use crate::seed::seeds_to_decide;
 
 /// `3, 7, 50–99`: sorted steps with runs of consecutive ones collapsed (at most 6 runs named).
@@ -147,8 +147,7 @@ pub fn decide(
     }
     let (d, df) = (m.delta, m.delta_fail);
     let ci = format!("[{:+.4}, {:+.4}]", g.ci_low, g.ci_high);
-    let conf = format!("{:.4}", g.level * 100.0);
-    let conf = conf.trim_end_matches('0').trim_end_matches('.');
+    let conf = percent(g.level);
     let tail = format!("{:+.4} ± {:.4}", g.tail_mean, g.tail_half_width);
     let band = if df > d {
         format!("±δ_fail = ±{df:.4} (δ with σ_seed at its upper limit)")
@@ -157,7 +156,7 @@ pub fn decide(
     };
     if g.ci_low > df || g.ci_high < -df {
         r.reasons.push(format!(
-            "the {conf}% interval of the mean gap {ci} lies outside {band}"
+            "the {conf} interval of the mean gap {ci} lies outside {band}"
         ));
     }
     if g.tail_mean.abs() - g.tail_half_width > df {
@@ -169,10 +168,10 @@ pub fn decide(
     let diverging = outside(windows, df);
     if !diverging.is_empty() {
         r.reasons.push(format!(
-            "the gap lies outside {band} in {} of {} windows ({:.4}% interval each): {}",
+            "the gap lies outside {band} in {} of {} windows ({} interval each): {}",
             diverging.len(),
             g.windows,
-            g.window_level * 100.0,
+            percent(g.window_level),
             describe(windows, &diverging, 4)
         ));
     }
@@ -192,7 +191,7 @@ pub fn decide(
     if ci_inside && tail_inside && !g.drifting && base_bad.is_none() {
         r.verdict = Verdict::Pass;
         r.reasons.push(format!(
-            "the {conf}% interval of the mean gap {ci} and the tail gap {tail} lie inside ±δ = ±{d:.4}, and the gap does not drift"
+            "the {conf} interval of the mean gap {ci} and the tail gap {tail} lie inside ±δ = ±{d:.4}, and the gap does not drift"
         ));
         return;
     }
@@ -209,11 +208,11 @@ pub fn decide(
         if outside_d {
             evidence = evidence.max(g.ci_low.abs().min(g.ci_high.abs()));
             r.reasons.push(format!(
-                "the {conf}% interval of the mean gap {ci} lies outside ±δ = ±{d:.4} but not outside {band}: seed noise estimated from so few seeds could be this large"
+                "the {conf} interval of the mean gap {ci} lies outside ±δ = ±{d:.4} but not outside {band}: seed noise estimated from so few seeds could be this large"
             ));
         } else {
             r.reasons.push(format!(
-                "the {conf}% interval of the mean gap {ci} straddles ±δ = ±{d:.4}"
+                "the {conf} interval of the mean gap {ci} straddles ±δ = ±{d:.4}"
             ));
             let half = 0.5 * (g.ci_high - g.ci_low);
             // Narrowing decides only against the band the mean would have to clear: ±δ for a
@@ -265,8 +264,8 @@ pub fn decide(
             let floor = m.rel_term.max(m.precision_term);
             match seeds_to_decide(s, c.k_seed, floor, evidence, share) {
                 Some(n) => advice.push(format!(
-                    "{n} more seed(s) would decide: σ_seed = {:.4} rests on {:.1} degree(s) of freedom (its {:.1}% interval [{:.4}, {:.4}]); with {n} more --baseline2 run(s), if σ_seed stays near its estimate, a gap this size would FAIL",
-                    s.value, s.dof, s.level * 100.0, s.interval[0], s.interval[1]
+                    "{n} more seed(s) would decide: σ_seed = {:.4} rests on {:.1} degree(s) of freedom (its {} interval [{:.4}, {:.4}]); with {n} more --baseline2 run(s), if σ_seed stays near its estimate, a gap this size would FAIL",
+                    s.value, s.dof, percent(s.level), s.interval[0], s.interval[1]
                 )),
                 None => advice.push("the gap is within the seed noise's estimate itself: more seeds would not make it a FAIL".into()),
             }

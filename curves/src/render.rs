@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::report::CurvesReport;
+use crate::report::{percent, CurvesReport};
 
 fn fmt_steps(steps: &[u64]) -> String {
     match steps.len() {
@@ -104,9 +104,9 @@ pub fn text(r: &CurvesReport) -> String {
                 &mut s,
                 "σ_seed",
                 format!(
-                    "{:.4}  {:.1}% CI [{:.4}, {:.4}], {:.1} dof ({} baseline(s) × {:.1} effective of {} windows; lag-1 {:.2})",
+                    "{:.4}  {} CI [{:.4}, {:.4}], {:.1} dof ({} baseline(s) × {:.1} effective of {} windows; lag-1 {:.2})",
                     x.value,
-                    x.level * 100.0,
+                    percent(x.level),
                     x.interval[0],
                     x.interval[1],
                     x.dof,
@@ -130,9 +130,9 @@ pub fn text(r: &CurvesReport) -> String {
             &mut s,
             "mean gap (TEST − BASE)",
             format!(
-                "{:+.4}  {:.4}% CI [{:+.4}, {:+.4}]",
+                "{:+.4}  {} CI [{:+.4}, {:+.4}]",
                 g.mean,
-                g.level * 100.0,
+                percent(g.level),
                 g.ci_low,
                 g.ci_high
             ),

@@ -43,6 +43,13 @@ pub const TARGET_WINDOWS: usize = 10;
 /// tail gap's, and the family of per-window intervals.
 pub const FAIL_STATEMENTS: usize = 3;
 
+/// A level as a percentage with at most three decimals and no trailing zeros: `98.333%`,
+/// `98.75%`, `97.5%`.
+pub fn percent(level: f64) -> String {
+    let s = format!("{:.3}", level * 100.0);
+    format!("{}%", s.trim_end_matches('0').trim_end_matches('.'))
+}
+
 /// Level of each of the `shares` statements that can raise a FAIL, for a joint confidence
 /// `conf` (Bonferroni: each takes `(1 − conf)/shares` of the error rate). `shares` is
 /// [`FAIL_STATEMENTS`], plus one for σ_seed's upper limit when baselines are given.
@@ -230,7 +237,15 @@ pub struct Diff {
 
 #[cfg(test)]
 mod tests {
-    use super::Verdict;
+    use super::{percent, Verdict};
+
+    #[test]
+    fn percent_trims_trailing_zeros() {
+        assert_eq!(percent(1.0 - 0.05 / 3.0), "98.333%");
+        assert_eq!(percent(0.9875), "98.75%");
+        assert_eq!(percent(0.975), "97.5%");
+        assert_eq!(percent(0.95), "95%");
+    }
 
     /// The JSON report writes the verdict in lowercase and the table prints it in uppercase,
     /// as they did when the verdict was a string.
