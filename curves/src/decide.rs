@@ -246,7 +246,7 @@ pub fn decide(
             evidence = evidence.max(w.interval[0].abs().min(w.interval[1].abs()));
         }
         r.reasons.push(format!(
-            "the gap lies outside ±δ = ±{d:.4} (but not outside {band}) in {} window(s): {}",
+            "the gap lies outside ±δ = ±{d:.4} but not outside ±δ_fail = ±{df:.4} in {} window(s): {}",
             beyond_d.len(),
             describe(windows, &beyond_d, 4)
         ));
