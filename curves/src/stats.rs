@@ -140,11 +140,15 @@ pub fn t_cdf(t: f64, df: f64) -> f64 {
     }
 }
 
-/// The two-sided critical value `t` with `P(|T| ≤ t) = confidence` (bisection on [`t_cdf`]).
-/// `t_two_sided(0.95, 10.0) ≈ 2.228`.
+/// The two-sided critical value `t` with `P(|T| ≤ t) = confidence` (bisection on [`t_cdf`],
+/// in a bracket doubled until it holds the value: Bonferroni levels over many windows with one
+/// degree of freedom reach past 10⁴). `t_two_sided(0.95, 10.0) ≈ 2.228`.
 pub fn t_two_sided(confidence: f64, df: f64) -> f64 {
     let target = 0.5 + 0.5 * confidence;
-    let (mut lo, mut hi) = (0.0, 1.0e4);
+    let (mut lo, mut hi) = (0.0, 1.0);
+    while t_cdf(hi, df) < target && hi < 1e300 {
+        hi *= 2.0;
+    }
     for _ in 0..200 {
         let mid = 0.5 * (lo + hi);
         if t_cdf(mid, df) < target {
@@ -322,6 +326,13 @@ mod tests {
             assert!((got - want).abs() < 1e-3, "df {df}: {got} vs {want}");
         }
         assert!((t_two_sided(0.99, 5.0) - 4.032).abs() < 1e-3);
+        // One degree of freedom is the Cauchy law: t = tan(π·c/2) exactly. c = 0.99999 is the
+        // per-window level of 1250 windows with baselines (1 − 0.05/(4·1250)): t ≈ 63662,
+        // past the old bracket's 10⁴.
+        let want = (std::f64::consts::FRAC_PI_2 * 0.99999).tan();
+        let got = t_two_sided(0.99999, 1.0);
+        assert!((got / want - 1.0).abs() < 1e-9, "{got} vs {want}");
+        assert!(got > 6.3e4);
     }
 
     #[test]
