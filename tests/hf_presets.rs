@@ -3,10 +3,12 @@
 //! normalisation, ties, slot order, the shared expert's gate, the router's format), and that
 //! explicit flags override them.
 
+mod common;
+
 use assert_cmd::Command;
 
 fn moecheck() -> Command {
-    Command::cargo_bin("moecheck").expect("binary built")
+    common::moecheck()
 }
 
 /// `route --json` under `args`: the resolved routing configuration.

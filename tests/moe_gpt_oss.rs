@@ -4,6 +4,8 @@
 //! the biases and their gradients, and a campaign against an external implementation that
 //! declares none of these features draws none of them.
 
+mod common;
+
 use assert_cmd::Command;
 use predicates::prelude::*;
 
@@ -21,7 +23,7 @@ const SHAPE: [&str; 10] = [
 ];
 
 fn moe(args: &[&str]) -> Command {
-    let mut c = Command::cargo_bin("moecheck").expect("binary built");
+    let mut c = common::moecheck();
     c.arg("moe").args(SHAPE).args(args);
     c
 }
@@ -105,7 +107,7 @@ fn jax_autodiff_agrees_and_the_dump_reads_back() {
         (json["expert_bias"].clone(), json["router_bias"].clone()),
         (true.into(), true.into())
     );
-    let mut check = Command::cargo_bin("moecheck").unwrap();
+    let mut check = common::moecheck();
     check
         .args(["check", d.to_str().unwrap()])
         .assert()
@@ -120,8 +122,7 @@ fn jax_autodiff_agrees_and_the_dump_reads_back() {
 fn an_external_layer_that_declares_nothing_gets_no_gpt_oss_case() {
     let dir = tempfile::tempdir().unwrap();
     let junit = dir.path().join("prop.xml");
-    let out = Command::cargo_bin("moecheck")
-        .unwrap()
+    let out = common::moecheck()
         .args([
             "prop",
             "--op",

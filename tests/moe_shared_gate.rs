@@ -2,11 +2,13 @@
 //! expert passes on the model and on JAX autodiff, its planted backward bug fails, its case
 //! directory carries the gate and its gradient, and a gate without a shared expert is refused.
 
+mod common;
+
 use assert_cmd::Command;
 use predicates::prelude::*;
 
 fn moe(args: &[&str]) -> Command {
-    let mut c = Command::cargo_bin("moecheck").expect("binary built");
+    let mut c = common::moecheck();
     c.arg("moe")
         .args([
             "--tokens",
@@ -48,7 +50,7 @@ fn the_dump_carries_the_gate_and_check_reads_it_back() {
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(d.join("case.json")).unwrap()).unwrap();
     assert_eq!(json["shared_gate"], "sigmoid");
-    let mut check = Command::cargo_bin("moecheck").unwrap();
+    let mut check = common::moecheck();
     check
         .args(["check", d.to_str().unwrap()])
         .assert()
@@ -56,7 +58,7 @@ fn the_dump_carries_the_gate_and_check_reads_it_back() {
         .stdout(predicate::str::contains("dshared_gate"));
     // Without the gate's gradient the outputs are incomplete: a failed case, naming the file.
     std::fs::remove_file(d.join("dshared_gate.npy")).unwrap();
-    let mut check = Command::cargo_bin("moecheck").unwrap();
+    let mut check = common::moecheck();
     let out = check.args(["check", d.to_str().unwrap()]).output().unwrap();
     assert_ne!(out.status.code(), Some(0));
     let text = format!(
@@ -77,7 +79,7 @@ fn a_case_json_gate_without_a_shared_expert_is_refused() {
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     json["shared_ffn"] = 0.into();
     std::fs::write(&path, json.to_string()).unwrap();
-    let mut check = Command::cargo_bin("moecheck").unwrap();
+    let mut check = common::moecheck();
     check
         .args(["check", d.to_str().unwrap()])
         .assert()
@@ -88,7 +90,7 @@ fn a_case_json_gate_without_a_shared_expert_is_refused() {
 
 #[test]
 fn a_gate_needs_a_shared_expert() {
-    let mut c = Command::cargo_bin("moecheck").unwrap();
+    let mut c = common::moecheck();
     c.args(["moe", "--shared-gate", "sigmoid"])
         .assert()
         .code(2)

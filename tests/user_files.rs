@@ -288,11 +288,19 @@ fn two_dumps_at_once_leave_one_whole_case() {
     let dir = tmp.path().join("case");
     let run = |tokens: &str, seed: &str| {
         let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("moecheck"));
-        c.args(["gemm", "--impl", "reference", "--experts", "8", "--hidden", "64"])
-            .args(["--ffn", "64", "--tokens", tokens, "--seed", seed, "--dump"])
-            .arg(&dir)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
+        c.args([
+            "gemm",
+            "--impl",
+            "reference",
+            "--experts",
+            "8",
+            "--hidden",
+            "64",
+        ])
+        .args(["--ffn", "64", "--tokens", tokens, "--seed", seed, "--dump"])
+        .arg(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
         c.spawn().unwrap()
     };
     for round in 0..ROUNDS {

@@ -328,7 +328,9 @@ impl Session {
     /// and is reported at once (by [`Session::gone`]), not at the timeout.
     fn next(&mut self, deadline: Instant) -> Next {
         loop {
-            let slice = deadline.saturating_duration_since(Instant::now()).min(WATCH);
+            let slice = deadline
+                .saturating_duration_since(Instant::now())
+                .min(WATCH);
             match self.lines.recv_timeout(slice) {
                 Ok(line) => return line.into(),
                 Err(RecvTimeoutError::Disconnected) => return Next::Closed(None),
@@ -339,7 +341,10 @@ impl Session {
             }
             if let Ok(Some(_)) = self.process.wait_until(Instant::now()) {
                 // What it wrote before it exited is still read.
-                return self.lines.recv_timeout(WATCH).map_or(Next::Closed(None), Next::from);
+                return self
+                    .lines
+                    .recv_timeout(WATCH)
+                    .map_or(Next::Closed(None), Next::from);
             }
         }
     }
