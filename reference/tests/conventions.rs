@@ -396,6 +396,9 @@ fn moe_layer_refuses_ties_any_on_an_exact_tie() {
         w1: w(0.7),
         wo: w(1.3),
         shared: None,
+        expert_bias: None,
+        router_bias: None,
+        activation: Default::default(),
         dout: array![[1.0, -0.5], [0.25, 2.0]],
         routing: cfg,
         dtype: Format::F64,
@@ -428,6 +431,8 @@ fn moe_layer_refuses_ties_any_on_an_exact_tie() {
         dwo: swap3(&g.dwo),
         dshared: None,
         dshared_gate: None,
+        drouter_bias: None,
+        dexpert_bias: None,
     };
     let ea = MoeLayer::expected(&a, (), ()).unwrap();
     // The other tie choice really is different, and the lower-index reference fails it: so
