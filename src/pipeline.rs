@@ -247,19 +247,30 @@ pub fn replaceable(dir: &Path, flag: &str) -> anyhow::Result<()> {
             dir.display()
         );
     }
-    let is_case_file = |e: std::fs::DirEntry| {
-        let name = e.file_name();
-        let name = name.to_string_lossy();
-        e.file_type().is_ok_and(|t| t.is_file()) && (name == "case.json" || name.ends_with(".npy"))
+    // Another run may publish its dump over `dir` meanwhile (a rename: `dir` is then gone, or
+    // another whole case): everything is judged from the one listing read here.
+    let listing = match std::fs::read_dir(dir) {
+        Ok(l) => l,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("{flag} {}", dir.display())),
     };
-    let entries: Vec<_> = std::fs::read_dir(dir)
-        .with_context(|| format!("{flag} {}", dir.display()))?
+    let entries: Vec<Option<(String, bool)>> = listing
+        .map(|e| {
+            let e = e.ok()?;
+            let file = e.file_type().is_ok_and(|t| t.is_file());
+            Some((e.file_name().to_string_lossy().into_owned(), file))
+        })
         .collect();
+    let is_case_file = |e: &Option<(String, bool)>| {
+        e.as_ref()
+            .is_some_and(|(n, f)| *f && (n == "case.json" || n.ends_with(".npy")))
+    };
     // Empty, or an earlier case: `case.json` beside nothing but `.npy` files (a directory of
     // someone's own `.npy` files, without `case.json`, is not one).
-    let case_dir = entries.is_empty()
-        || (dir.join("case.json").is_file()
-            && entries.into_iter().all(|e| e.is_ok_and(is_case_file)));
+    let has_json = entries
+        .iter()
+        .any(|e| e.as_ref().is_some_and(|(n, f)| *f && n == "case.json"));
+    let case_dir = entries.is_empty() || (has_json && entries.iter().all(is_case_file));
     if !case_dir {
         bail!(
             "{flag}: {} exists and is not a case directory (only case.json and .npy files); not replacing it",

@@ -152,8 +152,24 @@ impl Slot {
     /// afresh (its greeting's contract kept). A first start that fails is recorded in
     /// `never_started`.
     fn running(&mut self, program: &Program, op: &str) -> Result<&mut Session, RunError> {
-        if self.session.as_mut().is_some_and(|s| !s.is_idle()) {
-            self.session = None;
+        if let Some(session) = self.session.as_mut() {
+            match session.idle() {
+                Idle::Yes => {}
+                // Dead or gone: a fresh one, as after a failed case.
+                Idle::Gone => self.session = None,
+                // A line nobody asked for breaks the protocol (one answer per case): this
+                // case fails, whenever the line came (read as its answer, it would fail it
+                // too), and the next starts a fresh worker.
+                Idle::Stray(line) => {
+                    let who = session.who.clone();
+                    session.process.end();
+                    self.session = None;
+                    return Err(RunError::broken(format!(
+                        "{who} wrote '{}' on stdout between cases, where the protocol has one answer line per case and nothing else (docs/protocol.md): this case fails and the worker is restarted",
+                        shown(&line)
+                    )));
+                }
+            }
         }
         if self.session.is_none() {
             match Session::start(program, op) {
@@ -205,6 +221,16 @@ impl From<Line> for Next {
             Line::Failed(e) => Next::Closed(Some(e)),
         }
     }
+}
+
+/// A live worker between cases.
+enum Idle {
+    /// Alive, nothing written.
+    Yes,
+    /// Exited, or its stdout closed.
+    Gone,
+    /// It wrote this line when no case was asked.
+    Stray(String),
 }
 
 /// What came of waiting for a line.
@@ -318,9 +344,19 @@ impl Session {
     }
 
     /// Whether the worker is alive and has written nothing nobody asked for.
-    fn is_idle(&mut self) -> bool {
-        matches!(self.lines.try_recv(), Err(TryRecvError::Empty))
-            && matches!(self.process.wait_until(Instant::now()), Ok(None))
+    fn idle(&mut self) -> Idle {
+        match self.lines.try_recv() {
+            Ok(Line::Text(l)) => return Idle::Stray(l),
+            Ok(Line::TooLong) => {
+                return Idle::Stray(format!("a line longer than {MAX_LINE} bytes"))
+            }
+            Ok(Line::Failed(_)) | Err(TryRecvError::Disconnected) => return Idle::Gone,
+            Err(TryRecvError::Empty) => {}
+        }
+        match self.process.wait_until(Instant::now()) {
+            Ok(None) => Idle::Yes,
+            _ => Idle::Gone,
+        }
     }
 
     /// The next line before `deadline`. The process is watched as well as the pipe: a worker
@@ -417,57 +453,9 @@ fn read_lines(stdout: impl Read + Send + 'static) -> Receiver<Line> {
     rx
 }
 
-/// Checks the greeting `{"protocol": 2, "ops": [...], "contract": {...}}` (`ops` optional:
-/// any op; `contract` optional) for `op` and returns its `contract` (`Value::Null` when it
-/// has none); the error is one line.
-fn check_greeting(line: &str, op: &str) -> Result<Value, String> {
-    let expected = format!(
-        "a worker first writes {{\"protocol\": {WORKER_PROTOCOL}, \"ops\": [...]}} on stdout (docs/protocol.md, protocol v2)"
-    );
-    let v: Value = match serde_json::from_str(line) {
-        Ok(Value::Object(o)) => Value::Object(o),
-        _ => return Err(format!("greeted with '{}': {expected}", shown(line))),
-    };
-    let Some(version) = v.get("protocol").and_then(Value::as_u64) else {
-        return Err(format!("greeted with '{}': {expected}", shown(line)));
-    };
-    if version != WORKER_PROTOCOL {
-        return Err(format!(
-            "speaks protocol {version}; this moecheck speaks worker protocol {WORKER_PROTOCOL} (docs/protocol.md)"
-        ));
-    }
-    let contract = match v.get("contract") {
-        None | Some(Value::Null) => Value::Null,
-        Some(Value::Object(c)) => Value::Object(c.clone()),
-        Some(other) => {
-            return Err(format!(
-                "greeted with \"contract\": {}: expected an object keyed by op (docs/protocol.md)",
-                shown(&other.to_string())
-            ))
-        }
-    };
-    match v.get("ops") {
-        None | Some(Value::Null) => Ok(contract),
-        Some(Value::Array(ops)) => {
-            if ops.iter().any(|o| o.as_str() == Some(op)) {
-                Ok(contract)
-            } else {
-                Err(format!(
-                    "serves ops {}; this case is op {op}",
-                    Value::Array(ops.clone())
-                ))
-            }
-        }
-        Some(other) => Err(format!(
-            "greeted with \"ops\": {}: expected a list of op names",
-            shown(&other.to_string())
-        )),
-    }
-}
-
 #[path = "worker_answer.rs"]
 mod answer;
-use answer::{parse_answer, shown, Answer};
+use answer::{check_greeting, parse_answer, shown, Answer};
 
 #[cfg(test)]
 #[path = "worker_tests.rs"]

@@ -1,8 +1,10 @@
-//! A worker's answer line (`{"ok": true}`, `{"ok": false, "error": ...}`, `{"ok": false,
-//! "unsupported": ...}`) and how a worker's text is shown in a message: one line, control
-//! characters escaped, clipped.
+//! A worker's greeting and answer lines (`{"ok": true}`, `{"ok": false, "error": ...}`,
+//! `{"ok": false, "unsupported": ...}`) and how a worker's text is shown in a message: one
+//! line, control characters escaped, clipped.
 
 use serde_json::Value;
+
+use super::WORKER_PROTOCOL;
 
 /// What a worker answered about one case.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,5 +75,53 @@ fn clipped(text: &str, most: usize) -> String {
             line[at..].chars().count()
         ),
         None => line,
+    }
+}
+
+/// Checks the greeting `{"protocol": 2, "ops": [...], "contract": {...}}` (`ops` optional:
+/// any op; `contract` optional) for `op` and returns its `contract` (`Value::Null` when it
+/// has none); the error is one line.
+pub(super) fn check_greeting(line: &str, op: &str) -> Result<Value, String> {
+    let expected = format!(
+        "a worker first writes {{\"protocol\": {WORKER_PROTOCOL}, \"ops\": [...]}} on stdout (docs/protocol.md, protocol v2)"
+    );
+    let v: Value = match serde_json::from_str(line) {
+        Ok(Value::Object(o)) => Value::Object(o),
+        _ => return Err(format!("greeted with '{}': {expected}", shown(line))),
+    };
+    let Some(version) = v.get("protocol").and_then(Value::as_u64) else {
+        return Err(format!("greeted with '{}': {expected}", shown(line)));
+    };
+    if version != WORKER_PROTOCOL {
+        return Err(format!(
+            "speaks protocol {version}; this moecheck speaks worker protocol {WORKER_PROTOCOL} (docs/protocol.md)"
+        ));
+    }
+    let contract = match v.get("contract") {
+        None | Some(Value::Null) => Value::Null,
+        Some(Value::Object(c)) => Value::Object(c.clone()),
+        Some(other) => {
+            return Err(format!(
+                "greeted with \"contract\": {}: expected an object keyed by op (docs/protocol.md)",
+                shown(&other.to_string())
+            ))
+        }
+    };
+    match v.get("ops") {
+        None | Some(Value::Null) => Ok(contract),
+        Some(Value::Array(ops)) => {
+            if ops.iter().any(|o| o.as_str() == Some(op)) {
+                Ok(contract)
+            } else {
+                Err(format!(
+                    "serves ops {}; this case is op {op}",
+                    Value::Array(ops.clone())
+                ))
+            }
+        }
+        Some(other) => Err(format!(
+            "greeted with \"ops\": {}: expected a list of op names",
+            shown(&other.to_string())
+        )),
     }
 }
