@@ -202,7 +202,13 @@ impl GemmCheck {
         // asked, when it must be, when the whole case is small enough to be one shard
         // (memory::GEMM_SHARD_BYTES) and fits, or when no number of shards could make it fit
         // (the guard refuses it whole).
-        let whole_need = self.need(check, None, 1);
+        let mut whole_need = self.need(check, None, 1);
+        // A program outside moecheck runs the whole case beside it (checked whole, above).
+        let name = imp.name();
+        if name.starts_with("exec:") || name.starts_with("worker:") {
+            whole_need =
+                whole_need.saturating_add(memory::external_bytes(self.size(), self.spec.passes));
+        }
         let held = match check {
             Estimate::Gemm(_) => self.dtype,
             Estimate::Fp8 { .. } | Estimate::Fp8RunWhole => memory::FP8_INPUTS,

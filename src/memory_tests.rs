@@ -219,3 +219,18 @@ fn only_a_case_of_one_shards_size_is_checked_whole_by_default() {
     assert!(whole_by_default(GEMM_SHARD_BYTES, None));
     assert!(!whole_by_default(GEMM_SHARD_BYTES + 1, None));
 }
+
+/// Issue 42, item 14: DeepSeek-V3's forward pass through the numpy worker (`--verify fast`)
+/// passed the guard and was OOM-killed at 24 GB; with what the external path holds counted,
+/// the estimate is above that.
+#[test]
+fn an_external_program_s_copies_are_counted() {
+    let fwd = Passes::FWD;
+    let inside = gemm_bytes_on(2, DS, fwd, Verify::Fast, BF16_F32);
+    let external = inside + external_bytes(DS, fwd);
+    assert!(inside < 24 << 30, "{}", gib(inside));
+    assert!(external > 24 << 30, "{}", gib(external));
+    // Each asked output adds its 8 bytes per element.
+    let all = external_bytes(DS, Passes::ALL) - external_bytes(DS, fwd);
+    assert_eq!(all, (32768 * 7168 + 256 * 7168 * 2048) * 8);
+}

@@ -92,3 +92,62 @@ fn a_stray_line_after_each_answer_fails_the_next_case_every_time() {
         );
     }
 }
+
+/// Answers a fuzzer would try, live: a line past the reader's limit, half an answer and then
+/// exit, an answer full of terminal escapes. Each fails its case at once (no timeout), and
+/// the message is one line without control characters.
+#[test]
+fn huge_partial_and_escaped_answers_fail_the_case_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, body) in [
+        ("huge", "    print('x' * (3 << 20), flush=True)"),
+        (
+            "partial",
+            "    sys.stdout.write('{\"ok\": tr'); sys.stdout.flush(); sys.exit(0)",
+        ),
+        (
+            "escapes",
+            "    print('\\x1b[2J\\x1b[31mdone\\x00', flush=True)",
+        ),
+    ] {
+        let d = dir.path().join(name);
+        std::fs::create_dir(&d).unwrap();
+        let start = Instant::now();
+        let out = common::moecheck()
+            .args([
+                "gemm",
+                "--experts",
+                "4",
+                "--tokens",
+                "16",
+                "--hidden",
+                "8",
+                "--ffn",
+                "8",
+            ])
+            .args(["--timeout", "60", "--impl", &worker(&d, body)])
+            .timeout(Duration::from_secs(120))
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(1), "{name}: {text}");
+        assert!(
+            start.elapsed() < Duration::from_secs(50),
+            "{name}: waited for the timeout"
+        );
+        assert!(text.contains("run failed"), "{name}: {text}");
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{name}: a control character reached the report"
+        );
+        assert!(
+            text.len() < 20_000,
+            "{name}: {} bytes of report",
+            text.len()
+        );
+    }
+}

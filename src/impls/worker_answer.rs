@@ -115,7 +115,7 @@ pub(super) fn check_greeting(line: &str, op: &str) -> Result<Value, String> {
             } else {
                 Err(format!(
                     "serves ops {}; this case is op {op}",
-                    Value::Array(ops.clone())
+                    shown(&Value::Array(ops.clone()).to_string())
                 ))
             }
         }

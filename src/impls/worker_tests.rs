@@ -76,3 +76,71 @@ fn reasons_are_one_clipped_line_without_control_characters() {
         &r[r.len() - 40..]
     );
 }
+
+/// Fuzzing the two lines a worker writes (issue 42, "extend the fuzz tests to worker
+/// answers"): whatever the line (garbage, partial JSON, huge, control characters, answers of
+/// the wrong types), reading it never panics, and what a message shows of it is one line
+/// without control characters and of bounded length.
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Lines that look like answers and greetings, broken in every way.
+    fn line() -> impl Strategy<Value = String> {
+        let text = prop_oneof![
+            any::<String>(),
+            "[\\x00-\\x1f\\x7f\"\\\\a-z{}:,\\[\\] ]{0,60}",
+            (0usize..5000).prop_map(|n| "é\u{1b}[2J".repeat(n)),
+        ];
+        let value = prop_oneof![
+            Just("true".to_string()),
+            Just("false".to_string()),
+            Just("null".to_string()),
+            Just("2".to_string()),
+            Just("[\"route\"]".to_string()),
+            text.clone()
+                .prop_map(|t| serde_json::Value::String(t).to_string()),
+        ];
+        prop_oneof![
+            text,
+            (value.clone(), value.clone(), value.clone()).prop_map(|(a, b, c)| format!(
+                r#"{{"ok": {a}, "error": {b}, "unsupported": {c}}}"#
+            )),
+            (value.clone(), value.clone(), value).prop_map(|(a, b, c)| format!(
+                r#"{{"protocol": {a}, "ops": {b}, "contract": {c}}}"#
+            )),
+            // Cut anywhere: a partial line.
+            (
+                any::<usize>(),
+                Just(r#"{"ok": false, "error": "ValueError: x"}"#)
+            )
+                .prop_map(|(n, l)| l[..n % l.len()].to_string()),
+        ]
+    }
+
+    fn one_clean_line(s: &str, most: usize) {
+        assert!(!s.chars().any(char::is_control), "{s:?}");
+        assert!(
+            s.chars().count() <= most,
+            "{} characters",
+            s.chars().count()
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        #[test]
+        fn any_line_is_read_without_panic_and_shown_as_one_clean_line(l in line()) {
+            match parse_answer(&l) {
+                Ok(Answer::Failed(e) | Answer::Refused(e)) => one_clean_line(&e, 1100),
+                Ok(Answer::Done) => {}
+                Err(e) => one_clean_line(&e, 600),
+            }
+            match check_greeting(&l, "route") {
+                Ok(_) => {}
+                Err(e) => one_clean_line(&e, 600),
+            }
+            one_clean_line(&shown(&l), 210);
+        }
+    }
+}
