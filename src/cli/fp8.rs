@@ -36,10 +36,20 @@ pub struct QuantizeArgs {
     /// FP8 format: e4m3 (max 448) or e5m2 (max 57344).
     #[arg(long, value_parser = super::format_in(super::FP8))]
     pub format: Format,
-    /// Scaling scope: `tensor` (one scale) or `rows:SIZES.npy` (int32/int64 group sizes, one
-    /// scale per group of consecutive rows; rows past the sum are in no scope and written as 0).
+    /// Scaling scope: `tensor` (one scale), `rows:SIZES.npy` (int32/int64 group sizes, one
+    /// scale per group of consecutive rows; rows past the sum are in no scope and written as
+    /// 0), `block:RxC` (one scale per R x C tile: DeepGEMM's block:1x128 per-token and
+    /// block:128x128 per-block casts) or `mx:N` (one power-of-two E8M0 scale per N elements
+    /// along the last axis: OCP MXFP8, mx:32). Block scopes write q.npy, scale_inv.npy (one
+    /// per block) and dequant.npy.
     #[arg(long, default_value = "tensor")]
     pub scope: String,
+    /// A block scope's recipe: for block:RxC deepgemm (amax clamped at 1e-4, x · (448/amax)),
+    /// deepgemm-reciprocal (x · (1/scale_inv)) or deepgemm-ue8m0 (scale_inv rounded up to a
+    /// power of two); for mx:N floor (OCP: 2^(floor(log2 amax) - emax)) or rceil
+    /// (2^ceil(log2(amax/max)), NVIDIA's, torchao RCEIL). Default: deepgemm, floor.
+    #[arg(long)]
+    pub block_recipe: Option<String>,
     /// IEEE (ml_dtypes) casts instead of saturating ones: E4M3 overflow -> NaN, E5M2 -> inf.
     #[arg(long)]
     pub no_saturate: bool,
@@ -124,7 +134,7 @@ fn flag_error(flag: &str, path: &Path, reason: &str) -> anyhow::Error {
     anyhow::anyhow!("{flag}{sep}{}: {reason}", path.display())
 }
 
-fn write<A: ndarray_npy::WritableElement, D: ndarray::Dimension>(
+pub(super) fn write<A: ndarray_npy::WritableElement, D: ndarray::Dimension>(
     dir: &Path,
     name: &str,
     a: &ndarray::Array<A, D>,
@@ -158,6 +168,9 @@ fn quantize(a: QuantizeArgs) -> anyhow::Result<ExitCode> {
             a.input.display()
         ),
     };
+    if let Some(block) = super::fp8_block::parse(&a.scope, a.block_recipe.as_deref())? {
+        return super::fp8_block::run(&a, x2, shape, block);
+    }
     let scope = match a.scope.as_str() {
         "tensor" => Scope::Tensor,
         s => match s.strip_prefix("rows:") {
@@ -173,7 +186,7 @@ fn quantize(a: QuantizeArgs) -> anyhow::Result<ExitCode> {
                 }
                 Scope::Rows(sizes)
             }
-            _ => bail!("--scope {s}: expected tensor or rows:SIZES.npy"),
+            _ => bail!("--scope {s}: expected tensor, rows:SIZES.npy, block:RxC or mx:N"),
         },
     };
     let overflow = if a.no_saturate {

@@ -6,6 +6,7 @@ mod check;
 mod curves;
 mod devices;
 mod fp8;
+mod fp8_block;
 mod gemm;
 mod gemm_fp8;
 mod moe;

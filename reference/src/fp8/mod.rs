@@ -57,6 +57,7 @@
 //! oldest entry dropped (length `L`). Values past the range of a stale scale saturate.
 
 pub mod accum;
+pub mod block;
 pub mod bulk;
 pub mod case;
 mod compare;
