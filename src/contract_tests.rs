@@ -131,6 +131,15 @@ fn an_external_layer_opts_into_the_newer_layer_features() {
     assert_eq!(d.activations, None);
     let d = MoeLayer::external(d);
     assert_eq!(d.activations, Some(vec![Activation::Swiglu]));
+    // A declared Hugging Face family declares its layer: nothing of it is turned off.
+    let qwen2 = Contract::from_greeting(
+        "moe_layer",
+        Some(&json!({"declared": {"convention": "hf-qwen2-moe"}})),
+    )
+    .unwrap();
+    let (d, _) = MoeLayer::read_contract(&qwen2).unwrap();
+    let d = MoeLayer::external(d);
+    assert_eq!((d.shared_gate, d.activations.clone()), (None, None));
     let bad = Contract::from_greeting(
         "moe_layer",
         Some(&json!({"supports": {"activations": ["gelu"]}})),

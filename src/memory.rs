@@ -474,6 +474,25 @@ pub fn moe_bytes(tokens: usize, hidden: usize, experts: usize, ffn: usize, share
         .saturating_add(64 << 20)
 }
 
+/// What `moe` through `exec:` or `worker:` adds to [`moe_bytes`], as [`external_bytes`] does
+/// for `gemm`: moecheck's float32 copy of each input, the program's float32 copy of it and its
+/// outputs (the inputs' shapes) at 8 bytes: 16 bytes per weight element, 24 per element of
+/// `x`, `dout` and the gradients of the same shapes.
+pub fn moe_external_bytes(
+    tokens: usize,
+    hidden: usize,
+    experts: usize,
+    ffn: usize,
+    shared: usize,
+) -> u64 {
+    let weights = elements(&[3, experts, hidden, ffn])
+        .saturating_add(elements(&[3, hidden, shared]))
+        .saturating_add(elements(&[hidden, experts]));
+    weights
+        .saturating_mul(16)
+        .saturating_add(elements(&[2, tokens, hidden]).saturating_mul(24))
+}
+
 #[cfg(test)]
 #[path = "memory_tests.rs"]
 mod tests;

@@ -168,3 +168,42 @@ fn the_moe_presets_set_the_layer() {
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["precision"]["router"], "f32", "{doc}");
 }
+
+/// What a family's module cannot be is refused, naming the flag; what it may be is
+/// overridable.
+#[test]
+fn a_preset_refuses_what_its_module_cannot_be() {
+    for (args, needle) in [
+        (
+            vec!["--convention", "hf-mixtral", "--no-norm-topk"],
+            "--no-norm-topk",
+        ),
+        (vec!["--convention", "hf-deepseek-v3"], "--shared-ffn"),
+    ] {
+        let out = moecheck().arg("moe").args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(needle),
+            "{args:?}"
+        );
+    }
+    let out = moecheck()
+        .args([
+            "moe",
+            "--tokens",
+            "12",
+            "--hidden",
+            "8",
+            "--ffn",
+            "6",
+            "--experts",
+            "8",
+        ])
+        .args(["--convention", "hf-gpt-oss", "--no-expert-bias", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["shape"]["expert_bias"], false);
+    assert_eq!(doc["shape"]["router_bias"], true);
+}

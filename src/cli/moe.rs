@@ -53,13 +53,19 @@ pub struct MoeFlags {
     pub activation: Option<String>,
     /// Per-expert biases on the gate, up and down projections (gpt-oss's gate_up_proj_bias and
     /// down_proj_bias), checked with their gradients dexpert_b0/b1/bo. On under hf-gpt-oss.
-    #[arg(long)]
+    #[arg(long, overrides_with = "no_expert_bias")]
     pub expert_bias: bool,
+    /// No expert biases (turns off hf-gpt-oss's, or an earlier --expert-bias).
+    #[arg(long, overrides_with = "expert_bias")]
+    pub no_expert_bias: bool,
     /// A learned bias added to the router logits (gpt-oss's router Linear): it moves selection
     /// and weights, and its gradient drouter_bias is checked. Not --bias, which is selection
     /// only and has no gradient. On under hf-gpt-oss.
-    #[arg(long)]
+    #[arg(long, overrides_with = "no_router_bias")]
     pub router_bias: bool,
+    /// No router-logit bias (turns off hf-gpt-oss's, or an earlier --router-bias).
+    #[arg(long, overrides_with = "router_bias")]
+    pub no_router_bias: bool,
     #[command(flatten)]
     pub routing: RoutingFlags,
     /// Add a per-expert selection bias (DeepSeek-V3 e_score_correction_bias).
@@ -78,7 +84,8 @@ pub struct MoeFlags {
     /// Declared compute format of the router alone (its logits GEMM, scores, gates, weights
     /// and their gradients) where it is not --compute's: Hugging Face's routers compute in
     /// f32 even in an f64 module (--compute f64 --router-compute f32) [default: --compute,
-    /// or f32 under a Hugging Face --convention with --compute f64].
+    /// or f32 under a Hugging Face --convention but hf-gpt-oss when --compute f64 is given
+    /// here; a worker's greeting declares its own].
     #[arg(long, value_parser = super::format_in(super::FLOATS))]
     pub router_compute: Option<Format>,
     /// Seed of the generated case.
@@ -113,8 +120,8 @@ impl MoeFlags {
                 None if self.gpt_oss() => Activation::ClampedSwiglu,
                 None => Activation::Swiglu,
             },
-            expert_bias: self.expert_bias || self.gpt_oss(),
-            router_bias: self.router_bias || self.gpt_oss(),
+            expert_bias: self.expert_bias || (self.gpt_oss() && !self.no_expert_bias),
+            router_bias: self.router_bias || (self.gpt_oss() && !self.no_router_bias),
             routing: self.routing.config(Some(ScoreFunction::TopkSoftmax))?,
             bias: self.bias,
             dtype: self.dtype,
@@ -130,11 +137,15 @@ impl MoeFlags {
     /// Whether the shared expert is gated: `--shared-gate`, else the convention's layer
     /// (Qwen2-MoE's is gated and always has a shared expert).
     fn shared_gate(&self) -> anyhow::Result<bool> {
-        let qwen2 = self.routing.convention() == Convention::HfQwen2Moe;
+        let convention = self.routing.convention();
+        let qwen2 = convention == Convention::HfQwen2Moe;
         match self.shared_gate.as_deref() {
             Some(g) => Ok(g == "sigmoid"),
             None if qwen2 && self.shared_ffn == 0 => anyhow::bail!(
                 "--convention hf-qwen2-moe: the Qwen2-MoE layer has a gated shared expert; give its width with --shared-ffn (or --shared-gate none to check the layer without one)"
+            ),
+            None if convention == Convention::HfDeepSeekV3 && self.shared_ffn == 0 => anyhow::bail!(
+                "--convention hf-deepseek-v3: the DeepSeek-V3 layer has a shared expert; give its width with --shared-ffn (moe_intermediate_size x n_shared_experts)"
             ),
             None => Ok(qwen2),
         }
@@ -171,7 +182,17 @@ pub fn run(a: MoeFlags) -> anyhow::Result<ExitCode> {
         }
     }
     let spec = a.spec()?;
-    let need = memory::moe_bytes(a.tokens, a.hidden, a.experts, a.ffn, a.shared_ffn);
+    let mut need = memory::moe_bytes(a.tokens, a.hidden, a.experts, a.ffn, a.shared_ffn);
+    let name = a.imp.implementation.as_deref().unwrap_or("").trim();
+    if name.starts_with("exec:") || name.starts_with("worker:") {
+        need = need.saturating_add(memory::moe_external_bytes(
+            a.tokens,
+            a.hidden,
+            a.experts,
+            a.ffn,
+            a.shared_ffn,
+        ));
+    }
     memory::guard(
         "--tokens/--hidden/--experts/--ffn/--shared-ffn",
         need,

@@ -255,6 +255,12 @@ impl RoutingFlags {
             }),
             _ => None,
         };
+        if self.no_norm_topk && convention.always_norm_topk() {
+            anyhow::bail!(
+                "--no-norm-topk: --convention {} always renormalises its top k (its router has no switch)",
+                convention.name()
+            );
+        }
         // --norm-topk and --no-norm-topk override each other: at most one is set.
         let norm_topk = if self.norm_topk {
             true

@@ -49,7 +49,12 @@ impl MoeDomain {
     /// none of the layer features added after the protocol's first version (a gated shared
     /// expert, the clamped activation, expert and router biases), since a program that does
     /// not read their `case.json` keys would compute another layer without noticing.
+    /// A declared Hugging Face family declares its layer: its features stay as the family
+    /// has them.
     pub fn external(self) -> MoeDomain {
+        if self.family_layer().is_some() {
+            return self;
+        }
         MoeDomain {
             shared_gate: self.shared_gate.or(Some(false)),
             activations: self.activations.or(Some(vec![Activation::Swiglu])),

@@ -88,8 +88,8 @@ impl MoeArgs {
             w1: a3(4, (e, h, f), sw),
             wo: a3(5, (e, f, h), sf),
             shared: (fs > 0).then(|| SharedExpert {
-                w0: a2(6, h, fs, sh),
-                w1: a2(7, h, fs, sh),
+                w0: a2(6, h, fs, sw),
+                w1: a2(7, h, fs, sw),
                 wo: a2(8, fs, h, 1.0 / (fs as f64).sqrt()),
                 gate: self
                     .shared_gate
@@ -193,30 +193,37 @@ pub fn moe_args(req: MoeRequire) -> BoxedStrategy<MoeArgs> {
         prop_oneof![2 => Just(Format::Bf16), 1 => Just(Format::F32)],
         any::<u64>(),
         any::<bool>(),
-        prop_oneof![3 => Just(false), 1 => Just(true)],
+        // gpt-oss's three features, each on its own: the clamped activation, expert biases,
+        // a router-logit bias.
+        [
+            prop_oneof![3 => Just(false), 1 => Just(true)],
+            prop_oneof![3 => Just(false), 1 => Just(true)],
+            prop_oneof![3 => Just(false), 1 => Just(true)],
+        ],
     )
-        .prop_flat_map(move |(t, h, e, f, fs, bias, dtype, seed, gate, oss)| {
-            routing_config(e, req).prop_map(move |routing| MoeArgs {
-                tokens: t,
-                hidden: h,
-                experts: e,
-                ffn: f,
-                shared_ffn: fs,
-                shared_gate: gate && fs > 0,
-                // gpt-oss's layer: the clamped activation with both biases.
-                activation: if oss {
-                    Activation::ClampedSwiglu
-                } else {
-                    Activation::Swiglu
-                },
-                expert_bias: oss,
-                router_bias: oss,
-                routing,
-                bias,
-                dtype,
-                value_seed: seed,
-            })
-        })
+        .prop_flat_map(
+            move |(t, h, e, f, fs, bias, dtype, seed, gate, [clamped, eb, rb])| {
+                routing_config(e, req).prop_map(move |routing| MoeArgs {
+                    tokens: t,
+                    hidden: h,
+                    experts: e,
+                    ffn: f,
+                    shared_ffn: fs,
+                    shared_gate: gate && fs > 0,
+                    activation: if clamped {
+                        Activation::ClampedSwiglu
+                    } else {
+                        Activation::Swiglu
+                    },
+                    expert_bias: eb,
+                    router_bias: rb,
+                    routing,
+                    bias,
+                    dtype,
+                    value_seed: seed,
+                })
+            },
+        )
         .boxed()
 }
 

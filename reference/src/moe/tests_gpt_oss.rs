@@ -78,3 +78,33 @@ fn gpt_oss_layers_are_differentiated_through_clamps_and_biases() {
     let plain = forward(&unclamped).unwrap().out;
     assert!((&plain - &fwd.out).iter().any(|d| d.abs() > 1e-3));
 }
+
+/// A case with an activation input exactly at the clamp (a recorded case; generated ones are
+/// redrawn) cannot be judged: either one-sided derivative is correct there. The guard names
+/// it, and the comparison refuses it instead of failing a correct implementation.
+#[test]
+fn a_case_at_the_clamp_is_refused_not_failed() {
+    use crate::op::Op;
+    let mut c = case(5, 8, 5, 6, 4, configs()[2], false);
+    gpt_oss(&mut c, 5, 1.0);
+    let fwd = forward(&c).unwrap();
+    let off = fwd.perm.offsets();
+    let g = (0..c.experts()).find(|&g| off[g + 1] > off[g]).unwrap();
+    let dot = fwd
+        .xp
+        .row(off[g])
+        .dot(&c.w0.index_axis(ndarray::Axis(0), g).column(0));
+    c.expert_bias.as_mut().unwrap().b0[(g, 0)] = crate::moe::ffn::CLAMP_LIMIT - dot;
+    let f32p = LayerPrecision {
+        input: crate::format::Format::F64,
+        compute: crate::format::Format::F32,
+        router: None,
+        output: crate::format::Format::F32,
+    };
+    let why = tie_guard(&c, &f32p).unwrap().expect("the clamp is named");
+    assert!(why.contains("clamp"), "{why}");
+    let expected = MoeLayer::expected(&c, (), ()).unwrap();
+    let got = expected.grads.clone();
+    let e = MoeLayer::compare(&c, (), &f32p, &expected, &got).unwrap_err();
+    assert!(e.to_string().contains("cannot be judged"), "{e}");
+}

@@ -420,7 +420,9 @@ pub fn layer_bound(case: &MoeCase, fwd: &Forward, precision: &LayerPrecision) ->
         tensors,
         selection_err,
         weight_err: w.e,
-        kink: ffn.kink.or(shared.and_then(|sf| sf.kink)),
+        kink: ffn.kink.map(|k| format!("the experts' FFN: {k}")).or(shared
+            .and_then(|sf| sf.kink)
+            .map(|k| format!("the shared expert: {k}"))),
     }
 }
 

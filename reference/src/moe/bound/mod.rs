@@ -32,7 +32,19 @@
 //! * softmax over `n` logits with `δ = max e(z)`: the exact softmax moves by at most the
 //!   factor `e^{±2δ}`, and its evaluation adds `γ_{n+c_fn+1}`:
 //!   `e(p) = p·(e^{2δ} − 1 + γ_{n+c_fn+1}·e^{2δ})`;
-//! * `w = g/D` with `D = Σg + ε`: `e = (e(g) + |w|e(D))/(D − e(D)) + u(|w| + …)`.
+//! * `w = g/D` with `D = Σg + ε`: `e = (e(g) + |w|e(D))/(D − e(D)) + u(|w| + …)`;
+//! * a bias added to a GEMM element (the router's logits, the experts' `a`, `b`, `y`): one
+//!   more rounded sum (the sum rule with the bias exact; an implementation that starts its
+//!   accumulator from the bias rounds it with every K-block instead, a difference of order
+//!   `u·|b|` per block that needs `|b| ≫ Σ|x||w|` to matter);
+//! * the gated shared expert: `γ = σ(x·g)` (a depth-`H` dot, then `σ` as above), `γ ⊙ ys`
+//!   one product each, and in the backward the gate's `<dout, ys>·γ·(1 − γ)` by the product
+//!   and dot rules;
+//! * gpt-oss's clamped activation: `min(a, 7)` and `clamp(b, ±7)` are exact and 1-Lipschitz
+//!   (`e` unchanged), `α·g` one product, `σ` as above, `(v + 1)` one sum; its derivative is
+//!   replayed as `dh·(v + 1)·silu'(α·g)` (`silu'` with Lipschitz `1/2` in its argument) and
+//!   exactly 0 past a clamp. A case with an input within its error of a clamp is refused
+//!   ([`LayerBound::kink`]): a correct implementation may take either one-sided derivative.
 //!
 //! The backward replays [`super::backward`] the same way, the routing VJP element by element.
 //! Finally `e_out = e + u_out(|v| + e)` for the rounding to `output`.

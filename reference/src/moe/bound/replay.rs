@@ -248,7 +248,7 @@ pub(super) fn ffn_fwd(
                 let (ea, eb, y) = (a.e[(i, j)], b.e[(i, j)], b.v[(i, j)]);
                 if (x - CLAMP_LIMIT).abs() <= ea || (y.abs() - CLAMP_LIMIT).abs() <= eb {
                     kink = Some(format!(
-                        "row {i}, column {j} of the experts' activation inputs is within its error of the clamp at ±{CLAMP_LIMIT} (a = {x:e}, b = {y:e})"
+                        "row {i}, column {j} of its activation inputs is within its error of the clamp at ±{CLAMP_LIMIT} (a = {x:e}, b = {y:e})"
                     ));
                     break;
                 }
