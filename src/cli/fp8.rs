@@ -134,7 +134,7 @@ fn flag_error(flag: &str, path: &Path, reason: &str) -> anyhow::Error {
     anyhow::anyhow!("{flag}{sep}{}: {reason}", path.display())
 }
 
-pub(super) fn write<A: ndarray_npy::WritableElement, D: ndarray::Dimension>(
+fn write<A: ndarray_npy::WritableElement, D: ndarray::Dimension>(
     dir: &Path,
     name: &str,
     a: &ndarray::Array<A, D>,
@@ -169,7 +169,16 @@ fn quantize(a: QuantizeArgs) -> anyhow::Result<ExitCode> {
         ),
     };
     if let Some(block) = super::fp8_block::parse(&a.scope, a.block_recipe.as_deref())? {
-        return super::fp8_block::run(&a, x2, shape, block);
+        let job = super::fp8_block::BlockJob {
+            input: &a.input,
+            out: &a.out,
+            format: a.format,
+            scope: &a.scope,
+            no_saturate: a.no_saturate,
+            force: a.force,
+            json: a.json,
+        };
+        return super::fp8_block::run(&job, x2, shape, block);
     }
     let scope = match a.scope.as_str() {
         "tensor" => Scope::Tensor,

@@ -10,7 +10,29 @@ use serde::Serialize;
 use moecheck_reference::format::Format;
 use moecheck_reference::fp8::block::{quantize_blocks, BlockRecipe, DeepGemmCast, MxRounding};
 
-use super::fp8::{write, QuantizeArgs};
+use std::path::Path;
+
+use moecheck::npy;
+
+/// What `fp8 quantize` asks of a block scope (its flags).
+pub struct BlockJob<'a> {
+    pub input: &'a Path,
+    pub out: &'a Path,
+    pub format: Format,
+    pub scope: &'a str,
+    pub no_saturate: bool,
+    pub force: bool,
+    pub json: bool,
+}
+
+fn write<A: ndarray_npy::WritableElement, D: ndarray::Dimension>(
+    dir: &Path,
+    name: &str,
+    a: &ndarray::Array<A, D>,
+) -> anyhow::Result<()> {
+    let p = dir.join(name);
+    npy::write(&p, a).map_err(|r| anyhow::anyhow!("--out {}: {r}", p.display()))
+}
 
 /// What a block scope writes into `--out`.
 pub const BLOCK_OUT_FILES: [&str; 3] = ["q.npy", "scale_inv.npy", "dequant.npy"];
@@ -77,7 +99,7 @@ struct BlockSummary {
 
 /// Quantises `x2` (`shape` its original shape) in blocks and writes `BLOCK_OUT_FILES`.
 pub fn run(
-    a: &QuantizeArgs,
+    a: &BlockJob,
     x2: Array2<f32>,
     shape: Vec<usize>,
     (block, recipe, name): ((usize, usize), BlockRecipe, String),
@@ -85,8 +107,8 @@ pub fn run(
     if a.no_saturate {
         bail!("--no-saturate: block scopes cast as their recipes do (MX saturates; DeepGEMM's scaled values never pass the maximum)");
     }
-    let inputs = [a.input.as_path()];
-    moecheck::pipeline::prepare_out_dir(&a.out, &BLOCK_OUT_FILES, &inputs, a.force, "--out")?;
+    let inputs = [a.input];
+    moecheck::pipeline::prepare_out_dir(a.out, &BLOCK_OUT_FILES, &inputs, a.force, "--out")?;
     let q = quantize_blocks(x2.view(), block, a.format, recipe);
     let dyn_shape = IxDyn(&shape);
     write(
@@ -99,7 +121,7 @@ pub fn run(
         .dequantize()
         .mapv(|v| v as f32)
         .into_shape_with_order(dyn_shape)?;
-    write(&a.out, "dequant.npy", &deq)?;
+    write(a.out, "dequant.npy", &deq)?;
     let (br, bc) = block;
     let zero_blocks = (0..q.scale_inv.nrows())
         .flat_map(|i| (0..q.scale_inv.ncols()).map(move |j| (i, j)))
@@ -117,7 +139,7 @@ pub fn run(
         input: a.input.display().to_string(),
         shape,
         format: a.format,
-        scope: a.scope.clone(),
+        scope: a.scope.to_string(),
         recipe: name,
         blocks: [q.scale_inv.nrows(), q.scale_inv.ncols()],
         scale_inv_min: q.scale_inv.fold(f32::INFINITY, |m, v| m.min(*v)),
