@@ -299,6 +299,17 @@ pub fn write<A: WritableElement, D: Dimension>(path: &Path, a: &Array<A, D>) -> 
         .map_err(|e| one_line(&e.to_string()))
 }
 
+/// Writes `a` as `dir/name`, an error naming `flag` and the file (`--out DIR/q.npy: ...`).
+pub fn write_in<A: WritableElement, D: Dimension>(
+    dir: &Path,
+    name: &str,
+    a: &Array<A, D>,
+    flag: &str,
+) -> anyhow::Result<()> {
+    let p = dir.join(name);
+    write(&p, a).map_err(|r| anyhow::anyhow!("{flag} {}: {r}", p.display()))
+}
+
 /// Writes a stored array to `path`.
 pub fn write_stored(path: &Path, a: &Stored) -> Result<(), String> {
     match a {

@@ -13,28 +13,28 @@ fn moecheck() -> Command {
 
 /// `route --json` under `args`: the resolved routing configuration.
 fn route_config(args: &[&str]) -> serde_json::Value {
-    let out = moecheck()
-        .args([
-            "route",
-            "--tokens",
-            "16",
-            "--experts",
-            "8",
-            "--topk",
-            "2",
-            "--json",
-        ])
-        .args(args)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    doc["config"].clone()
+    let route = [
+        "route",
+        "--tokens",
+        "16",
+        "--experts",
+        "8",
+        "--topk",
+        "2",
+        "--json",
+    ];
+    common::json_ok(moecheck().args(route).args(args))["config"].clone()
+}
+
+/// `moe --json` on the small layer under `args`: the report.
+fn moe_json(args: &[&str]) -> serde_json::Value {
+    common::json_ok(
+        moecheck()
+            .arg("moe")
+            .args(common::SMALL_MOE)
+            .args(args)
+            .arg("--json"),
+    )
 }
 
 #[test]
@@ -94,34 +94,7 @@ fn hf_deepseek_v3_ties_sigmoid_normalisation_to_norm_topk_prob() {
 
 #[test]
 fn the_moe_presets_set_the_layer() {
-    let out = moecheck()
-        .args([
-            "moe",
-            "--tokens",
-            "12",
-            "--hidden",
-            "8",
-            "--ffn",
-            "6",
-            "--experts",
-            "8",
-        ])
-        .args([
-            "--convention",
-            "hf-qwen2-moe",
-            "--shared-ffn",
-            "4",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let doc = moe_json(&["--convention", "hf-qwen2-moe", "--shared-ffn", "4"]);
     assert_eq!(doc["shape"]["shared_gate"], true, "{doc}");
     let names: Vec<&str> = doc["tensors"]
         .as_array()
@@ -139,33 +112,16 @@ fn the_moe_presets_set_the_layer() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--shared-ffn"));
     // An f64 module of a Hugging Face family: the router is declared f32 (JAX's f64 layer
     // passes the looser router bound too).
-    let out = moecheck()
-        .args([
-            "moe",
-            "--tokens",
-            "12",
-            "--hidden",
-            "8",
-            "--ffn",
-            "6",
-            "--experts",
-            "8",
-        ])
-        .args(["--convention", "hf-mixtral"])
-        .args([
-            "--impl",
-            "exec:python3 examples/adapters/jax_moe_layer.py --f64",
-        ])
-        .args(["--compute", "f64", "--out-dtype", "f64", "--json"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let doc = moe_json(&[
+        "--convention",
+        "hf-mixtral",
+        "--impl",
+        "exec:python3 examples/adapters/jax_moe_layer.py --f64",
+        "--compute",
+        "f64",
+        "--out-dtype",
+        "f64",
+    ]);
     assert_eq!(doc["precision"]["router"], "f32", "{doc}");
 }
 
@@ -187,23 +143,7 @@ fn a_preset_refuses_what_its_module_cannot_be() {
             "{args:?}"
         );
     }
-    let out = moecheck()
-        .args([
-            "moe",
-            "--tokens",
-            "12",
-            "--hidden",
-            "8",
-            "--ffn",
-            "6",
-            "--experts",
-            "8",
-        ])
-        .args(["--convention", "hf-gpt-oss", "--no-expert-bias", "--json"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0));
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let doc = moe_json(&["--convention", "hf-gpt-oss", "--no-expert-bias"]);
     assert_eq!(doc["shape"]["expert_bias"], false);
     assert_eq!(doc["shape"]["router_bias"], true);
 }

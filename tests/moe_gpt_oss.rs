@@ -52,7 +52,7 @@ fn the_gpt_oss_layer_passes_and_each_planted_bug_fails() {
 
 #[test]
 fn the_flags_without_the_preset_build_the_same_layer() {
-    let out = moe(&[
+    let doc = common::json_ok(&mut moe(&[
         "--score",
         "topk-softmax",
         "--activation",
@@ -60,11 +60,7 @@ fn the_flags_without_the_preset_build_the_same_layer() {
         "--expert-bias",
         "--router-bias",
         "--json",
-    ])
-    .output()
-    .unwrap();
-    assert_eq!(out.status.code(), Some(0));
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    ]));
     assert_eq!(doc["shape"]["activation"], "clamped-swiglu", "{doc}");
     assert_eq!(doc["shape"]["expert_bias"], true);
     assert_eq!(doc["shape"]["router_bias"], true);

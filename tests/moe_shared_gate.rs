@@ -10,16 +10,7 @@ use predicates::prelude::*;
 fn moe(args: &[&str]) -> Command {
     let mut c = common::moecheck();
     c.arg("moe")
-        .args([
-            "--tokens",
-            "12",
-            "--hidden",
-            "8",
-            "--ffn",
-            "6",
-            "--experts",
-            "8",
-        ])
+        .args(common::SMALL_MOE)
         .args(["--shared-ffn", "4", "--shared-gate", "sigmoid"])
         .args(args);
     c

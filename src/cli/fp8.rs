@@ -134,15 +134,6 @@ fn flag_error(flag: &str, path: &Path, reason: &str) -> anyhow::Error {
     anyhow::anyhow!("{flag}{sep}{}: {reason}", path.display())
 }
 
-fn write<A: ndarray_npy::WritableElement, D: ndarray::Dimension>(
-    dir: &Path,
-    name: &str,
-    a: &ndarray::Array<A, D>,
-) -> anyhow::Result<()> {
-    let p = dir.join(name);
-    npy::write(&p, a).map_err(|r| anyhow::anyhow!("--out {}: {r}", p.display()))
-}
-
 /// What `fp8 quantize` writes into `--out`.
 const OUT_FILES: [&str; 5] = [
     "q.npy",
@@ -212,11 +203,16 @@ fn quantize(a: QuantizeArgs) -> anyhow::Result<ExitCode> {
     let dyn_shape = IxDyn(&shape);
     let bytes = q.q.clone().into_shape_with_order(dyn_shape.clone())?;
     let deq = q.dequantize_f32().into_shape_with_order(dyn_shape)?;
-    write(&a.out, "q.npy", &bytes)?;
-    write(&a.out, "scale.npy", &Array1::from(q.scale.clone()))?;
-    write(&a.out, "scale_inv.npy", &Array1::from(q.scale_inv.clone()))?;
-    write(&a.out, "amax.npy", &Array1::from(q.amax.clone()))?;
-    write(&a.out, "dequant.npy", &deq)?;
+    npy::write_in(&a.out, "q.npy", &bytes, "--out")?;
+    npy::write_in(&a.out, "scale.npy", &Array1::from(q.scale.clone()), "--out")?;
+    npy::write_in(
+        &a.out,
+        "scale_inv.npy",
+        &Array1::from(q.scale_inv.clone()),
+        "--out",
+    )?;
+    npy::write_in(&a.out, "amax.npy", &Array1::from(q.amax.clone()), "--out")?;
+    npy::write_in(&a.out, "dequant.npy", &deq, "--out")?;
 
     let max = fp8_max(a.format) as f64;
     let min_normal = a.format.info().min_normal();

@@ -25,24 +25,15 @@ pub struct BlockJob<'a> {
     pub json: bool,
 }
 
-fn write<A: ndarray_npy::WritableElement, D: ndarray::Dimension>(
-    dir: &Path,
-    name: &str,
-    a: &ndarray::Array<A, D>,
-) -> anyhow::Result<()> {
-    let p = dir.join(name);
-    npy::write(&p, a).map_err(|r| anyhow::anyhow!("--out {}: {r}", p.display()))
-}
-
 /// What a block scope writes into `--out`.
 pub const BLOCK_OUT_FILES: [&str; 3] = ["q.npy", "scale_inv.npy", "dequant.npy"];
 
+/// A block scope: the block's `(rows, cols)`, its recipe, and the recipe's name as given.
+pub type BlockScope = ((usize, usize), BlockRecipe, String);
+
 /// The block shape and recipe of `--scope` (`block:RxC`, `mx:N`) and `--block-recipe`, or
 /// `None` when the scope is not a block scope.
-pub fn parse(
-    scope: &str,
-    recipe: Option<&str>,
-) -> anyhow::Result<Option<((usize, usize), BlockRecipe, String)>> {
+pub fn parse(scope: &str, recipe: Option<&str>) -> anyhow::Result<Option<BlockScope>> {
     let positive = |s: &str, what: &str| -> anyhow::Result<usize> {
         match s.parse::<usize>() {
             Ok(v) if v > 0 => Ok(v),
@@ -102,7 +93,7 @@ pub fn run(
     a: &BlockJob,
     x2: Array2<f32>,
     shape: Vec<usize>,
-    (block, recipe, name): ((usize, usize), BlockRecipe, String),
+    (block, recipe, name): BlockScope,
 ) -> anyhow::Result<ExitCode> {
     if a.no_saturate {
         bail!("--no-saturate: block scopes cast as their recipes do (MX saturates; DeepGEMM's scaled values never pass the maximum)");
@@ -111,17 +102,14 @@ pub fn run(
     moecheck::pipeline::prepare_out_dir(a.out, &BLOCK_OUT_FILES, &inputs, a.force, "--out")?;
     let q = quantize_blocks(x2.view(), block, a.format, recipe);
     let dyn_shape = IxDyn(&shape);
-    write(
-        &a.out,
-        "q.npy",
-        &q.q.clone().into_shape_with_order(dyn_shape.clone())?,
-    )?;
-    write(&a.out, "scale_inv.npy", &q.scale_inv)?;
+    let bytes = q.q.clone().into_shape_with_order(dyn_shape.clone())?;
+    npy::write_in(a.out, "q.npy", &bytes, "--out")?;
+    npy::write_in(a.out, "scale_inv.npy", &q.scale_inv, "--out")?;
     let deq = q
         .dequantize()
         .mapv(|v| v as f32)
         .into_shape_with_order(dyn_shape)?;
-    write(a.out, "dequant.npy", &deq)?;
+    npy::write_in(a.out, "dequant.npy", &deq, "--out")?;
     let (br, bc) = block;
     let zero_blocks = (0..q.scale_inv.nrows())
         .flat_map(|i| (0..q.scale_inv.ncols()).map(move |j| (i, j)))

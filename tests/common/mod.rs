@@ -71,6 +71,31 @@ pub fn with_defaults(command: &[&str], defaults: &[&str], extra: &[&str]) -> Com
     c
 }
 
+/// A small MoE layer (12 tokens, hidden 8, ffn 6, 8 experts): a run takes well under a second.
+pub const SMALL_MOE: [&str; 8] = [
+    "--tokens",
+    "12",
+    "--hidden",
+    "8",
+    "--ffn",
+    "6",
+    "--experts",
+    "8",
+];
+
+/// Runs `c`, asserts that it exits 0 (showing its stderr if not) and parses its stdout as
+/// JSON.
+pub fn json_ok(c: &mut Command) -> serde_json::Value {
+    let out = c.output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// A copy of the case directory `base` at `to` (created), for a test to damage.
 pub fn copy_case(base: &std::path::Path, to: &std::path::Path) {
     std::fs::create_dir_all(to).unwrap();

@@ -190,6 +190,7 @@ pub fn ffn_forward(
 
 /// The gradients of [`ffn_forward`] given `dy (M, H)`: `dx (M, H)`, `[dW0, dW1, dWo]` and,
 /// with biases, `[db0, db1, dbo]`. Tail rows of `dy` are never read.
+#[allow(clippy::too_many_arguments)]
 pub fn ffn_backward(
     x: ArrayView2<f64>,
     w0: ArrayView3<f64>,
