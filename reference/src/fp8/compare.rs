@@ -98,7 +98,7 @@ pub fn compare_fp8(
         precision,
         &expected.recipe_exact,
         got,
-        &|n| bound.at_len(n),
+        &|n| bound.judged(n),
     );
     let undecided = undecided(case, &recipe_exact);
     let model = (!undecided.is_empty()).then(|| {

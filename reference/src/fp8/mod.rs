@@ -68,11 +68,12 @@ pub mod high_precision;
 pub mod model;
 mod op;
 pub mod recipe;
+pub mod running;
 mod report;
 pub mod scaling;
 mod shard;
 
-pub use accum::{AccumModel, AccumVariant};
+pub use accum::{AccumModel, AccumRounding, AccumVariant, Running};
 pub use case::{
     Fp8GemmCase, Fp8Recipe, GivenScales, Operand, OperandRecipe, RecipeError, RecipeProblem,
     ScalingKind, ScopeKind,

@@ -1,32 +1,22 @@
-//! The model-based check of fast FP8 accumulation: teeth where the worst-case bound has none.
+//! The model-based check of fast FP8 accumulation: teeth where even the running-form bound
+//! has none.
 //!
 //! ## Why
-//! Under [`AccumModel::Fast`] the per-element worst-case bound ([`super::Fp8Bound`]) grows
-//! like `K·2^-13·Σ|a·b|`: from K ≈ 4096 it is looser than the values themselves, so an
-//! all-zero output would pass it and the comparison is INCONCLUSIVE. A `sqrt(K)`
-//! probabilistic bound does not apply: truncation always moves the partial sum toward zero,
-//! so its errors add up with one sign instead of cancelling. Measured on the planted bugs at
-//! K = 7168, the error of a correct (modelled) fast accumulator is about 27% of the output's
-//! norm against the unquantised GEMM, larger than `fp8-inverted-scale`'s forward pass (9%):
-//! no check against the recipe-exact reference alone, per element or in aggregate (relative
-//! Frobenius error, `calc_diff`), can tell them apart.
-//!
-//! Measured with `moecheck gemm --dtype fp8 --experts 4 --tokens 32 --ffn 8 --accum fast
-//! --passes fwd --hidden K [--inject BUG] --json` (the test
-//! `fast_accumulation_at_k_7168_is_never_a_pass_for_a_wrong_answer` pins the K = 7168 row):
-//!
-//! | K | spread | threshold | all zeros | amax-from-neighbour | inverted-scale | truncation | correct model |
-//! |---|---|---|---|---|---|---|---|
-//! | 4096 | 0.154 | 0.308 | 0.842 FAIL | 0.841 FAIL | 0.200 inconclusive | 0.016 inconclusive | 0 inconclusive |
-//! | 7168 | 0.251 | 0.502 | 0.742 FAIL | 0.738 FAIL | 0.286 inconclusive | 0.022 inconclusive | 0 inconclusive |
+//! Under [`AccumModel::Fast`] the per-element bound is the running form
+//! ([`super::running`]), which scales with the magnitudes of the partial sums the accumulator
+//! holds. Where sums cancel hard (the partial sums climb far above the final value) it can
+//! still be looser than the values, and the comparison would be INCONCLUSIVE. There this check
+//! runs: it can turn INCONCLUSIVE into FAIL, never into PASS. (Before the running form it ran
+//! on every fast-accumulation pass from K ≈ 4096; at K = 7168 it failed the all-zero output
+//! and `fp8-amax-from-neighbour` but left `fp8-inverted-scale` and the correct model
+//! INCONCLUSIVE. The running form now fails all three and passes the model.)
 //!
 //! ## What it checks
 //! The accumulation model's own output for the same quantised operands (the recipe's, which
-//! the per-element comparison already pinned), [`AccumVariant::NOMINAL`]: 14 bits, one product
-//! at a time. How far real hardware may be from that model is not published, so the check
+//! the per-element comparison already pinned), [`AccumVariant::NOMINAL`]: 14 bits, k-blocks
+//! of 32. How far real hardware may be from that model is not published, so the check
 //! measures how far *other plausible accumulators* are from it ([`AccumVariant::SPREAD`]:
-//! 13 and 15 bits, and the 32 products of one FP8 MMA summed before they reach the
-//! accumulator). Per pass and group, with `‖·‖` the Frobenius norm over the group's elements
+//! 13 and 15 bits, and k-blocks of 16 products). Per pass and group, with `‖·‖` the Frobenius norm over the group's elements
 //! and `y` the recipe-exact reference:
 //!
 //! * `distance = ‖ŷ - model‖ / ‖y‖`;

@@ -4,16 +4,20 @@ use crate::gemm::{GroupedGemmCase, Passes};
 use ndarray::Array3;
 use rand::{Rng, SeedableRng};
 
-/// One group of 8 rows at K = 7168 with positive products, fast accumulation: the
-/// per-element bound has no teeth.
-fn case() -> Fp8GemmCase {
+/// One group of 8 rows at K = 7168, fast accumulation, lhs in (-1, 1) (`signed`) or (0, 1),
+/// rhs in (0, 1). With signed products the worst-case bound has no teeth, the running form has.
+fn case_of(signed: bool) -> Fp8GemmCase {
     let (m, k, n) = (8, 7168, 4);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
     let mut draw =
         |len: usize| -> Vec<f32> { (0..len).map(|_| rng.random_range(0.0f32..1.0)).collect() };
+    let lhs = draw(m * k)
+        .into_iter()
+        .map(|x| if signed { 2.0 * x - 1.0 } else { x })
+        .collect();
     Fp8GemmCase {
         gemm: GroupedGemmCase {
-            lhs: Array2::from_shape_vec((m, k), draw(m * k)).unwrap(),
+            lhs: Array2::from_shape_vec((m, k), lhs).unwrap(),
             rhs: Array3::from_shape_vec((1, k, n), draw(k * n))
                 .unwrap()
                 .into(),
@@ -31,101 +35,159 @@ fn case() -> Fp8GemmCase {
     }
 }
 
-fn check(c: &Fp8GemmCase, got: &GemmOutputs) -> (crate::fp8::Fp8Report, ModelGroupCheck) {
-    let fwd = Passes {
-        fwd: true,
-        dgrad: false,
-        wgrad: false,
-    };
-    let e = Fp8Expected::of(c, fwd).unwrap();
-    let r = compare_fp8(c, fwd, &fp8_precision(c), &e, got);
-    let m = r.model.as_ref();
-    let g = m.unwrap_or_else(|| panic!("the bound admits zeros: {:?}", r.recipe_exact.passes));
-    let g = g.groups[0].clone();
-    (r, g)
+fn case() -> Fp8GemmCase {
+    case_of(true)
 }
 
+/// [`case_of`] with positive products and every sum cancelling: the second half of K is the first half negated (lhs)
+/// against the same weights, but for its last 32 columns, which are 0. The partial sums climb
+/// to about S/2 and come back: the running form's `R` is large, the values small, and the
+/// bound admits zero.
+fn cancelling() -> Fp8GemmCase {
+    let mut c = case_of(false);
+    let (k, h) = (7168, 3584);
+    let lhs = &mut c.gemm.lhs;
+    for r in 0..lhs.nrows() {
+        for i in 0..h {
+            lhs[(r, h + i)] = if i >= h - 32 { 0.0 } else { -lhs[(r, i)] };
+        }
+    }
+    let w = c.gemm.rhs.f32().into_owned();
+    let mut w = w.into_shape_with_order((k, 4)).unwrap();
+    for i in 0..h {
+        for col in 0..4 {
+            w[(h + i, col)] = w[(i, col)];
+        }
+    }
+    c.gemm.rhs = w.into_shape_with_order((1, k, 4)).unwrap().into();
+    c
+}
+
+const FWD: Passes = Passes {
+    fwd: true,
+    dgrad: false,
+    wgrad: false,
+};
+
+fn compare(c: &Fp8GemmCase, out: &Array2<f64>) -> crate::fp8::Fp8Report {
+    let e = Fp8Expected::of(c, FWD).unwrap();
+    let got = GemmOutputs {
+        out: Some(out.clone().into()),
+        ..Default::default()
+    };
+    compare_fp8(c, FWD, &fp8_precision(c), &e, &got)
+}
+
+/// The model-based check of group 0, called directly.
+fn model_of(c: &Fp8GemmCase, out: &Array2<f64>) -> ModelGroupCheck {
+    let e = Fp8Expected::of(c, FWD).unwrap();
+    let got = GemmOutputs {
+        out: Some(out.clone().into()),
+        ..Default::default()
+    };
+    let ops = super::super::quantize_operands(c, FWD);
+    model_check(c, &ops, &[Pass::Fwd], &e.recipe_exact.value, &got).groups[0].clone()
+}
+
+fn nominal(c: &Fp8GemmCase) -> Array2<f64> {
+    let ops = super::super::quantize_operands(c, FWD);
+    let out = Model::new(c, &ops)
+        .block(Pass::Fwd, 0, AccumVariant::NOMINAL)
+        .unwrap();
+    Array2::from_shape_vec((8, 4), out).unwrap()
+}
+
+/// At K = 7168 the running form decides: the model's own output passes with teeth, zeros
+/// and half the output fail it, and the model-based check does not run.
+#[test]
+fn the_running_bound_decides_at_k_7168() {
+    let c = case();
+    let out = nominal(&c);
+    let r = compare(&c, &out);
+    assert!(r.recipe_exact.passed(), "{:?}", r.recipe_exact.first_failure());
+    assert!(r.recipe_exact.inconclusive().is_none() && r.model.is_none());
+    assert!(r.recipe_exact.passes[0].zero_ratio > 10.0, "{:?}", r.recipe_exact.passes);
+    // The worst-case bound alone would have admitted zeros.
+    let worst = crate::fp8::Fp8Bound {
+        accumulation: AccumModel::Fast,
+        output: Format::F32,
+    }
+    .at_len(7168);
+    let e = Fp8Expected::of(&c, FWD).unwrap();
+    let y = e.recipe_exact.value.out.as_ref().unwrap();
+    let mags = &e.recipe_exact.magnitude;
+    assert!(mags.out.is_some());
+    let s = crate::fp8::reference_from_operands(
+        &Fp8GemmCase {
+            recipe: Fp8Recipe::default(),
+            ..c.clone()
+        },
+        &super::super::quantize_operands(&c, FWD),
+        FWD,
+    )
+    .magnitude
+    .out
+    .unwrap();
+    // Signed products: |y| is about Σ|a·b|/√K·(4/3), so the worst case (2.8% of Σ|a·b|)
+    // holds most elements to more than their value and barely has teeth; the running form
+    // holds them to a few percent of it.
+    let teeth = y
+        .iter()
+        .zip(&s)
+        .map(|(y, s)| y.abs() / worst.at(*s, *y))
+        .fold(0.0f64, f64::max);
+    let loose = y.iter().zip(&s).filter(|(y, s)| worst.at(**s, **y) >= y.abs()).count();
+    assert!(teeth < 2.0 && loose * 2 > y.len(), "{teeth} {loose}");
+    for bad in [out.mapv(|_| 0.0), out.mapv(|v| v / 2.0), out.mapv(|v| v * 1.05)] {
+        let r = compare(&c, &bad);
+        assert!(!r.recipe_exact.passed() && r.model.is_none());
+    }
+    // The exact sums (f32 accumulation, or none) pass too: a kernel that accumulates better
+    // than the model is within the bound.
+    assert!(compare(&c, y).recipe_exact.passed());
+}
+
+/// Called directly, the model-based check puts the model at distance 0, within a threshold
+/// made of the variants' spread, and zeros, half the output and NaN outside it.
 #[test]
 fn the_model_itself_is_at_distance_zero_and_zeros_fail() {
     let c = case();
-    let fwd = Passes {
-        fwd: true,
-        dgrad: false,
-        wgrad: false,
-    };
-    let ops = super::super::quantize_operands(&c, fwd);
-    let nominal = Model::new(&c, &ops)
-        .block(Pass::Fwd, 0, AccumVariant::NOMINAL)
-        .unwrap();
-    let out = Array2::from_shape_vec((8, 4), nominal).unwrap();
-    let (r, g) = check(
-        &c,
-        &GemmOutputs {
-            out: Some(out.clone().into()),
-            ..Default::default()
-        },
-    );
-    assert!(r.recipe_exact.passed() && r.recipe_exact.inconclusive().is_some());
+    let out = nominal(&c);
+    let g = model_of(&c, &out);
     assert_eq!(g.distance, 0.0);
     assert!(
-        g.spread > 0.05,
-        "13 bits or blocks of 32 move a K = 7168 sum: {g:?}"
+        g.spread > 0.002,
+        "13 bits or blocks of 16 move a K = 7168 sum: {g:?}"
     );
     let u = Format::F32.info().unit_roundoff();
     assert_eq!(g.threshold, 2.0 * g.spread + 2.0 * u + 2f64.powi(-22));
     assert!(!g.failed());
-    // Zeros: inside the per-element bound, outside the model check's threshold.
-    let (r, g) = check(
-        &c,
-        &GemmOutputs {
-            out: Some(out.mapv(|_| 0.0).into()),
-            ..Default::default()
-        },
-    );
-    assert!(r.recipe_exact.passed(), "the worst-case bound admits zeros");
+    let g = model_of(&c, &out.mapv(|_| 0.0));
     assert!(g.failed() && g.distance == g.zero_distance, "{g:?}");
-    assert!(r
-        .model
-        .unwrap()
-        .failure_line()
-        .unwrap()
-        .contains("fwd group 0"));
-    // Half the output: also further from the model than any plausible accumulator.
-    let (_, g) = check(
-        &c,
-        &GemmOutputs {
-            out: Some(out.mapv(|v| v / 2.0).into()),
-            ..Default::default()
-        },
-    );
-    assert!(g.failed(), "{g:?}");
-    // NaN in the output (the per-element comparison fails it first): infinitely far.
+    assert!(model_of(&c, &out.mapv(|v| v / 2.0)).failed());
     let mut nan = out.clone();
     nan[(0, 0)] = f64::NAN;
-    let e = Fp8Expected::of(&c, fwd).unwrap();
-    let got = GemmOutputs {
-        out: Some(nan.into()),
-        ..Default::default()
-    };
-    let m = model_check(&c, &ops, &[Pass::Fwd], &e.recipe_exact.value, &got);
-    assert!(m.groups[0].distance.is_infinite() && m.groups[0].failed());
+    let g = model_of(&c, &nan);
+    assert!(g.distance.is_infinite() && g.failed());
 }
 
+/// Where sums cancel, the running form admits zero: the comparison is INCONCLUSIVE and the
+/// model-based check runs (it can fail an answer, never pass one); with promotion every 128
+/// products the bound has teeth again and the check does not run.
 #[test]
-fn it_does_not_run_where_the_bound_has_teeth() {
-    let mut c = case();
-    c.recipe.accumulation = AccumModel::FastPromote;
-    let fwd = Passes {
-        fwd: true,
-        dgrad: false,
-        wgrad: false,
-    };
-    let e = Fp8Expected::of(&c, fwd).unwrap();
-    let got = GemmOutputs {
-        out: e.recipe_exact.value.out.clone().map(Into::into),
-        ..Default::default()
-    };
-    let r = compare_fp8(&c, fwd, &fp8_precision(&c), &e, &got);
+fn it_runs_only_where_the_running_bound_admits_zero() {
+    let c = cancelling();
+    let out = nominal(&c);
+    let r = compare(&c, &out);
+    assert!(r.recipe_exact.passed(), "{:?}", r.recipe_exact.first_failure());
+    assert!(r.recipe_exact.inconclusive().is_some(), "{:?}", r.recipe_exact.passes);
+    let m = r.model.expect("the model-based check ran");
+    assert!(m.failure_line().is_none() && m.undecided_line().is_some());
+    let mut p = cancelling();
+    p.recipe.accumulation = AccumModel::FastPromote;
+    let e = Fp8Expected::of(&p, FWD).unwrap();
+    let exact = e.recipe_exact.value.out.clone().unwrap();
+    let r = compare(&p, &exact);
     assert!(r.model.is_none() && r.recipe_exact.inconclusive().is_none());
 }
 

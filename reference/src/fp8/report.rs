@@ -82,6 +82,9 @@ impl Reported for Fp8Gemm {
         render_recipe(&mut s, &doc.fp8.recipe);
         let _ = writeln!(s, "verdict below: recipe-exact (the GEMM of the recipe's dequantised operands, bound from the accumulation model)");
         let g = &doc.gemm;
+        if let Some(line) = accumulation_line(doc.fp8.recipe.accumulation, g.verification.mode) {
+            let _ = writeln!(s, "{line}");
+        }
         g.head.render(&mut s);
         render_case(&mut s, g);
         let fast = g.verification.mode == Verify::Fast;
@@ -184,4 +187,31 @@ fn render_model(s: &mut String, m: &ModelCheck) {
     if let Some(line) = line {
         let _ = writeln!(s, "{line}");
     }
+}
+
+/// What a fast-accumulation verdict rests on, in one line (none under exact accumulation).
+fn accumulation_line(acc: super::AccumModel, mode: Verify) -> Option<String> {
+    use super::accum::{AccumRounding, AccumVariant};
+    if acc == super::AccumModel::Exact {
+        return None;
+    }
+    let v = AccumVariant::NOMINAL;
+    let rounding = match v.rounding {
+        AccumRounding::TowardZero => "truncating",
+        AccumRounding::NearestEven => "rounding to nearest",
+    };
+    let model = format!(
+        "k-blocks of {} products into a {}-bit {rounding} accumulator{}",
+        v.block,
+        v.bits,
+        if acc == super::AccumModel::FastPromote {
+            ", promoted to f32 every 128"
+        } else {
+            ""
+        }
+    );
+    Some(match mode {
+        Verify::Full => format!("accumulation {acc}: a bound under the model ({model}), from the magnitudes of the partial sums it holds (reference/src/fp8/running.rs); an accumulator at least as accurate passes it"),
+        Verify::Fast => format!("accumulation {acc}: the model's worst-case bound ({model}); the running form is not computed under --verify fast, so a pass may be INCONCLUSIVE where --verify full decides"),
+    })
 }
