@@ -208,6 +208,10 @@ impl GemmCheck {
         if name.starts_with("exec:") || name.starts_with("worker:") {
             whole_need =
                 whole_need.saturating_add(memory::external_bytes(self.size(), self.spec.passes));
+            // ... and writes it to a case directory in $TMPDIR first.
+            let fp8 = matches!(check, Estimate::Fp8 { .. } | Estimate::Fp8RunWhole);
+            let disk = crate::disk::gemm_case_bytes(self.size(), self.spec.passes, fp8);
+            crate::disk::guard_tmp(disk, self.allow_large).map_err(anyhow::Error::msg)?;
         }
         let held = match check {
             Estimate::Gemm(_) => self.dtype,

@@ -8,6 +8,7 @@
 pub mod backends;
 pub mod contract;
 pub mod cuda;
+pub mod disk;
 pub mod gemm_check;
 pub mod generate;
 pub mod impls;

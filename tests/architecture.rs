@@ -524,7 +524,7 @@ const LAYERS: [&[&str]; 6] = [
     &["registry", "ops"],
     &["impls", "cuda"],
     &["backends", "contract", "protocol", "report", "output"],
-    &["memory", "npy", "progress", "user_file"],
+    &["memory", "disk", "npy", "progress", "user_file"],
 ];
 
 /// The layer of `file` under `root` (0 is the top), or the name that is in no layer; `None`

@@ -192,6 +192,9 @@ pub fn run(a: MoeFlags) -> anyhow::Result<ExitCode> {
             a.ffn,
             a.shared_ffn,
         ));
+        let disk =
+            moecheck::disk::moe_case_bytes(a.tokens, a.hidden, a.experts, a.ffn, a.shared_ffn);
+        moecheck::disk::guard_tmp(disk, a.allow_large).map_err(anyhow::Error::msg)?;
     }
     memory::guard(
         "--tokens/--hidden/--experts/--ffn/--shared-ffn",
