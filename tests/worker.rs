@@ -48,7 +48,7 @@ fn worker(dir: &Path, greeting: &str, misbehave: &str) -> String {
         r#"import json, os, sys, time
 sys.path[:0] = [{adapters:?}, {python:?}]
 from numpy_grouped_gemm import handler
-from moecheck.case import read_case, write_outputs
+from moecheck.adapter import run_case
 with open(os.path.join({dir:?}, "starts"), "a") as f:
     f.write(f"{{os.getpid()}}\n")
 print({greeting}, flush=True)
@@ -56,7 +56,7 @@ n = 0
 for line in sys.stdin:
     n += 1
     d = json.loads(line)["case"]
-    write_outputs(d, handler(read_case(d)))
+    run_case(handler, d)
 {misbehave}
     print(json.dumps({{"ok": True}}), flush=True)
 "#,

@@ -182,10 +182,13 @@ def _bad_value(kind, value):
 def run_case(handler, directory, ops=None):
     """Reads the case in ``directory``, calls ``handler`` and writes what it returns."""
     case = read_case(directory, ops)
-    outputs = handler(case)
-    if not isinstance(outputs, dict):
-        raise CaseFormatError(f"the handler returned {type(outputs).__name__}, expected a dict of name -> array")
-    write_outputs(directory, outputs)
+    try:
+        outputs = handler(case)
+        if not isinstance(outputs, dict):
+            raise CaseFormatError(f"the handler returned {type(outputs).__name__}, expected a dict of name -> array")
+        write_outputs(directory, outputs, case.opened)
+    finally:
+        case.close_outputs()
 
 
 def serve(handler, ops=None, flags=(), argv=None, contract=None):

@@ -55,7 +55,12 @@ class Case:
       whole dict);
     * ``case.lhs``, ``case.group_sizes``, ...: the input arrays as numpy arrays
       (``case.arrays`` is the dict), ``group_sizes`` as int64; an optional input that is
-      absent is ``None``;
+      absent is ``None``. Inputs are **memory-mapped** (``np.load(mmap_mode="c")``): pages
+      are read when touched, so a handler that works expert by expert never holds a 15 GB
+      weight; writing into one changes the handler's private copy of those pages, never
+      the file;
+    * ``case.open_output(name, shape, dtype)``: an output file the handler writes into
+      (memory-mapped), for outputs too large to hold whole (``drhs`` at DeepSeek-V3's size);
     * ``case.passes``: the asked passes of a grouped GEMM (``[]`` for other ops);
     * ``case.fp8``: the FP8 recipe of an FP8 case, else ``None``.
     """
@@ -64,6 +69,31 @@ class Case:
         self.dir = directory
         self.config = config
         self.arrays = arrays
+        self.opened = {}
+
+    def open_output(self, name, shape, dtype="float32"):
+        """A new output file ``name.npy`` of ``shape`` and ``dtype`` (float32, float64, int32,
+        int64, uint8 or bool), memory-mapped for writing, zero-filled: write into it (expert by
+        expert, row block by row block) and leave it out of the handler's returned dict, or
+        return it under the same name. The helper flushes it when the handler returns; pages
+        already written go to the file as the system needs the memory, so the output is never
+        held whole. Raises :class:`CaseFormatError` for a bad name or dtype."""
+        _check_name(name)
+        dt = np.dtype(dtype)
+        if dt not in _STORED:
+            raise CaseFormatError(f"output {name}: dtype {dt} (expected float32/float64, int32/int64, uint8 or bool)")
+        shape = tuple(int(d) for d in shape)
+        path = os.path.join(self.dir, name + ".npy")
+        a = np.lib.format.open_memmap(path, mode="w+", dtype=dt, shape=shape)
+        self.opened[name] = a
+        return a
+
+    def close_outputs(self):
+        """Flushes every output opened with :meth:`open_output` (the helper calls it)."""
+        for a in self.opened.values():
+            if isinstance(a, np.memmap):
+                a.flush()
+        self.opened.clear()
 
     @property
     def op(self):
@@ -138,6 +168,21 @@ def _optional_names(config):
     }.get(config.get("op"), ())
 
 
+def _load(file):
+    """One input, memory-mapped copy-on-write; loaded whole where numpy cannot map it (an
+    array with no elements, an object array). :class:`CaseFormatError` names the file."""
+    try:
+        return np.load(file, allow_pickle=False, mmap_mode="c")
+    except OSError as e:
+        raise CaseFormatError(f"{file}: {e}") from e
+    except ValueError:
+        pass
+    try:
+        return np.load(file, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise CaseFormatError(f"{file}: {e}") from e
+
+
 def read_case(directory, ops=None):
     """Reads the case in ``directory``; ``ops`` (a list of ``op`` names), when given, are the
     ones the caller serves. Raises :class:`CaseFormatError` naming the file that cannot be read,
@@ -156,26 +201,31 @@ def read_case(directory, ops=None):
         raise CaseError(f"op {config.get('op')!r}: this adapter serves {', '.join(ops) or 'no op'}")
     arrays = {}
     for name in _inputs(config):
-        file = os.path.join(directory, name + ".npy")
-        try:
-            arrays[name] = np.load(file, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise CaseFormatError(f"{file}: {e}") from e
+        arrays[name] = _load(os.path.join(directory, name + ".npy"))
     if "group_sizes" in arrays:
         arrays["group_sizes"] = arrays["group_sizes"].astype(np.int64)
     return Case(directory, config, arrays)
 
 
-def write_outputs(directory, outputs):
+def _check_name(name):
+    if not isinstance(name, str) or not name or os.sep in name or name.startswith("."):
+        raise CaseFormatError(f"output name {name!r} is not a plain file name")
+
+
+def write_outputs(directory, outputs, opened=None):
     """Writes ``outputs`` (a dict: file name without ``.npy`` -> array, numpy or anything
-    ``np.asarray`` takes, such as a JAX array) into ``directory``.
+    ``np.asarray`` takes, such as a JAX array) into ``directory``. ``opened``: the outputs
+    already in their files (:meth:`Case.open_output`); the same array returned under its name
+    is not written again, another array under that name replaces the file.
 
     float32, float64, int32, int64, uint8 and bool arrays are written as they are; bf16, f16
     and FP8 arrays are widened to float32 (exactly). Other types raise :class:`CaseFormatError`.
     """
+    opened = opened or {}
     for name, value in outputs.items():
-        if not name or os.sep in name or name.startswith("."):
-            raise CaseFormatError(f"output name {name!r} is not a plain file name")
+        _check_name(name)
+        if opened.get(name) is value:
+            continue
         a = np.asarray(value)
         if a.dtype not in _STORED:
             if a.dtype.kind in "fV" and a.dtype.itemsize <= 4:
