@@ -25,16 +25,21 @@ pub fn free_bytes(dir: &Path) -> Option<u64> {
 
 /// The size of a grouped GEMM's case directory with its outputs: `lhs (M, K)`, `rhs (G, K, N)`
 /// and `dout (M, N)` at 4 bytes, for FP8 (`fp8`) 3 bytes more per element for the quantised
-/// row-wise and column-wise copies and their scales, the asked outputs at 8, and 1 MiB for
+/// row-wise and column-wise copies and their scales (`compact`: 2 bytes, bf16 bit patterns),
+/// the asked outputs at 8, and 1 MiB for
 /// `case.json`, the group sizes and the file headers.
-pub fn gemm_case_bytes(size: GemmSize, passes: Passes, fp8: bool) -> u64 {
+pub fn gemm_case_bytes(size: GemmSize, passes: Passes, fp8: bool, compact: bool) -> u64 {
     let GemmSize { m, k, n, groups } = size;
     let (mk, gkn, mn) = (
         elements(&[m, k]),
         elements(&[groups, k, n]),
         elements(&[m, n]),
     );
-    let per_input = if fp8 { 7 } else { 4 };
+    let per_input = match (fp8, compact) {
+        (true, _) => 7,
+        (false, true) => 2,
+        (false, false) => 4,
+    };
     let inputs = mk.saturating_add(gkn).saturating_add(mn).saturating_mul(per_input);
     let outputs = [(passes.fwd, mn), (passes.dgrad, mk), (passes.wgrad, gkn)]
         .into_iter()
@@ -109,7 +114,7 @@ mod tests {
             n: 2048,
             groups: 256,
         };
-        let b = gemm_case_bytes(size, Passes::ALL, false);
+        let b = gemm_case_bytes(size, Passes::ALL, false, false);
         let (mk, gkn, mn) = (32768u64 * 7168, 256u64 * 7168 * 2048, 32768u64 * 2048);
         assert_eq!(b, (mk + gkn + mn) * 4 + (mk + gkn + mn) * 8 + (1 << 20));
         let fwd = Passes {
@@ -118,9 +123,13 @@ mod tests {
             wgrad: false,
         };
         assert_eq!(
-            gemm_case_bytes(size, fwd, false),
+            gemm_case_bytes(size, fwd, false, false),
             (mk + gkn + mn) * 4 + mn * 8 + (1 << 20)
         );
-        assert!(gemm_case_bytes(size, fwd, true) > gemm_case_bytes(size, fwd, false));
+        assert!(gemm_case_bytes(size, fwd, true, false) > gemm_case_bytes(size, fwd, false, false));
+        assert_eq!(
+            gemm_case_bytes(size, fwd, false, true),
+            (mk + gkn + mn) * 2 + mn * 8 + (1 << 20)
+        );
     }
 }

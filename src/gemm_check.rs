@@ -206,12 +206,19 @@ impl GemmCheck {
         // A program outside moecheck runs the whole case beside it (checked whole, above).
         let name = imp.name();
         if name.starts_with("exec:") || name.starts_with("worker:") {
-            whole_need =
-                whole_need.saturating_add(memory::external_bytes(self.size(), self.spec.passes));
-            // ... and writes it to a case directory in $TMPDIR first.
             let fp8 = matches!(check, Estimate::Fp8 { .. } | Estimate::Fp8RunWhole);
-            let disk = crate::disk::gemm_case_bytes(self.size(), self.spec.passes, fp8);
-            crate::disk::guard_tmp(disk, self.allow_large).map_err(anyhow::Error::msg)?;
+            // Compact inputs (--inputs compact: a worker that asks in its greeting is known
+            // only once started, after this) hold a bf16 case's inputs at 2 bytes.
+            let compact = self.choice.compact_inputs && !fp8 && self.spec.dtype == Format::Bf16;
+            let external = memory::external_bytes(self.size(), self.spec.passes, fp8, compact);
+            whole_need = whole_need.saturating_add(external);
+            // ... and writes it to a case directory in $TMPDIR first (after the memory guard:
+            // a case that cannot fit in memory is refused for that).
+            let disk = crate::disk::gemm_case_bytes(self.size(), self.spec.passes, fp8, compact);
+            let fits = memory::fits(whole_need, available) || self.allow_large;
+            if fits {
+                crate::disk::guard_tmp(disk, self.allow_large).map_err(anyhow::Error::msg)?;
+            }
         }
         let held = match check {
             Estimate::Gemm(_) => self.dtype,

@@ -24,8 +24,8 @@
 //!   above the 64 counted then.) A case checked in shards of experts
 //!   ([`fp8_gemm_bytes_sharded`]) counts its largest shard as a case of its own, and its
 //!   whole inputs ([`FP8_INPUTS`]) where the shards are cut from them.
-//! * `gemm` through `exec:` or `worker:`: [`external_bytes`] more (moecheck's float32 copies
-//!   of the inputs it writes, and the program's own copies of the case beside it).
+//! * `gemm` through `exec:` or `worker:`: [`external_bytes`] more (the program's own copies of
+//!   the case beside it, and for FP8 moecheck's float32 copies of the inputs it writes).
 //! * `moe`: about 100 bytes per expert-weight element and 600 per element of `x` (the
 //!   per-token copies of the layer's forward and backward), measured at 2048 tokens, hidden
 //!   512, 32 experts, ffn 256 (0.94 GB) and 8192 tokens, hidden 128, 8 experts, ffn 64
@@ -238,26 +238,27 @@ fn gemm_bytes_on(
     add(&[inputs, outputs, check, emulate, 256 << 20])
 }
 
-/// What a case run by an `exec:` or `worker:` program adds to [`gemm_bytes`]: moecheck's
-/// float32 copy of every input, made at once to write the case's `.npy` files (the protocol
-/// stores inputs as float32 whatever their dtype), and the program's own copies on the same
-/// machine: every input loaded as float32 and every asked output, counted at 8 bytes (a
-/// program may compute and write them in float64). The OOM that issue 42 reported (DeepSeek-V3's
-/// forward pass through the numpy worker, killed at 24 GB with about 23 GB available) is below
-/// this; docs/protocol.md's streaming of cases (issue 39) is what would make it smaller.
-pub fn external_bytes(size: GemmSize, passes: Passes) -> u64 {
+/// What a case run by an `exec:` or `worker:` program adds to [`gemm_bytes`]: the program's
+/// copies (every input as float32, or at 2 bytes when `compact`, whatever the helper lets it
+/// map instead; every asked output at 8 bytes, in case it writes float64), and for FP8 (`fp8`)
+/// moecheck's float32 copy of the inputs it writes (a plain grouped GEMM's are written from the
+/// case itself, `moecheck_reference::protocol::Input`). Issue 42's OOM (DeepSeek-V3's forward
+/// pass through the numpy worker, killed at 24 GB) is below this.
+pub fn external_bytes(size: GemmSize, passes: Passes, fp8: bool, compact: bool) -> u64 {
     let GemmSize { m, k, n, groups } = size;
     let (mk, gkn, mn) = (
         elements(&[m, k]),
         elements(&[groups, k, n]),
         elements(&[m, n]),
     );
-    let inputs = mk.saturating_add(gkn).saturating_add(mn).saturating_mul(4);
+    let width = if compact { 2 } else { 4 };
+    let inputs = mk.saturating_add(gkn).saturating_add(mn).saturating_mul(width);
     let outputs = [(passes.fwd, mn), (passes.dgrad, mk), (passes.wgrad, gkn)]
         .into_iter()
         .filter(|(asked, _)| *asked)
         .fold(0u64, |a, (_, e)| a.saturating_add(e.saturating_mul(8)));
-    inputs.saturating_mul(2).saturating_add(outputs)
+    let copies = if fp8 { 2 } else { 1 };
+    inputs.saturating_mul(copies).saturating_add(outputs)
 }
 
 /// The inputs of a generated grouped GEMM as they are held: `lhs` and `dout` (which the

@@ -227,10 +227,16 @@ fn only_a_case_of_one_shards_size_is_checked_whole_by_default() {
 fn an_external_program_s_copies_are_counted() {
     let fwd = Passes::FWD;
     let inside = gemm_bytes_on(2, DS, fwd, Verify::Fast, BF16_F32);
-    let external = inside + external_bytes(DS, fwd);
+    let external = inside + external_bytes(DS, fwd, false, false);
     assert!(inside < 24 << 30, "{}", gib(inside));
     assert!(external > 24 << 30, "{}", gib(external));
     // Each asked output adds its 8 bytes per element.
-    let all = external_bytes(DS, Passes::ALL) - external_bytes(DS, fwd);
+    let all = external_bytes(DS, Passes::ALL, false, false) - external_bytes(DS, fwd, false, false);
     assert_eq!(all, (32768 * 7168 + 256 * 7168 * 2048) * 8);
+    // An FP8 case adds moecheck's float32 copy of its inputs (a plain one writes them from
+    // the case itself).
+    let inputs = (32768 * 7168 + 256 * 7168 * 2048 + 32768 * 2048) * 4;
+    assert_eq!(external_bytes(DS, fwd, true, false) - external_bytes(DS, fwd, false, false), inputs);
+    // Compact inputs: the program holds them at 2 bytes.
+    assert_eq!(external_bytes(DS, fwd, false, false) - external_bytes(DS, fwd, false, true), inputs / 2);
 }

@@ -13,7 +13,7 @@ use ndarray::{Array, ArrayD, Dimension};
 use ndarray_npy::{ReadNpyExt, ReadableElement, WritableElement, WriteNpyExt};
 
 use moecheck_reference::format::Format;
-use moecheck_reference::protocol::Stored;
+use moecheck_reference::protocol::{Input, Stored};
 
 /// What a `.npy` header says, read without loading the data.
 #[derive(Debug, Clone, PartialEq)]
@@ -320,6 +320,92 @@ pub fn write_stored(path: &Path, a: &Stored) -> Result<(), String> {
     }
 }
 
+/// Writes an input of a case directory to `path` without copying a borrowed array; a bf16
+/// one is widened to float32 a slice of at most [`WIDEN_ELEMENTS`] at a time.
+pub fn write_input(path: &Path, a: Input<'_>) -> Result<(), String> {
+    match a {
+        Input::Stored(s) => write_stored(path, &s),
+        Input::F32(v) => {
+            let f = File::create(path).map_err(|e| e.to_string())?;
+            v.write_npy(std::io::BufWriter::new(f))
+                .map_err(|e| one_line(&e.to_string()))
+        }
+        Input::Bf16AsF32(v) => {
+            stream(path, "<f4", v.shape(), v.iter().map(|x| f32::from(*x).to_le_bytes()))
+        }
+        Input::Bf16Bits(v) => stream(path, "<u2", v.shape(), v.iter().map(|x| x.to_bits().to_le_bytes())),
+        Input::F32AsBf16Bits(v) => {
+            // Every value is a bf16 value: its low 16 bits are 0 (else the case was wrong).
+            if let Some(x) = v.iter().find(|x| x.to_bits() & 0xffff != 0) {
+                return Err(format!("{x} is not a bf16 value: it cannot be stored compact"));
+            }
+            let bits = v.iter().map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes());
+            stream(path, "<u2", v.shape(), bits)
+        }
+    }
+}
+
+/// Reads a compact input (`<u2` bf16 bit patterns) of `shape`, widened to float32.
+pub fn read_bf16_bits(path: &Path, shape: &[usize]) -> Result<ArrayD<f32>, String> {
+    let f = File::open(path).map_err(|e| e.to_string())?;
+    let a = ArrayD::<u16>::read_npy(std::io::BufReader::new(f))
+        .map_err(|e| format!("expected uint16 bf16 bit patterns (\"encodings\" in case.json): {}", one_line(&e.to_string())))?;
+    if a.shape() != shape {
+        return Err(format!("has shape {:?}, expected {shape:?}", a.shape()));
+    }
+    Ok(a.mapv(|b| half::bf16::from_bits(b).to_f32()))
+}
+
+/// Elements of an input converted at once while it is written (a bf16 weight widened, a
+/// compact one narrowed to its bits).
+pub const WIDEN_ELEMENTS: usize = 1 << 20;
+
+/// The `.npy` header of a little-endian C-order array of `descr` (`<f4`, `<u2`) and `shape`
+/// (format 1.0: the magic, the version, the header's length, the dict padded with spaces and a
+/// newline to a multiple of 64 bytes).
+fn npy_header(descr: &str, shape: &[usize]) -> Vec<u8> {
+    let dims = match shape {
+        [d] => format!("({d},)"),
+        _ => format!(
+            "({})",
+            shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+        ),
+    };
+    let dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {dims}, }}");
+    let unpadded = 10 + dict.len() + 1;
+    let len = dict.len() + 1 + (64 - unpadded % 64) % 64;
+    let mut h = b"\x93NUMPY\x01\x00".to_vec();
+    h.extend_from_slice(&(len as u16).to_le_bytes());
+    h.extend_from_slice(dict.as_bytes());
+    h.resize(10 + len - 1, b' ');
+    h.push(b'\n');
+    h
+}
+
+/// Writes the elements `items` (in logical C order, already little-endian bytes) as a `.npy`
+/// file of `descr` and `shape`, [`WIDEN_ELEMENTS`] at a time.
+fn stream<const N: usize>(
+    path: &Path,
+    descr: &str,
+    shape: &[usize],
+    items: impl Iterator<Item = [u8; N]>,
+) -> Result<(), String> {
+    use std::io::Write as _;
+    let io = |e: std::io::Error| one_line(&e.to_string());
+    let mut w = std::io::BufWriter::new(File::create(path).map_err(io)?);
+    w.write_all(&npy_header(descr, shape)).map_err(io)?;
+    let mut buf: Vec<u8> = Vec::with_capacity(WIDEN_ELEMENTS * N);
+    for x in items {
+        buf.extend_from_slice(&x);
+        if buf.len() >= WIDEN_ELEMENTS * N {
+            w.write_all(&buf).map_err(io)?;
+            buf.clear();
+        }
+    }
+    w.write_all(&buf).map_err(io)?;
+    w.flush().map_err(io)
+}
+
 /// `s` on one line.
 pub fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
@@ -354,5 +440,41 @@ mod tests {
             err.contains("int32") && err.contains("float32 or float64"),
             "{err}"
         );
+    }
+
+    /// A bf16 input written a slice at a time is the float32 file of its widened values
+    /// (read back by the same reader as any case file): 1-, 2- and 3-dimensional, empty, a
+    /// transposed view (logical order), and more elements than one slice; the header is
+    /// padded to 64 bytes.
+    #[test]
+    fn bf16_inputs_are_written_as_float32() {
+        use half::bf16;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("w.npy");
+        let big = WIDEN_ELEMENTS + 7;
+        let cases: Vec<ndarray::ArrayD<bf16>> = vec![
+            ndarray::Array1::from_shape_fn(5, |i| bf16::from_f32(i as f32 * 0.3)).into_dyn(),
+            ndarray::Array2::from_shape_fn((3, 4), |(i, j)| bf16::from_f32(i as f32 - j as f32 / 7.0))
+                .into_dyn(),
+            ndarray::Array3::from_shape_fn((2, 0, 3), |_| bf16::ONE).into_dyn(),
+            ndarray::Array1::from_shape_fn(big, |i| bf16::from_f32((i % 1000) as f32 - 500.5))
+                .into_dyn(),
+        ];
+        for a in &cases {
+            write_input(&p, Input::Bf16AsF32(a.view())).unwrap();
+            let got = read_f32(&p, a.shape()).unwrap();
+            assert_eq!(got, a.mapv(f32::from), "{:?}", a.shape());
+            let bytes = std::fs::read(&p).unwrap();
+            let header = 10 + u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+            assert_eq!(header % 64, 0);
+            assert_eq!(bytes.len(), header + 4 * a.len());
+        }
+        let t = ndarray::Array2::from_shape_fn((3, 4), |(i, j)| bf16::from_f32((i * 4 + j) as f32));
+        write_input(&p, Input::Bf16AsF32(t.t().into_dyn())).unwrap();
+        assert_eq!(read_f32(&p, &[4, 3]).unwrap(), t.t().mapv(f32::from).into_dyn());
+        // A borrowed float32 view is written as it is.
+        let f = t.mapv(f32::from);
+        write_input(&p, Input::F32(f.view().into_dyn())).unwrap();
+        assert_eq!(read_f32(&p, &[3, 4]).unwrap(), f.into_dyn());
     }
 }

@@ -4,12 +4,13 @@
 //!
 //! Every error names the file and the problem on one line.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 pub use moecheck_reference::protocol::PROTOCOL_VERSION;
-use moecheck_reference::protocol::{FileError, Files, Protocol, Stored};
+use moecheck_reference::protocol::{FileError, Files, Protocol, Stored, BF16_ENCODING};
 
 use crate::npy;
 use moecheck_reference::format::Format;
@@ -103,6 +104,9 @@ struct CaseFile<J> {
     body: J,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     declared: Option<Declared>,
+    /// Compact inputs: input name (no `.npy`) -> encoding (`bf16`: `<u2` bit patterns).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    encodings: BTreeMap<String, String>,
 }
 
 /// What every `case.json` starts with, and which top-level keys it has (for choosing the
@@ -117,17 +121,32 @@ pub struct CaseHeader {
 }
 
 /// The arrays of one case directory, as [`Files`].
-pub struct DirFiles<'a>(pub &'a Path);
+pub struct DirFiles<'a> {
+    dir: &'a Path,
+    /// The inputs stored as bf16 bit patterns (`"encodings"`), by name without `.npy`.
+    bf16: BTreeSet<String>,
+}
 
 impl DirFiles<'_> {
+    /// A directory whose arrays are all stored plainly (outputs).
+    fn plain(dir: &Path) -> DirFiles<'_> {
+        DirFiles {
+            dir,
+            bf16: BTreeSet::new(),
+        }
+    }
     fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
+        self.dir.join(name)
     }
 }
 
 impl Files for DirFiles<'_> {
     fn f32(&mut self, name: &str, shape: &[usize]) -> Result<ndarray::ArrayD<f32>, FileError> {
-        npy::read_f32(&self.path(name), shape).map_err(|r| FileError::new(name, r))
+        let path = self.path(name);
+        if self.bf16.contains(name.trim_end_matches(".npy")) {
+            return npy::read_bf16_bits(&path, shape).map_err(|r| FileError::new(name, r));
+        }
+        npy::read_f32(&path, shape).map_err(|r| FileError::new(name, r))
     }
     fn float(
         &mut self,
@@ -205,17 +224,31 @@ pub fn write_case<O: Protocol>(
     case: &O::Case,
     ask: O::Ask,
     declared: Option<&Declared>,
+    compact: bool,
 ) -> Result<(), ProtocolError> {
+    let inputs = O::inputs(case, ask, compact);
+    let encodings = inputs
+        .iter()
+        .filter_map(|(name, a)| {
+            let e = a.encoding()?;
+            Some((name.trim_end_matches(".npy").to_string(), e.to_string()))
+        })
+        .collect();
     let json = CaseFile {
         protocol: PROTOCOL_VERSION,
         op: O::PROTOCOL_OP.to_string(),
         body: O::case_json(case, ask),
         declared: declared.copied(),
+        encodings,
     };
     let path = dir.join("case.json");
     let text = serde_json::to_string_pretty(&json).map_err(|e| file_error(&path, e))?;
     std::fs::write(&path, text + "\n").map_err(|e| file_error(&path, e))?;
-    write_arrays(dir, O::input_files(case, ask))
+    for (name, a) in inputs {
+        let path = dir.join(&name);
+        npy::write_input(&path, a).map_err(|r| file_error(&path, r))?;
+    }
+    Ok(())
 }
 
 /// Writes the outputs `got` into `dir`.
@@ -251,8 +284,20 @@ pub fn read_case<O: Protocol>(dir: &Path) -> Result<(O::Case, O::Ask), ProtocolE
     let text = std::fs::read_to_string(&path).map_err(|e| file_error(&path, e))?;
     let json: CaseFile<O::CaseJson> =
         serde_json::from_str(&text).map_err(|e| file_error(&path, e))?;
+    for (name, e) in &json.encodings {
+        if e != BF16_ENCODING {
+            return Err(file_error(
+                &path,
+                format!("\"encodings\": {name}: unknown encoding '{e}' (expected {BF16_ENCODING})"),
+            ));
+        }
+    }
+    let mut files = DirFiles {
+        dir,
+        bf16: json.encodings.into_keys().collect(),
+    };
     let (case, ask) =
-        O::read_case(json.body, &mut DirFiles(dir)).map_err(|e| ProtocolError::in_dir(dir, e))?;
+        O::read_case(json.body, &mut files).map_err(|e| ProtocolError::in_dir(dir, e))?;
     O::validate(&case, ask).map_err(|source| ProtocolError::Invalid {
         path: dir.to_path_buf(),
         source,
@@ -266,7 +311,7 @@ pub fn read_outputs<O: Protocol>(
     case: &O::Case,
     ask: O::Ask,
 ) -> Result<O::Outputs, ProtocolError> {
-    O::read_outputs(case, ask, &mut DirFiles(dir)).map_err(|e| {
+    O::read_outputs(case, ask, &mut DirFiles::plain(dir)).map_err(|e| {
         if dir.join(&e.file).exists() {
             return ProtocolError::in_dir(dir, e);
         }

@@ -34,6 +34,8 @@ pub struct Choice {
     pub timeout: Option<f64>,
     /// The declaration flags.
     pub declared: Declared,
+    /// `--inputs compact`: an `exec:`/`worker:` program's bf16 inputs as bit patterns.
+    pub compact_inputs: bool,
 }
 
 impl Choice {
@@ -90,6 +92,11 @@ pub fn build<O: Backends>(choice: &Choice) -> Result<Box<dyn Implementation<O>>,
                 std::env::temp_dir().display()
             ));
         }
+    }
+    if choice.compact_inputs && !external {
+        return Err(format!(
+            "--inputs compact: only an exec: or worker: program reads a case directory (got --impl {name})"
+        ));
     }
     if let Some(bug) = &choice.inject {
         if !matches!(kind, Kind::Emulate) {
@@ -160,6 +167,7 @@ fn program(cmd: &str, choice: &Choice) -> Program {
         command: cmd.to_string(),
         timeout: Duration::from_secs_f64(choice.timeout.unwrap_or(DEFAULT_TIMEOUT_S)),
         kept: Default::default(),
+        compact: choice.compact_inputs,
     }
 }
 

@@ -34,7 +34,7 @@ fn case_directory_estimate_covers_the_written_directory() {
         n: 256,
         groups: 8,
     };
-    let estimate = moecheck::disk::gemm_case_bytes(size, Passes::ALL, false);
+    let estimate = moecheck::disk::gemm_case_bytes(size, Passes::ALL, false, false);
     // Inputs 7.3 MB and outputs 7.3 MB at float32: the directory is at least 14 MB.
     assert!(measured > 14_000_000, "{measured}");
     assert!(

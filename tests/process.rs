@@ -65,6 +65,7 @@ fn program(command: String, timeout_s: f64) -> Program {
         command,
         timeout: Duration::from_secs_f64(timeout_s),
         kept: Default::default(),
+        compact: false,
     }
 }
 

@@ -14,6 +14,9 @@ as precise as each case asks (it writes float32); every input dtype, every pass,
 (K = 0, N = 0, empty experts, any M). It ignores an FP8 recipe (the recipe-exact check then
 fails it: tests/fp8_cli.rs shows that it does), so its contract says nothing about FP8.
 
+As a worker it asks for compact inputs (a bf16 case's inputs as uint16 bit patterns, widened
+here an expert at a time); as an `exec:` program it reads either (`--inputs compact`).
+
 Usage: numpy_grouped_gemm.py [CASE_DIR]   (no CASE_DIR: a moecheck worker, protocol v2)
 """
 import numpy as np
@@ -34,28 +37,30 @@ CONTRACT = {
 
 
 def handler(case):
-    # Inputs are memory-mapped by the helper and each output is a memory-mapped file written
-    # expert by expert (case.open_output, zero-filled: tail rows and empty experts stay 0), so
-    # the adapter holds one expert's operands at a time: it runs at DeepSeek-V3's size
+    # Inputs are memory-mapped by the helper (compact ones, bf16 bit patterns, widened here an
+    # expert at a time) and each output is a memory-mapped file written expert by expert
+    # (case.open_output, zero-filled: tail rows and empty experts stay 0), so the adapter
+    # holds one expert's operands at a time: it runs at DeepSeek-V3's size
     # (docs/protocol.md, "Adapters at DeepSeek-V3's size").
-    lhs, rhs, dout = case.lhs, case.rhs, case.dout
     m, k, n, g = case["m"], case["k"], case["n"], case["groups"]
     off = np.concatenate([[0], np.cumsum(case.group_sizes)])
     groups = [(e, off[e], off[e + 1]) for e in range(g)]
+    rows = lambda name, lo, hi: case.widened(name, slice(lo, hi))  # noqa: E731
     if "fwd" in case.passes:
         out = case.open_output("out", (m, n))
         for e, lo, hi in groups:
-            out[lo:hi] = lhs[lo:hi] @ rhs[e]
+            out[lo:hi] = rows("lhs", lo, hi) @ case.widened("rhs", e)
     if "dgrad" in case.passes:
         dlhs = case.open_output("dlhs", (m, k))
         for e, lo, hi in groups:
-            dlhs[lo:hi] = dout[lo:hi] @ rhs[e].T
+            dlhs[lo:hi] = rows("dout", lo, hi) @ case.widened("rhs", e).T
     if "wgrad" in case.passes:
         drhs = case.open_output("drhs", (g, k, n))
         for e, lo, hi in groups:
-            drhs[e] = lhs[lo:hi].T @ dout[lo:hi]
+            drhs[e] = rows("lhs", lo, hi).T @ rows("dout", lo, hi)
     return {}
 
 
 if __name__ == "__main__":
-    serve(handler, ops=["grouped_gemm"], contract=CONTRACT)
+    # Compact inputs: a bf16 case arrives as bit patterns (half the disk and memory).
+    serve(handler, ops=["grouped_gemm"], contract=CONTRACT, inputs="compact")

@@ -191,7 +191,7 @@ def run_case(handler, directory, ops=None):
         case.close_outputs()
 
 
-def serve(handler, ops=None, flags=(), argv=None, contract=None):
+def serve(handler, ops=None, flags=(), argv=None, contract=None, inputs="float32"):
     """Serves ``handler`` as an exec: program (one directory argument) or as a worker (none).
 
     ``ops``: the ``case.json`` op names the handler implements (``grouped_gemm``, ``route``,
@@ -200,7 +200,10 @@ def serve(handler, ops=None, flags=(), argv=None, contract=None):
     adapter reads itself. ``contract``: the declared contract, a dict by op key
     (``grouped_gemm``, ``fp8``, ``route``, ``moe_layer``) of ``{"declared": {...},
     "supports": {...}}`` (docs/protocol.md), sent in the worker's greeting; a bad one is a
-    usage error (exit 2) naming the key. Never returns.
+    usage error (exit 2) naming the key. ``inputs``: ``"compact"`` asks a worker's cases
+    with compact inputs (a grouped GEMM's bf16 inputs as uint16 bit patterns, read with
+    :meth:`~moecheck.case.Case.widened`); an ``exec:`` run gets them with ``--inputs
+    compact`` on moecheck's command line. Never returns.
     """
     args = list(sys.argv[1:] if argv is None else argv)
     name = os.path.basename(sys.argv[0]) or "adapter"
@@ -211,12 +214,14 @@ def serve(handler, ops=None, flags=(), argv=None, contract=None):
         print(f"{name}: usage: {usage}   (no CASE_DIR: serve as a moecheck worker)", file=sys.stderr)
         sys.exit(2)
     bad = check_contract(contract, None if ops is None else list(ops))
+    if bad is None and inputs not in ("float32", "compact"):
+        bad = f"inputs={inputs!r}: expected 'float32' or 'compact'"
     if bad is not None:
         print(f"{name}: usage error: serve(contract=...): {bad}", file=sys.stderr)
         sys.exit(2)
     if dirs:
         sys.exit(_serve_one(handler, dirs[0], ops, name))
-    sys.exit(_serve_worker(handler, ops, name, contract))
+    sys.exit(_serve_worker(handler, ops, name, contract, inputs))
 
 
 def _serve_one(handler, directory, ops, name):
@@ -237,7 +242,7 @@ def _serve_one(handler, directory, ops, name):
     return 0
 
 
-def _serve_worker(handler, ops, name, contract=None):
+def _serve_worker(handler, ops, name, contract=None, inputs="float32"):
     """Protocol v2: greet, then one answer per request line, until stdin ends."""
     offered = os.environ.get(PROTOCOL_ENV)
     if offered is not None and offered.strip().isdigit() and int(offered) < WORKER_PROTOCOL:
@@ -250,6 +255,8 @@ def _serve_worker(handler, ops, name, contract=None):
     greeting = {"protocol": WORKER_PROTOCOL, "ops": list(ops) if ops is not None else None}
     if contract is not None:
         greeting["contract"] = contract
+    if inputs != "float32":
+        greeting["inputs"] = inputs
     _send(answers, greeting)
     while True:
         line = sys.stdin.readline()

@@ -61,6 +61,10 @@ class Case:
       the file;
     * ``case.open_output(name, shape, dtype)``: an output file the handler writes into
       (memory-mapped), for outputs too large to hold whole (``drhs`` at DeepSeek-V3's size);
+    * ``case.encodings``: the compact inputs (``{"rhs": "bf16", ...}``; ``--inputs compact``
+      or a worker's ``inputs="compact"``): such an input is its uint16 bit patterns, and
+      ``case.widened(name, index)`` is float32 of ``case.<name>[index]`` for any input (one
+      expert's weight widened at a time: ``case.widened("rhs", e)``);
     * ``case.passes``: the asked passes of a grouped GEMM (``[]`` for other ops);
     * ``case.fp8``: the FP8 recipe of an FP8 case, else ``None``.
     """
@@ -70,6 +74,21 @@ class Case:
         self.config = config
         self.arrays = arrays
         self.opened = {}
+
+    @property
+    def encodings(self):
+        return dict(self.config.get("encodings") or {})
+
+    def widened(self, name, index=()):
+        """float32 of ``getattr(case, name)[index]``: a compact (bf16 bit pattern) input is
+        widened exactly, any other converted as numpy does. Only the indexed part is read."""
+        a = getattr(self, name)
+        if a is None:
+            return None
+        part = a[index]
+        if self.encodings.get(name) == "bf16":
+            return (np.asarray(part, dtype=np.uint32) << 16).view(np.float32)
+        return np.asarray(part, dtype=np.float32)
 
     def open_output(self, name, shape, dtype="float32"):
         """A new output file ``name.npy`` of ``shape`` and ``dtype`` (float32, float64, int32,
@@ -199,9 +218,15 @@ def read_case(directory, ops=None):
         raise CaseFormatError(f"{path}: case directory protocol {config.get('protocol')!r} (this helper reads {CASE_PROTOCOL})")
     if ops is not None and config.get("op") not in ops:
         raise CaseError(f"op {config.get('op')!r}: this adapter serves {', '.join(ops) or 'no op'}")
+    encodings = config.get("encodings") or {}
+    if not isinstance(encodings, dict) or any(v != "bf16" for v in encodings.values()):
+        raise CaseFormatError(f"{path}: \"encodings\" is {encodings!r}, expected input name -> \"bf16\"")
     arrays = {}
     for name in _inputs(config):
-        arrays[name] = _load(os.path.join(directory, name + ".npy"))
+        file = os.path.join(directory, name + ".npy")
+        arrays[name] = _load(file)
+        if name in encodings and arrays[name].dtype != np.uint16:
+            raise CaseFormatError(f"{file}: dtype {arrays[name].dtype}, expected uint16 bf16 bit patterns (\"encodings\")")
     if "group_sizes" in arrays:
         arrays["group_sizes"] = arrays["group_sizes"].astype(np.int64)
     return Case(directory, config, arrays)

@@ -6,7 +6,8 @@
 //! `moecheck check` work for every operation with one implementation. Nothing here touches
 //! the file system.
 
-use ndarray::ArrayD;
+use half::bf16;
+use ndarray::{ArrayD, ArrayViewD};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -23,6 +24,47 @@ pub enum Stored {
     F64(ArrayD<f64>),
     I32(ArrayD<i32>),
     U8(ArrayD<u8>),
+}
+
+/// An input array as [`Protocol::inputs`] hands it to the writer: owned, or borrowed from the
+/// case (no copy of a large input is made to write it).
+#[derive(Debug, Clone)]
+pub enum Input<'a> {
+    Stored(Stored),
+    /// A float32 array of the case, written as it is.
+    F32(ArrayViewD<'a, f32>),
+    /// A bf16 array of the case, widened to float32 (exactly) a slice at a time as it is
+    /// written: the stored file is float32 whatever the case holds.
+    Bf16AsF32(ArrayViewD<'a, bf16>),
+    /// Compact inputs (docs/protocol.md): a bf16 array stored as its `<u2` bit patterns.
+    Bf16Bits(ArrayViewD<'a, bf16>),
+    /// Compact inputs: a float32 array whose every value is a bf16 value (the case's dtype
+    /// says so), stored as the bf16 bit patterns (the high 16 bits of each float32).
+    F32AsBf16Bits(ArrayViewD<'a, f32>),
+}
+
+/// The one compact encoding: bf16 values as `<u2` bit patterns (`"encodings"` in
+/// `case.json`).
+pub const BF16_ENCODING: &str = "bf16";
+
+impl Input<'_> {
+    /// The array owned, as the file stores it.
+    pub fn into_stored(self) -> Stored {
+        match self {
+            Input::Stored(s) => s,
+            Input::F32(a) => Stored::F32(a.to_owned()),
+            Input::Bf16AsF32(a) | Input::Bf16Bits(a) => Stored::F32(a.mapv(f32::from)),
+            Input::F32AsBf16Bits(a) => Stored::F32(a.to_owned()),
+        }
+    }
+
+    /// The file's encoding, when it is not the plain float32 (or integer) one.
+    pub fn encoding(&self) -> Option<&'static str> {
+        match self {
+            Input::Bf16Bits(_) | Input::F32AsBf16Bits(_) => Some(BF16_ENCODING),
+            _ => None,
+        }
+    }
 }
 
 /// A problem with one file of a case directory: `file` is its name inside the directory
@@ -75,6 +117,18 @@ pub trait Protocol: Op {
     fn case_json(case: &Self::Case, ask: Self::Ask) -> Self::CaseJson;
     /// The input arrays of `case`, named as files (`lhs.npy`).
     fn input_files(case: &Self::Case, ask: Self::Ask) -> Vec<(String, Stored)>;
+    /// The same arrays as the writer takes them: by default [`Protocol::input_files`]; an
+    /// operation with large inputs lends them instead (the grouped GEMM), so that writing a
+    /// case directory makes no copy of them.
+    /// `compact`: bf16 inputs as their bit patterns ([`Input::Bf16Bits`]), where the operation
+    /// has such inputs (the others ignore it).
+    fn inputs(case: &Self::Case, ask: Self::Ask, compact: bool) -> Vec<(String, Input<'_>)> {
+        let _ = compact;
+        Self::input_files(case, ask)
+            .into_iter()
+            .map(|(name, s)| (name, Input::Stored(s)))
+            .collect()
+    }
     /// Reads a case back. The result is validated by the caller ([`Op::validate`]).
     fn read_case(
         json: Self::CaseJson,

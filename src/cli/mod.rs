@@ -122,6 +122,11 @@ pub struct ImplFlags {
     /// Seconds an exec: or worker: implementation may take per case [default: 600].
     #[arg(long, allow_negative_numbers = true)]
     pub timeout: Option<f64>,
+    /// How an exec: or worker: program's inputs are written: float32 .npy files, or compact
+    /// (a grouped GEMM's bf16 inputs as uint16 bit patterns, "encodings" in case.json; a
+    /// worker may ask for it in its greeting) [default: float32].
+    #[arg(long, value_parser = ["float32", "compact"])]
+    pub inputs: Option<String>,
 }
 
 impl ImplFlags {
@@ -131,6 +136,7 @@ impl ImplFlags {
             declared,
             inject: self.inject.clone(),
             timeout: self.timeout,
+            compact_inputs: self.inputs.as_deref() == Some("compact"),
             ..Choice::named(self.implementation.as_deref().unwrap_or("emulate"))
         }
     }

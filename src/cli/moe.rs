@@ -192,9 +192,6 @@ pub fn run(a: MoeFlags) -> anyhow::Result<ExitCode> {
             a.ffn,
             a.shared_ffn,
         ));
-        let disk =
-            moecheck::disk::moe_case_bytes(a.tokens, a.hidden, a.experts, a.ffn, a.shared_ffn);
-        moecheck::disk::guard_tmp(disk, a.allow_large).map_err(anyhow::Error::msg)?;
     }
     memory::guard(
         "--tokens/--hidden/--experts/--ffn/--shared-ffn",
@@ -203,6 +200,12 @@ pub fn run(a: MoeFlags) -> anyhow::Result<ExitCode> {
         a.allow_large,
     )
     .map_err(anyhow::Error::msg)?;
+    if name.starts_with("exec:") || name.starts_with("worker:") {
+        // The case directory in $TMPDIR (checked after memory, which refuses first).
+        let disk =
+            moecheck::disk::moe_case_bytes(a.tokens, a.hidden, a.experts, a.ffn, a.shared_ffn);
+        moecheck::disk::guard_tmp(disk, a.allow_large).map_err(anyhow::Error::msg)?;
+    }
     let imp = registry::build::<MoeLayer>(&a.choice()).map_err(anyhow::Error::msg)?;
     let mut run = pipeline::run(&spec, Some(imp.as_ref()), a.dump.as_deref(), ())?;
     let code = report::finish(&pipeline::report(&run), a.json)?;

@@ -30,6 +30,9 @@ pub struct Program {
     pub timeout: Duration,
     /// The failed case directories kept so far ([`keep_failed_case`]).
     pub kept: KeptCases,
+    /// Compact inputs (`--inputs compact`; a worker may also ask in its greeting): bf16
+    /// inputs as their bit patterns (docs/protocol.md).
+    pub compact: bool,
 }
 
 /// An external implementation of `O`, declaring its precision with `declaration`.
@@ -54,7 +57,7 @@ impl<O: Protocol> Implementation<O> for Exec<O> {
         let tmp = Scratch::new("moecheck-case-")
             .map_err(|e| RunError::new(format!("cannot create a case directory: {e}")))?;
         let dir = tmp.path();
-        protocol::write_case::<O>(dir, case, ask, None)
+        protocol::write_case::<O>(dir, case, ask, None, self.program.compact)
             .map_err(|e| RunError::new(e.to_string()))?;
         if let Err(e) = self.program.run_in(dir) {
             if e.is_refusal() {

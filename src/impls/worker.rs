@@ -99,10 +99,15 @@ impl<O: Protocol> Implementation<O> for Worker<O> {
         if let Some(e) = Implementation::<O>::broken(self) {
             return Err(e);
         }
+        // The greeting says how the inputs are written: the worker starts first.
+        let compact = self.program.compact || {
+            let mut slot = self.lock();
+            slot.running(&self.program, O::PROTOCOL_OP)?.compact
+        };
         let tmp = Scratch::new("moecheck-case-")
             .map_err(|e| RunError::new(format!("cannot create a case directory: {e}")))?;
         let dir = tmp.path();
-        protocol::write_case::<O>(dir, case, ask, None)
+        protocol::write_case::<O>(dir, case, ask, None, compact)
             .map_err(|e| RunError::new(e.to_string()))?;
         if let Err(e) = self.answer(&mut self.lock(), dir, O::PROTOCOL_OP) {
             if e.is_refusal() {
@@ -199,6 +204,8 @@ struct Session {
     /// `worker 'CMD'`, for messages.
     who: String,
     program: Program,
+    /// Whether its greeting asked for compact inputs (`"inputs": "compact"`).
+    compact: bool,
 }
 
 /// What the stdout reader saw.
@@ -263,6 +270,7 @@ impl Session {
             lines: read_lines(stdout),
             who,
             program: program.clone(),
+            compact: false,
         };
         let deadline = Instant::now() + program.timeout;
         let greeting = match session.next(deadline) {
@@ -274,8 +282,11 @@ impl Session {
                 return Err(session.timed_out("did not greet", 0));
             }
         };
-        match check_greeting(&greeting, op) {
-            Ok(contract) => Ok((session, contract)),
+        match check_greeting(&greeting, op).and_then(|c| Ok((c, greeting_inputs(&greeting)?))) {
+            Ok((contract, compact)) => {
+                session.compact = compact;
+                Ok((session, contract))
+            }
             Err(reason) => {
                 session.process.end();
                 Err(RunError::broken(session.failed(&reason, 0).message))
@@ -455,7 +466,7 @@ fn read_lines(stdout: impl Read + Send + 'static) -> Receiver<Line> {
 
 #[path = "worker_answer.rs"]
 mod answer;
-use answer::{check_greeting, parse_answer, shown, Answer};
+use answer::{check_greeting, greeting_inputs, parse_answer, shown, Answer};
 
 #[cfg(test)]
 #[path = "worker_tests.rs"]

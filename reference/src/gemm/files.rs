@@ -12,7 +12,7 @@ use super::held::OutArray;
 use super::op::Gemm;
 use super::weights::Weights;
 use crate::format::Format;
-use crate::protocol::{dims, FileError, Files, Protocol, Stored};
+use crate::protocol::{dims, FileError, Files, Input, Protocol, Stored};
 
 /// The `case.json` fields of a grouped GEMM.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -80,17 +80,40 @@ impl Protocol for Gemm {
     }
 
     fn input_files(case: &GroupedGemmCase, passes: Passes) -> Vec<(String, Stored)> {
+        Self::inputs(case, passes, false)
+            .into_iter()
+            .map(|(name, a)| (name, a.into_stored()))
+            .collect()
+    }
+
+    /// `lhs`, `rhs` and `dout` lent from the case (a bf16 weight widened as it is written);
+    /// `compact` with `--dtype bf16`: all three as bf16 bit patterns (every value of a bf16
+    /// case is a bf16 value).
+    fn inputs(case: &GroupedGemmCase, passes: Passes, compact: bool) -> Vec<(String, Input<'_>)> {
         let sizes: Array1<i32> = case.group_sizes.iter().map(|s| *s as i32).collect();
+        let bits = compact && case.dtype == Format::Bf16;
+        fn f32_input(a: ndarray::ArrayViewD<'_, f32>, bits: bool) -> Input<'_> {
+            if bits {
+                Input::F32AsBf16Bits(a)
+            } else {
+                Input::F32(a)
+            }
+        }
+        let rhs = match &case.rhs {
+            Weights::F32(w) => f32_input(w.view().into_dyn(), bits),
+            Weights::Bf16(w) if bits => Input::Bf16Bits(w.view().into_dyn()),
+            Weights::Bf16(w) => Input::Bf16AsF32(w.view().into_dyn()),
+        };
         let mut files = vec![
-            ("lhs.npy".into(), Stored::F32(case.lhs.clone().into_dyn())),
+            ("lhs.npy".into(), f32_input(case.lhs.view().into_dyn(), bits)),
+            ("rhs.npy".into(), rhs),
             (
-                "rhs.npy".into(),
-                Stored::F32(case.rhs.f32().into_owned().into_dyn()),
+                "group_sizes.npy".into(),
+                Input::Stored(Stored::I32(sizes.into_dyn())),
             ),
-            ("group_sizes.npy".into(), Stored::I32(sizes.into_dyn())),
         ];
         if let (true, Some(d)) = (passes.needs_dout(), &case.dout) {
-            files.push(("dout.npy".into(), Stored::F32(d.clone().into_dyn())));
+            files.push(("dout.npy".into(), f32_input(d.view().into_dyn(), bits)));
         }
         files
     }
