@@ -1,7 +1,9 @@
-//! The one progress indicator, on stderr and only when stderr is a terminal: a spinner with
-//! the elapsed time and the current stage (shown when the work is large enough to wait for),
-//! or a bar over a counted number of steps (benchmark repetitions, the cases of a property
-//! campaign with their ETA).
+//! The one progress indicator, on stderr: on a terminal a spinner with the elapsed time and
+//! the current stage (shown when the work is large enough to wait for), or a bar over a
+//! counted number of steps (benchmark repetitions, the cases of a property campaign with their
+//! ETA). When stderr is not a terminal (a CI log), a run of [`LINES_THRESHOLD`] or more work
+//! writes one line per stage instead (`moecheck: [0:01:23] running ...`), so a long run's log
+//! says where it is.
 //!
 //! While a stage runs the parallel loops of the reference ([`moecheck_reference::par`]: the
 //! implementation's experts, the check's groups, pass by pass), the spinner adds how far the
@@ -20,8 +22,18 @@ use indicatif::{ProgressBar, ProgressStyle};
 /// shown: below it every command finishes in about a second.
 pub const THRESHOLD: u64 = 50_000_000;
 
-/// A stage spinner, or nothing (small work, or stderr is not a terminal).
-pub struct Progress(Option<ProgressBar>, Option<Ticker>);
+/// Work from which a run whose stderr is not a terminal writes a line per stage: DeepSeek-V3's
+/// expert GEMM is 1.4·10^12; the cases tests and campaigns run are far below.
+pub const LINES_THRESHOLD: u64 = 10_000_000_000;
+
+/// A stage spinner, stage lines (stderr not a terminal, large work), or nothing.
+pub struct Progress(Option<ProgressBar>, Option<Ticker>, Option<Lines>);
+
+/// Stage lines: when the run started and the last stage written.
+struct Lines {
+    start: std::time::Instant,
+    last: Mutex<String>,
+}
 
 /// The thread that adds the parallel loop's progress to a spinner's stage.
 struct Ticker {
@@ -51,8 +63,15 @@ pub fn meter_suffix(m: Meter) -> String {
 impl Progress {
     /// A spinner for `work` units of work.
     pub fn new(work: u64) -> Progress {
-        if work < THRESHOLD || !std::io::stderr().is_terminal() {
-            return Progress(None, None);
+        if !std::io::stderr().is_terminal() {
+            let lines = (work >= LINES_THRESHOLD).then(|| Lines {
+                start: std::time::Instant::now(),
+                last: Mutex::new(String::new()),
+            });
+            return Progress(None, None, lines);
+        }
+        if work < THRESHOLD {
+            return Progress(None, None, None);
         }
         let pb = ProgressBar::new_spinner();
         pb.set_style(
@@ -79,7 +98,7 @@ impl Progress {
             stop,
             thread: Mutex::new(Some(thread)),
         };
-        Progress(Some(pb), Some(ticker))
+        Progress(Some(pb), Some(ticker), None)
     }
 
     /// A bar counting `len` steps (repetitions of a benchmark), on a terminal.
@@ -99,12 +118,12 @@ impl Progress {
 
     fn bar(len: u64, template: &str, msg: &str) -> Progress {
         if !std::io::stderr().is_terminal() {
-            return Progress(None, None);
+            return Progress(None, None, None);
         }
         let pb = ProgressBar::new(len);
         pb.set_style(ProgressStyle::with_template(template).expect("valid template"));
         pb.set_message(msg.to_string());
-        Progress(Some(pb), None)
+        Progress(Some(pb), None, None)
     }
 
     /// One step done.
@@ -130,6 +149,13 @@ impl Progress {
         if let Some(t) = &self.1 {
             *t.stage.lock().unwrap_or_else(|e| e.into_inner()) = msg.to_string();
         }
+        if let Some(l) = &self.2 {
+            let mut last = l.last.lock().unwrap_or_else(|e| e.into_inner());
+            if *last != msg {
+                eprintln!("moecheck: {}", stage_line(l.start.elapsed(), msg));
+                *last = msg.to_string();
+            }
+        }
     }
 
     /// Whether anything is drawn (a terminal, and work large enough).
@@ -153,6 +179,12 @@ impl Progress {
     }
 }
 
+/// `[h:mm:ss] msg`, the time since the run started.
+fn stage_line(elapsed: Duration, msg: &str) -> String {
+    let s = elapsed.as_secs();
+    format!("[{}:{:02}:{:02}] {msg}", s / 3600, s / 60 % 60, s % 60)
+}
+
 impl Drop for Progress {
     fn drop(&mut self) {
         self.done();
@@ -169,6 +201,12 @@ mod tests {
             total,
             elapsed: Duration::from_secs(secs),
         })
+    }
+
+    #[test]
+    fn stage_lines_carry_the_time_since_the_start() {
+        assert_eq!(stage_line(Duration::from_secs(83), "running x"), "[0:01:23] running x");
+        assert_eq!(stage_line(Duration::from_secs(3725), "y"), "[1:02:05] y");
     }
 
     #[test]

@@ -211,7 +211,7 @@ fn accumulation_line(acc: super::AccumModel, mode: Verify) -> Option<String> {
         }
     );
     Some(match mode {
-        Verify::Full => format!("accumulation {acc}: a bound under the model ({model}), from the magnitudes of the partial sums it holds (reference/src/fp8/running.rs); an accumulator at least as accurate passes it"),
+        Verify::Full => format!("accumulation {acc}: a bound under the model ({model}), from the magnitudes of the partial sums it holds (reference/src/fp8/running.rs); exact f32 accumulation is far inside it"),
         Verify::Fast => format!("accumulation {acc}: the model's worst-case bound ({model}); the running form is not computed under --verify fast, so a pass may be INCONCLUSIVE where --verify full decides"),
     })
 }

@@ -11,8 +11,9 @@
 //! it holds for every input, under the model's assumptions (k-blocks of
 //! [`super::accum::FAST_K_BLOCK`] products in increasing k, added into one accumulator per
 //! element that keeps [`super::accum::FAST_BITS`] bits; under promotion each chunk of
-//! [`super::accum::PROMOTE_INTERVAL`] starts from 0). An exact (f32) accumulator is within it
-//! too, so a kernel that accumulates better than the model passes.
+//! [`super::accum::PROMOTE_INTERVAL`] starts from 0). Exact f32 accumulation is far inside it
+//! (its error is about `2^-19·R` against the bound's `2^-13·R`); an accumulator that rounds
+//! after every product to 14 bits is not covered.
 //!
 //! ## The effective magnitude
 //! The comparison judges `|ŷ - y_ref| <= M + c_y·|y_ref| + floors` ([`super::Fp8Bound::on_effective`]),
