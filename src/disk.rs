@@ -24,9 +24,8 @@ pub fn free_bytes(dir: &Path) -> Option<u64> {
 }
 
 /// The size of a grouped GEMM's case directory with its outputs: `lhs (M, K)`, `rhs (G, K, N)`
-/// and `dout (M, N)` at 4 bytes, for FP8 (`fp8`) 3 bytes more per element for the quantised
-/// row-wise and column-wise copies and their scales (`compact`: 2 bytes, bf16 bit patterns),
-/// the asked outputs at 8, and 1 MiB for
+/// and `dout (M, N)` at 4 bytes (`compact` and not `fp8`: 2 bytes, bf16 bit patterns; an FP8
+/// case's scales are small), the asked outputs at 8, and 1 MiB for
 /// `case.json`, the group sizes and the file headers.
 pub fn gemm_case_bytes(size: GemmSize, passes: Passes, fp8: bool, compact: bool) -> u64 {
     let GemmSize { m, k, n, groups } = size;
@@ -35,11 +34,8 @@ pub fn gemm_case_bytes(size: GemmSize, passes: Passes, fp8: bool, compact: bool)
         elements(&[groups, k, n]),
         elements(&[m, n]),
     );
-    let per_input = match (fp8, compact) {
-        (true, _) => 7,
-        (false, true) => 2,
-        (false, false) => 4,
-    };
+    // An FP8 case directory holds its float32 inputs and per-scope scales (small).
+    let per_input = if compact && !fp8 { 2 } else { 4 };
     let inputs = mk.saturating_add(gkn).saturating_add(mn).saturating_mul(per_input);
     let outputs = [(passes.fwd, mn), (passes.dgrad, mk), (passes.wgrad, gkn)]
         .into_iter()
@@ -126,7 +122,11 @@ mod tests {
             gemm_case_bytes(size, fwd, false, false),
             (mk + gkn + mn) * 4 + mn * 8 + (1 << 20)
         );
-        assert!(gemm_case_bytes(size, fwd, true, false) > gemm_case_bytes(size, fwd, false, false));
+        // FP8 (per-tensor, group or expert scales): the same float32 inputs; never compact.
+        assert_eq!(
+            gemm_case_bytes(size, fwd, true, true),
+            gemm_case_bytes(size, fwd, false, false)
+        );
         assert_eq!(
             gemm_case_bytes(size, fwd, false, true),
             (mk + gkn + mn) * 2 + mn * 8 + (1 << 20)

@@ -132,3 +132,39 @@ fn compact_inputs_need_a_program() {
         .code(2)
         .stderr(predicates::str::contains("--inputs compact: only an exec: or worker:"));
 }
+
+/// An adapter that never asked for compact inputs computes with `case.lhs` and `case.rhs` as
+/// float32 arrays: under `--inputs compact` the helper widens them for it, through `exec:` and
+/// as a worker that says nothing of inputs in its greeting (review of the first version, which
+/// handed it bit patterns and failed every element).
+#[test]
+fn an_adapter_that_did_not_ask_gets_its_inputs_widened() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(
+        r#"import sys
+sys.path.insert(0, {python:?})
+import numpy as np
+from moecheck.adapter import serve
+def h(case):
+    off = np.concatenate([[0], np.cumsum(case.group_sizes)])
+    out = np.zeros((case["m"], case["n"]), np.float32)
+    for e in range(case["groups"]):
+        lo, hi = off[e], off[e + 1]
+        out[lo:hi] = np.asarray(case.lhs[lo:hi], np.float32) @ np.asarray(case.rhs[e], np.float32)
+    return {{"out": out}}
+serve(h, ops=["grouped_gemm"])
+"#,
+        python = repo().join("python").display().to_string(),
+    );
+    let path = dir.path().join("naive.py");
+    std::fs::write(&path, script).unwrap();
+    for imp in ["exec", "worker"] {
+        common::moecheck()
+            .args(["gemm", "--dtype", "bf16", "--passes", "fwd", "--inputs", "compact"])
+            .args(["--impl", &format!("{imp}:python3 {}", path.display())])
+            .args(SHAPE)
+            .assert()
+            .code(0);
+    }
+}
+

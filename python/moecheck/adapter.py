@@ -179,9 +179,11 @@ def _bad_value(kind, value):
     return None if isinstance(value, str) and value in kind else f"expected one of {', '.join(kind)}"
 
 
-def run_case(handler, directory, ops=None):
-    """Reads the case in ``directory``, calls ``handler`` and writes what it returns."""
-    case = read_case(directory, ops)
+def run_case(handler, directory, ops=None, compact=False):
+    """Reads the case in ``directory``, calls ``handler`` and writes what it returns.
+    ``compact``: the handler reads compact inputs as bit patterns (it asked for them);
+    otherwise they are widened for it (:func:`~moecheck.case.read_case`)."""
+    case = read_case(directory, ops, compact=compact)
     try:
         outputs = handler(case)
         if not isinstance(outputs, dict):
@@ -220,14 +222,14 @@ def serve(handler, ops=None, flags=(), argv=None, contract=None, inputs="float32
         print(f"{name}: usage error: serve(contract=...): {bad}", file=sys.stderr)
         sys.exit(2)
     if dirs:
-        sys.exit(_serve_one(handler, dirs[0], ops, name))
+        sys.exit(_serve_one(handler, dirs[0], ops, name, inputs == "compact"))
     sys.exit(_serve_worker(handler, ops, name, contract, inputs))
 
 
-def _serve_one(handler, directory, ops, name):
+def _serve_one(handler, directory, ops, name, compact=False):
     """Protocol v1: one case; exit status 0, 77 (refused) or 1 (failed)."""
     try:
-        run_case(handler, directory, ops)
+        run_case(handler, directory, ops, compact)
     except CaseError as e:
         sys.stdout.flush()
         print(f"{name}: unsupported: {_reason(e)}", file=sys.stderr)
@@ -273,7 +275,7 @@ def _serve_worker(handler, ops, name, contract=None, inputs="float32"):
             _send(answers, {"ok": False, "error": f"bad request {line.strip()[:200]!r}: {e}"})
             continue
         try:
-            run_case(handler, directory, ops)
+            run_case(handler, directory, ops, inputs == "compact")
         except CaseError as e:
             reason = _reason(e)
             print(f"{name}: unsupported: {reason}", file=sys.stderr)

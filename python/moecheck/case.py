@@ -62,18 +62,22 @@ class Case:
     * ``case.open_output(name, shape, dtype)``: an output file the handler writes into
       (memory-mapped), for outputs too large to hold whole (``drhs`` at DeepSeek-V3's size);
     * ``case.encodings``: the compact inputs (``{"rhs": "bf16", ...}``; ``--inputs compact``
-      or a worker's ``inputs="compact"``): such an input is its uint16 bit patterns, and
-      ``case.widened(name, index)`` is float32 of ``case.<name>[index]`` for any input (one
-      expert's weight widened at a time: ``case.widened("rhs", e)``);
+      or a worker's ``inputs="compact"``). For an adapter that asked for them
+      (``serve(..., inputs="compact")``) such an input is its uint16 bit patterns; for any
+      other it is widened to float32 whole, so a program that never asked computes the same
+      values. ``case.widened(name, index)`` is float32 of ``case.<name>[index]`` for any input
+      (one expert's weight widened at a time: ``case.widened("rhs", e)``);
     * ``case.passes``: the asked passes of a grouped GEMM (``[]`` for other ops);
     * ``case.fp8``: the FP8 recipe of an FP8 case, else ``None``.
     """
 
-    def __init__(self, directory, config, arrays):
+    def __init__(self, directory, config, arrays, bits=None):
         self.dir = directory
         self.config = config
         self.arrays = arrays
         self.opened = {}
+        #: Compact inputs as read (bit patterns), by name: what ``widened`` reads.
+        self.bits = bits or {}
 
     @property
     def encodings(self):
@@ -82,13 +86,12 @@ class Case:
     def widened(self, name, index=()):
         """float32 of ``getattr(case, name)[index]``: a compact (bf16 bit pattern) input is
         widened exactly, any other converted as numpy does. Only the indexed part is read."""
+        if name in self.bits:
+            return (np.asarray(self.bits[name][index], dtype=np.uint32) << 16).view(np.float32)
         a = getattr(self, name)
         if a is None:
             return None
-        part = a[index]
-        if self.encodings.get(name) == "bf16":
-            return (np.asarray(part, dtype=np.uint32) << 16).view(np.float32)
-        return np.asarray(part, dtype=np.float32)
+        return np.asarray(a[index], dtype=np.float32)
 
     def open_output(self, name, shape, dtype="float32"):
         """A new output file ``name.npy`` of ``shape`` and ``dtype`` (float32, float64, int32,
@@ -202,10 +205,11 @@ def _load(file):
         raise CaseFormatError(f"{file}: {e}") from e
 
 
-def read_case(directory, ops=None):
+def read_case(directory, ops=None, compact=False):
     """Reads the case in ``directory``; ``ops`` (a list of ``op`` names), when given, are the
-    ones the caller serves. Raises :class:`CaseFormatError` naming the file that cannot be read,
-    or :class:`CaseError` (a refusal) for an op outside ``ops``."""
+    ones the caller serves. ``compact``: compact inputs stay bit patterns (the caller asked for
+    them); otherwise they are widened to float32. Raises :class:`CaseFormatError` naming the
+    file that cannot be read, or :class:`CaseError` (a refusal) for an op outside ``ops``."""
     path = os.path.join(directory, "case.json")
     try:
         with open(path) as f:
@@ -227,9 +231,13 @@ def read_case(directory, ops=None):
         arrays[name] = _load(file)
         if name in encodings and arrays[name].dtype != np.uint16:
             raise CaseFormatError(f"{file}: dtype {arrays[name].dtype}, expected uint16 bf16 bit patterns (\"encodings\")")
+    bits = {name: arrays[name] for name in encodings if name in arrays}
+    if not compact:
+        for name, b in bits.items():
+            arrays[name] = (np.asarray(b, dtype=np.uint32) << 16).view(np.float32)
     if "group_sizes" in arrays:
         arrays["group_sizes"] = arrays["group_sizes"].astype(np.int64)
-    return Case(directory, config, arrays)
+    return Case(directory, config, arrays, bits)
 
 
 def _check_name(name):

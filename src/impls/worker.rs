@@ -99,11 +99,11 @@ impl<O: Protocol> Implementation<O> for Worker<O> {
         if let Some(e) = Implementation::<O>::broken(self) {
             return Err(e);
         }
-        // The greeting says how the inputs are written: the worker starts first.
-        let compact = self.program.compact || {
-            let mut slot = self.lock();
-            slot.running(&self.program, O::PROTOCOL_OP)?.compact
-        };
+        // The greeting says how the inputs are written (a worker that said "float32" gets
+        // float32 whatever --inputs says; one that said nothing, what --inputs says): the
+        // worker starts first.
+        let greeted = self.lock().running(&self.program, O::PROTOCOL_OP)?.compact;
+        let compact = greeted.unwrap_or(self.program.compact);
         let tmp = Scratch::new("moecheck-case-")
             .map_err(|e| RunError::new(format!("cannot create a case directory: {e}")))?;
         let dir = tmp.path();
@@ -204,8 +204,8 @@ struct Session {
     /// `worker 'CMD'`, for messages.
     who: String,
     program: Program,
-    /// Whether its greeting asked for compact inputs (`"inputs": "compact"`).
-    compact: bool,
+    /// What its greeting said of compact inputs (`"inputs"`; `None`: nothing).
+    compact: Option<bool>,
 }
 
 /// What the stdout reader saw.
@@ -270,7 +270,7 @@ impl Session {
             lines: read_lines(stdout),
             who,
             program: program.clone(),
-            compact: false,
+            compact: None,
         };
         let deadline = Instant::now() + program.timeout;
         let greeting = match session.next(deadline) {

@@ -78,17 +78,15 @@ fn clipped(text: &str, most: usize) -> String {
     }
 }
 
-/// Checks the greeting `{"protocol": 2, "ops": [...], "contract": {...}}` (`ops` optional:
-/// any op; `contract` optional) for `op` and returns its `contract` (`Value::Null` when it
-/// has none); the error is one line.
-/// Whether a greeting asks for compact inputs (`"inputs": "compact"`; `"float32"` or no key:
-/// not), after [`check_greeting`] accepted it; another value is the error.
-pub(super) fn greeting_inputs(line: &str) -> Result<bool, String> {
+/// What a greeting says of compact inputs, after [`check_greeting`] accepted it: `Some(true)`
+/// for `"inputs": "compact"`, `Some(false)` for `"float32"`, `None` when it says nothing
+/// (`--inputs` decides); another value is the error.
+pub(super) fn greeting_inputs(line: &str) -> Result<Option<bool>, String> {
     let v: Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
     match v.get("inputs") {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::String(s)) if s == "float32" => Ok(false),
-        Some(Value::String(s)) if s == "compact" => Ok(true),
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s == "float32" => Ok(Some(false)),
+        Some(Value::String(s)) if s == "compact" => Ok(Some(true)),
         Some(other) => Err(format!(
             "greeted with \"inputs\": {}: expected \"float32\" or \"compact\" (docs/protocol.md)",
             shown(&other.to_string())
@@ -96,6 +94,9 @@ pub(super) fn greeting_inputs(line: &str) -> Result<bool, String> {
     }
 }
 
+/// Checks the greeting `{"protocol": 2, "ops": [...], "contract": {...}}` (`ops` optional:
+/// any op; `contract` optional) for `op` and returns its `contract` (`Value::Null` when it
+/// has none); the error is one line.
 pub(super) fn check_greeting(line: &str, op: &str) -> Result<Value, String> {
     let expected = format!(
         "a worker first writes {{\"protocol\": {WORKER_PROTOCOL}, \"ops\": [...]}} on stdout (docs/protocol.md, protocol v2)"

@@ -145,13 +145,13 @@ mod fuzz {
     }
 }
 
-/// `"inputs"` in a greeting: compact or float32 (the default), anything else refused naming
-/// the key.
+/// `"inputs"` in a greeting: compact, float32, or nothing said (then `--inputs` decides);
+/// anything else refused naming the key.
 #[test]
 fn greeting_inputs_are_compact_or_float32() {
-    assert_eq!(greeting_inputs(r#"{"protocol": 2}"#), Ok(false));
-    assert_eq!(greeting_inputs(r#"{"protocol": 2, "inputs": "float32"}"#), Ok(false));
-    assert_eq!(greeting_inputs(r#"{"protocol": 2, "inputs": "compact"}"#), Ok(true));
+    assert_eq!(greeting_inputs(r#"{"protocol": 2}"#), Ok(None));
+    assert_eq!(greeting_inputs(r#"{"protocol": 2, "inputs": "float32"}"#), Ok(Some(false)));
+    assert_eq!(greeting_inputs(r#"{"protocol": 2, "inputs": "compact"}"#), Ok(Some(true)));
     let e = greeting_inputs(r#"{"protocol": 2, "inputs": 16}"#).unwrap_err();
     assert!(e.contains("\"inputs\": 16") && e.contains("compact"), "{e}");
 }

@@ -39,6 +39,20 @@
 //! `(1 + γ(nc, 2^-24))·(1 + γ(J_c, u_f))·(γ(b-1, 2^-24)·S + u_f·R) + γ(nc, 2^-24)·S`, `J_c` the
 //! blocks in one chunk.
 //!
+//! ## The covering bound ([`AccumModel::covering`])
+//! The model's parameters are public measurements, not checked on a GPU here; DeepSeek-V3's
+//! ~2% at K = 4096 is nearer an accumulator of k-blocks of 4 than of 32. A correct kernel on
+//! such hardware must not FAIL, so the comparison has a second, covering bound for every
+//! accumulator of [`AccumVariant::COVER`] or better (at least 13 bits, k-blocks of at least 4
+//! that divide 32, in increasing k), written with the same `S` and nominal `R`: inside a
+//! k-block `j` of 32, every partial sum is at most `|S_{j-1}| + A_j` (`A_j` the block's
+//! `Σ|p|`), so the 8 partial sums of a 4-block accumulator there add to at most
+//! `8·(|S_{j-1}| + A_j)`, and over the blocks `R_4 <= 8·(R + S)`. With `u_c` the covering
+//! variant's step roundoff and `J_c = ⌈n/4⌉` its additions:
+//! `|ŝ - s| <= (1 + γ(J_c, u_c))·((γ(3, 2^-24) + 8·u_c)·S + 8·u_c·R)` (per chunk under
+//! promotion, as above). An element beyond the nominal bound but within this one is
+//! INCONCLUSIVE, beyond it a FAIL (`super::compare`).
+//!
 //! [`AccumModel::dot`] is the emulation; the test `error_grows_with_k` shows it against K.
 
 use serde::{Deserialize, Serialize};
@@ -140,6 +154,37 @@ impl AccumModel {
                 }
             }
         }
+    }
+
+    /// The covering bound's coefficients for `n` products, in `S` and the *nominal* `R`
+    /// (module docs, "The covering bound"); `r = 0` for [`AccumModel::Exact`].
+    pub fn covering(self, n: usize) -> Running {
+        let u32_ = 2f64.powi(-24);
+        let (v, c) = (AccumVariant::NOMINAL, AccumVariant::COVER);
+        let per = (v.block / c.block) as f64;
+        let u = c.step_roundoff();
+        let block_sum = gamma(n.min(c.block).saturating_sub(1), u32_);
+        let (steps, outer) = match self {
+            AccumModel::Exact => return self.running(n),
+            AccumModel::Fast => (n.div_ceil(c.block), 0.0),
+            AccumModel::FastPromote => (
+                n.min(PROMOTE_INTERVAL).div_ceil(c.block),
+                gamma(n.div_ceil(PROMOTE_INTERVAL), u32_),
+            ),
+        };
+        let grow = (1.0 + outer) * (1.0 + gamma(steps, u));
+        Running {
+            s: grow * (block_sum + per * u) + outer,
+            r: grow * per * u,
+            steps,
+        }
+    }
+
+    /// The covering bound's worst case in `Σ|qa·qb|` alone (the nominal `R <= steps·S`): what
+    /// fast verification judges a fast accumulator with.
+    pub fn covering_coefficient(self, n: usize) -> f64 {
+        let c = self.covering(n);
+        c.s + c.r * self.running(n).steps as f64
     }
 
     /// The worst-case coefficient `c` with `|ŝ - s| <= c·Σ|qa·qb|` for `n` products: the
@@ -328,6 +373,12 @@ impl AccumVariant {
     pub const NOMINAL: AccumVariant = AccumVariant {
         bits: FAST_BITS,
         block: FAST_K_BLOCK,
+        rounding: AccumRounding::TowardZero,
+    };
+    /// The least accurate accumulator the covering bound admits: 13 bits, k-blocks of 4.
+    pub const COVER: AccumVariant = AccumVariant {
+        bits: FAST_BITS - 1,
+        block: 4,
         rounding: AccumRounding::TowardZero,
     };
     /// The accumulators the model-based check measures the nominal one against: a bit fewer,

@@ -93,6 +93,28 @@ fn coefficient_known_answers() {
         close(run.r, grow * u_fast);
         close(AccumModel::FastPromote.coefficient(n), run.s + run.r * jc);
     }
+    // The covering bound (13 bits, k-blocks of 4: u_c = 2^-12 + 2^-24 + 2^-36), in S and the
+    // nominal R: (1 + γ(J_c, u_c))·((γ(b_c - 1, u32) + 8·u_c)·S + 8·u_c·R), J_c = ⌈n/4⌉.
+    let u_c = 2f64.powi(-12) + 2f64.powi(-24) + 2f64.powi(-36);
+    for n in [1usize, 3, 4, 5, 32, 128, 129, 7168] {
+        let nf = n as f64;
+        let jc = (nf / 4.0).ceil();
+        let inner = g(nf.min(4.0) - 1.0, u32_);
+        let c = AccumModel::Fast.covering(n);
+        close(c.r, (1.0 + g(jc, u_c)) * 8.0 * u_c);
+        close(c.s, (1.0 + g(jc, u_c)) * (inner + 8.0 * u_c));
+        let jn = (nf / 32.0).ceil();
+        close(AccumModel::Fast.covering_coefficient(n), c.s + c.r * jn);
+        let jcc = (nf.min(128.0) / 4.0).ceil();
+        let nc = (nf / 128.0).ceil();
+        let grow = (1.0 + g(nc, u32_)) * (1.0 + g(jcc, u_c));
+        let p = AccumModel::FastPromote.covering(n);
+        close(p.r, grow * 8.0 * u_c);
+        close(p.s, grow * (inner + 8.0 * u_c) + g(nc, u32_));
+    }
+    // At K = 7168 the covering R coefficient is about 28 times the nominal one.
+    let ratio = AccumModel::Fast.covering(7168).r / AccumModel::Fast.running(7168).r;
+    assert!(ratio > 25.0 && ratio < 30.0, "{ratio}");
     // Worked numbers: K = 16 is one addition, (1 + γ(1, u_fast))·(γ(15, u32) + u_fast);
     // K = 7168 is 224 of them, (1 + γ(224, u_fast))·(γ(31, u32) + 224·u_fast), about 2.8% of
     // Σ|p|: more than |Σ p| for products of random signs (about Σ|p|/√K ≈ 1.2%), which is
@@ -192,8 +214,8 @@ fn truncation_edges() {
 }
 
 /// The accumulators the model-based check compares, as documented: the nominal one (14
-/// bits, one product at a time), one bit fewer, one bit more, and blocks of one FP8 MMA
-/// instruction (K = 32).
+/// bits, k-blocks of 32), one bit fewer, one bit more, and k-blocks of 16; and the covering
+/// bound's least accurate one (13 bits, k-blocks of 4).
 #[test]
 fn variants_are_the_documented_ones() {
     let v = |bits, block| AccumVariant {
@@ -203,6 +225,7 @@ fn variants_are_the_documented_ones() {
     };
     assert_eq!(AccumVariant::NOMINAL, v(14, 32));
     assert_eq!(AccumVariant::SPREAD, [v(13, 32), v(15, 32), v(14, 16)]);
+    assert_eq!(AccumVariant::COVER, v(13, 4));
     // One addition's relative error: truncation to 14 bits after an f32 addition, or
     // rounding to nearest.
     assert_eq!(

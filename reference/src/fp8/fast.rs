@@ -148,10 +148,11 @@ pub fn fp8_fast_compare(
     };
     Fp8Report {
         recipe_exact: fast_compare_with_bound(&case.gemm, passes, precision, expected, got, &|n| {
-            bound.at_len(n)
+            bound.covering_at_len(n)
         }),
         high_precision: Vec::new(),
         model: None,
+        cover: None,
     }
 }
 

@@ -43,7 +43,7 @@ use crate::format::Format;
 use crate::gemm::bound::{gamma, ErrorBound};
 use crate::gemm::Weights;
 use crate::gemm::{grouped_dgrad, grouped_fwd, grouped_wgrad, WideOutputs};
-use crate::gemm::{Pass, Passes, ReferenceResult};
+use crate::gemm::{Passes, ReferenceResult};
 use crate::Error;
 
 /// The quantised operands as the recipe defines them.
@@ -162,6 +162,17 @@ pub fn reference_from_operands(
     ops: &Fp8Operands,
     passes: Passes,
 ) -> ReferenceResult {
+    reference_and_cover(case, ops, passes).0
+}
+
+/// [`reference_from_operands`] and, under a fast accumulator, the covering bound's effective
+/// magnitudes ([`Fp8Bound::covering`]: accumulators down to 13 bits and k-blocks of 4), judged
+/// with the same [`Fp8Bound::judged`].
+pub fn reference_and_cover(
+    case: &Fp8GemmCase,
+    ops: &Fp8Operands,
+    passes: Passes,
+) -> (ReferenceResult, Option<WideOutputs>) {
     let off = case.gemm.offsets();
     let (g, k, n) = case.gemm.rhs.dim();
     let lhs = ops.lhs.dequantize();
@@ -231,30 +242,31 @@ pub fn reference_from_operands(
             accumulation,
             output: case.gemm.out_dtype,
         };
-        let fold = |s: &mut ndarray::ArrayViewMut2<f64>, r: ndarray::ArrayView2<f64>, n: usize| {
-            let (ks, kr) = bound.effective(n);
-            s.zip_mut_with(&r, |s, r| *s = effective_magnitude(ks, kr, *s, *r));
-        };
-        let k_n = |p: Pass| match p {
-            Pass::Fwd => k,
-            _ => n,
-        };
-        for (pass, s, r) in [
-            (Pass::Fwd, magnitude.out.as_mut(), running.out.as_ref()),
-            (Pass::Dgrad, magnitude.dlhs.as_mut(), running.dlhs.as_ref()),
+        let mut cover = magnitude.clone();
+        for (m, coefficients) in [
+            (&mut magnitude, Fp8Bound::effective as fn(&Fp8Bound, usize) -> (f64, f64)),
+            (&mut cover, Fp8Bound::covering),
         ] {
-            if let (Some(s), Some(r)) = (s, r) {
-                fold(&mut s.view_mut(), r.view(), k_n(pass));
+            let fold = |s: &mut ndarray::ArrayViewMut2<f64>, r: ndarray::ArrayView2<f64>, n| {
+                let (ks, kr) = coefficients(&bound, n);
+                s.zip_mut_with(&r, |s, r| *s = effective_magnitude(ks, kr, *s, *r));
+            };
+            if let (Some(s), Some(r)) = (m.out.as_mut(), running.out.as_ref()) {
+                fold(&mut s.view_mut(), r.view(), k);
+            }
+            if let (Some(s), Some(r)) = (m.dlhs.as_mut(), running.dlhs.as_ref()) {
+                fold(&mut s.view_mut(), r.view(), n);
+            }
+            if let (Some(s), Some(r)) = (m.drhs.as_mut(), running.drhs.as_ref()) {
+                for e in 0..g {
+                    let mut se = s.index_axis_mut(ndarray::Axis(0), e);
+                    fold(&mut se, r.index_axis(ndarray::Axis(0), e), off[e + 1] - off[e]);
+                }
             }
         }
-        if let (Some(s), Some(r)) = (magnitude.drhs.as_mut(), running.drhs.as_ref()) {
-            for e in 0..g {
-                let mut se = s.index_axis_mut(ndarray::Axis(0), e);
-                fold(&mut se, r.index_axis(ndarray::Axis(0), e), off[e + 1] - off[e]);
-            }
-        }
+        return (ReferenceResult { value, magnitude }, Some(cover));
     }
-    ReferenceResult { value, magnitude }
+    (ReferenceResult { value, magnitude }, None)
 }
 
 /// `k_s·S + k_r·R` rounded up by a few f64 ulps; exactly 0 where `S = 0` (no products), and
@@ -288,10 +300,20 @@ impl Fp8Bound {
     /// assert!(b.at(1.0, 1.0) < 2.5e-4 + 2e-7 && b.at(1.0, 1.0) > 2.4e-4);
     /// ```
     pub fn at_len(&self, n: usize) -> ErrorBound {
+        self.at_len_with(n, self.accumulation.coefficient(n))
+    }
+
+    /// [`Fp8Bound::at_len`] with the covering accumulator's worst case
+    /// ([`AccumModel::covering_coefficient`]): fast verification's bound, which must not fail
+    /// an accumulator the covering bound admits.
+    pub fn covering_at_len(&self, n: usize) -> ErrorBound {
+        self.at_len_with(n, self.accumulation.covering_coefficient(n))
+    }
+
+    fn at_len_with(&self, n: usize, c_acc: f64) -> ErrorBound {
         let out = self.output.info();
         let u_out = out.unit_roundoff();
         let g2 = gamma(2, 2f64.powi(-24));
-        let c_acc = self.accumulation.coefficient(n);
         let g_ref = gamma(n, 2f64.powi(-53));
         ErrorBound {
             coeff_magnitude: c_acc * (1.0 + g2) * (1.0 + u_out) + 3.0 * g_ref,
@@ -312,10 +334,19 @@ impl Fp8Bound {
     /// running coefficients times the scaling and output roundings, the f64 reference's own
     /// error, and the error of the computed `R̂`.
     pub fn effective(&self, n: usize) -> (f64, f64) {
+        self.effective_of(n, self.accumulation.running(n))
+    }
+
+    /// [`Fp8Bound::effective`] for the covering bound ([`AccumModel::covering`]): the same
+    /// terms around the covering accumulator's coefficients (in `S` and the nominal `R`).
+    pub fn covering(&self, n: usize) -> (f64, f64) {
+        self.effective_of(n, self.accumulation.covering(n))
+    }
+
+    fn effective_of(&self, n: usize, run: super::accum::Running) -> (f64, f64) {
         let u_out = self.output.info().unit_roundoff();
         let g2 = gamma(2, 2f64.powi(-24));
         let u64_ = 2f64.powi(-53);
-        let run = self.accumulation.running(n);
         let scale = (1.0 + g2) * (1.0 + u_out);
         // Partial sums held over all chunks: at most ⌈n/b⌉ + ⌈n/N_C⌉.
         let terms = n.div_ceil(AccumVariant::NOMINAL.block)

@@ -147,6 +147,35 @@ fn the_running_bound_decides_at_k_7168() {
     assert!(compare(&c, y).recipe_exact.passed());
 }
 
+/// The outputs of other plausible accumulators (13 and 15 bits, k-blocks of 16, and the
+/// covering one: 13 bits, k-blocks of 4) are never a FAIL: within the nominal bound they pass,
+/// beyond it but within the covering bound they are INCONCLUSIVE. The all-zero output fails
+/// beyond the covering bound too.
+#[test]
+fn plausible_accumulators_are_never_a_failure() {
+    use crate::op::Comparison;
+    let c = case();
+    let ops = super::super::quantize_operands(&c, FWD);
+    let model = Model::new(&c, &ops);
+    let mut inconclusive = 0;
+    for v in AccumVariant::SPREAD.into_iter().chain([AccumVariant::COVER]) {
+        let out = Array2::from_shape_vec((8, 4), model.block(Pass::Fwd, 0, v).unwrap()).unwrap();
+        let r = compare(&c, &out);
+        assert!(r.passed(), "{v:?}: {:?}", r.first_failure());
+        if r.inconclusive().is_some() {
+            assert!(r.covered(), "{v:?}");
+            inconclusive += 1;
+        }
+    }
+    // The covering accumulator itself is beyond the nominal bound here.
+    assert!(inconclusive >= 1);
+    let zeros = compare(&c, &Array2::zeros((8, 4)));
+    assert!(!zeros.passed() && !zeros.covered());
+    let cover = zeros.cover.as_ref().expect("judged against the covering bound");
+    assert!(!cover.passed());
+    assert!(zeros.first_failure().unwrap().contains("beyond the covering bound"));
+}
+
 /// Called directly, the model-based check puts the model at distance 0, within a threshold
 /// made of the variants' spread, and zeros, half the output and NaN outside it.
 #[test]

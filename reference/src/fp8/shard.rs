@@ -102,10 +102,20 @@ pub fn merge_fp8(case: &Fp8GemmCase, parts: &[(Shard, Fp8Report)]) -> Fp8Report 
         groups.sort_by_key(|g| (g.pass, g.group));
         ModelCheck { groups }
     });
+    // The covering comparison, where some shard made one: a shard without one passed its
+    // nominal bound, hence the covering one, and counts with its nominal report.
+    let cover = parts.iter().any(|(_, r)| r.cover.is_some()).then(|| {
+        let covers: Vec<_> = parts
+            .iter()
+            .map(|(s, r)| (s.clone(), r.cover.clone().unwrap_or_else(|| r.recipe_exact.clone())))
+            .collect();
+        merge_case(&case.gemm, &covers)
+    });
     Fp8Report {
         recipe_exact,
         high_precision: merge_high_precision(&high),
         model,
+        cover,
     }
 }
 
@@ -131,6 +141,7 @@ impl Sharded for Fp8Gemm {
                 recipe_exact: empty(),
                 high_precision: empty(),
                 operands: Fp8Operands::empty(),
+                cover: None,
             },
         )
     }
