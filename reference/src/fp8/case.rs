@@ -9,14 +9,17 @@
 use serde::{Deserialize, Serialize};
 
 use super::accum::AccumModel;
+use super::block_scope::BlockScope;
 use super::scaling::{AmaxAlgo, Scope};
 use crate::format::{Format, Overflow};
 use crate::gemm::{GroupedGemmCase, Passes};
 use crate::Error;
 
-/// Which values of an operand share one scale.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// Which values of an operand share one scale. In `case.json` a string: `tensor`, `group`,
+/// `expert`, `block:RxC/recipe` or `mx:S/rounding` ([`super::block_scope`]). Its `Debug`
+/// form (reports) is `Tensor`, `Group`, `Expert` or the block scope's string.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub enum ScopeKind {
     /// One scale for the operand (the rows in groups, for `lhs`/`dout`).
     Tensor,
@@ -24,6 +27,20 @@ pub enum ScopeKind {
     Group,
     /// One scale per expert weight (`rhs`).
     Expert,
+    /// One scale per block of each copy ([`super::block_scope`]): `1 × C` for `lhs`/`dout`,
+    /// any `R × C` or `mx:S` for `rhs`.
+    Block(BlockScope),
+}
+
+impl std::fmt::Debug for ScopeKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ScopeKind::Tensor => f.write_str("Tensor"),
+            ScopeKind::Group => f.write_str("Group"),
+            ScopeKind::Expert => f.write_str("Expert"),
+            ScopeKind::Block(b) => write!(f, "{b}"),
+        }
+    }
 }
 
 /// The format and scaling scope of one operand.
@@ -114,6 +131,7 @@ impl Fp8Recipe {
                 ScopeKind::Tensor => true,
                 ScopeKind::Group => operand != Operand::Rhs,
                 ScopeKind::Expert => operand == Operand::Rhs,
+                ScopeKind::Block(b) => operand == Operand::Rhs || b.rows == 1,
             };
             if !fits {
                 return Err(RecipeError {
@@ -150,8 +168,8 @@ impl Operand {
 pub enum RecipeProblem {
     /// Its `format` is not an FP8 format.
     NotFp8(Format),
-    /// Its `scope` does not fit the operand (lhs/dout: tensor or group; rhs: tensor or
-    /// expert).
+    /// Its `scope` does not fit the operand (lhs/dout: tensor, group, `block:1xC` or `mx:S`;
+    /// rhs: tensor, expert, `block:RxC` or `mx:S`).
     ScopeDoesNotApply(ScopeKind),
 }
 
@@ -180,6 +198,9 @@ impl RecipeError {
     pub fn why(&self) -> String {
         match self.problem {
             RecipeProblem::NotFp8(f) => format!("{f} is not e4m3 or e5m2"),
+            RecipeProblem::ScopeDoesNotApply(s @ ScopeKind::Block(_)) => {
+                format!("{s:?} does not apply (lhs/dout block scopes are 1xC: block:1xC or mx:S)")
+            }
             RecipeProblem::ScopeDoesNotApply(s) => {
                 format!("{s:?} does not apply (lhs/dout: tensor or group; rhs: tensor or expert)")
             }
@@ -222,12 +243,19 @@ impl Fp8GemmCase {
         }
     }
 
-    /// Validates the float32 inputs (finite, shapes) and the recipe.
+    /// Validates the float32 inputs (finite, shapes) and the recipe (block scopes: also
+    /// [`Fp8Recipe::block_refusal`]).
     pub fn validate(&self, passes: Passes) -> Result<(), Error> {
         self.gemm.validate(passes)?;
         self.recipe.validate().map_err(|e| Error::InvalidRecipe {
             reason: e.to_string(),
-        })
+        })?;
+        match self.recipe.block_refusal() {
+            Some((flag, why)) => Err(Error::InvalidRecipe {
+                reason: format!("fp8 block scopes ({flag}): {why}"),
+            }),
+            None => Ok(()),
+        }
     }
 }
 

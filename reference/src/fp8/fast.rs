@@ -51,6 +51,11 @@ impl Fp8Recipe {
     /// `None` when fast verification applies to this recipe ([module docs](self)); otherwise
     /// why the case must be checked in full.
     pub fn fast_applies(&self) -> Option<&'static str> {
+        if self.has_block_scope() {
+            return Some(
+                "block scopes (block:RxC, mx:N) are checked element by element only: the fast reference assumes one scale per group (use --verify full)",
+            );
+        }
         (!self.saturate && matches!(self.scaling, ScalingKind::Delayed { .. })).then_some(
             "IEEE casts under delayed scaling may quantise to NaN or inf, which only --verify full checks",
         )

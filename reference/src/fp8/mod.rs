@@ -58,6 +58,10 @@
 
 pub mod accum;
 pub mod block;
+pub mod block_bound;
+pub mod block_gemm;
+mod block_recipe;
+pub mod block_scope;
 pub mod bulk;
 pub mod case;
 mod compare;

@@ -6,6 +6,9 @@
 //! ([`Fp8Operands`]), for the quantisation and copy properties.
 
 use super::accum::{AccumModel, PROMOTE_INTERVAL};
+use super::block_gemm::{
+    block_expected, block_reference_from, compare_block, quantize_block_operands,
+};
 use super::case::Fp8GemmCase;
 use super::compare::{compare_fp8, Fp8Expected, Fp8Report};
 use super::fast::{fp8_fast_compare, fp8_fast_expected};
@@ -70,6 +73,13 @@ impl Op for Fp8Gemm {
         check: Verify,
     ) -> Result<ByMode<Fp8Expected>, Error> {
         match check {
+            // Block scopes: their own reference and bound (`block_gemm`), full verification only.
+            Verify::Full if case.recipe.has_block_scope() => {
+                block_expected(case, passes).map(ByMode::Full)
+            }
+            Verify::Fast if case.recipe.has_block_scope() => Err(Error::InvalidRecipe {
+                reason: case.recipe.fast_applies().unwrap_or_default().to_string(),
+            }),
             Verify::Full => Fp8Expected::of(case, passes).map(ByMode::Full),
             Verify::Fast => fp8_fast_expected(case, passes).map(ByMode::Fast),
         }
@@ -83,6 +93,10 @@ impl Op for Fp8Gemm {
     ) -> GemmOutputs {
         match expected {
             ByMode::Full(e) => e.recipe_exact.value.into(),
+            ByMode::Fast(_) if case.recipe.has_block_scope() => {
+                let ops = quantize_block_operands(case, passes);
+                block_reference_from(case, &ops, passes).value.into()
+            }
             ByMode::Fast(_) => {
                 let ops = quantize_operands(case, passes);
                 reference_from_operands(case, &ops, passes).value.into()
@@ -98,13 +112,20 @@ impl Op for Fp8Gemm {
         got: &GemmOutputs,
     ) -> Result<Fp8Report, Error> {
         Ok(match expected {
+            ByMode::Full(e) if case.recipe.has_block_scope() => {
+                compare_block(case, passes, precision, e, got)
+            }
             ByMode::Full(e) => compare_fp8(case, passes, precision, e, got),
             ByMode::Fast(e) => fp8_fast_compare(case, passes, precision, e, got),
         })
     }
 
-    /// The operands exactly as the recipe quantises them.
+    /// The operands exactly as the recipe quantises them; none under block scopes (one
+    /// scale per scope cannot describe them).
     fn reference_internals(case: &Fp8GemmCase, passes: Passes) -> Option<Fp8Operands> {
+        if case.recipe.has_block_scope() {
+            return None;
+        }
         Some(quantize_operands(case, passes))
     }
 }
