@@ -12,6 +12,14 @@ values as float32 matrices (float32 accumulation inside BLAS, exact products), m
 scale_inv of the lhs-side operand then of the rhs-side one in float32, and writes float32
 outputs. wgrad uses the column-wise copies: the transposed bytes with the same scale_inv.
 
+Block scopes (`block:RxC/recipe`, `mx:S/rounding`; docs/fp8.md, "Block scaling"): every copy a
+pass reads is quantised in its own tiles (lhs/dout 1xC along the contraction, their wgrad
+copies Cx1 along M restarting at each group; rhs RxC read transposed by dgrad, or MX copies
+along K and along N), with DeepGEMM's casts or OCP MX's exponents as
+fixtures/fp8/blocks/gen.py writes them; each pass walks the contraction in segments where both
+scales are constant: a float32 matrix product per segment, times the two scale_inv, added into
+a float32 accumulator.
+
 Declared contract (CONTRACT, in the worker's greeting): op key `fp8`, every pass; the
 accumulation is the recipe's (`fp8.accumulation` of each case: the exact FP8 products are
 summed in float32), so nothing else is declared and `exec:` needs no flag. A grouped GEMM
@@ -71,10 +79,145 @@ def quantize(x, fmt, bounds, saturate, given):
     return vals, sinv_rows
 
 
+def parse_block(scope):
+    """("deepgemm" | "mx", rows, cols, recipe) of a block scope string, None otherwise."""
+    shape, _, recipe = scope.partition("/")
+    if shape.startswith("block:"):
+        r, c = shape[len("block:"):].split("x")
+        return "deepgemm", int(r), int(c), recipe or "deepgemm"
+    if shape.startswith("mx:"):
+        return "mx", 1, int(shape[len("mx:"):]), recipe or "floor"
+    return None
+
+
+def ceil_pow2(sf):
+    bits = np.array([sf], dtype=np.float32).view(np.int32)[0]
+    exp = min(max(((bits >> 23) & 0xFF) + (1 if bits & 0x7FFFFF else 0), 1), 254)
+    return np.array([exp << 23], dtype=np.int32).view(np.float32)[0]
+
+
+def block_quantize(x, pieces, tile, fmt, kind, recipe):
+    """(values, scale_inv per element), both float32 of x's shape, each piece (lo, hi) of rows
+    quantised in tiles from its first row; rows in no piece are 0 (scale_inv 1)."""
+    dt = FORMATS[fmt]
+    fmax = np.float32(float(ml_dtypes.finfo(dt).max))
+    emax = 8 if fmt == "e4m3" else 15
+    vals = np.zeros(x.shape, np.float32)
+    sinv = np.ones(x.shape, np.float32)
+    br, bc = tile
+    for lo, hi in pieces:
+        for i in range(lo, hi, br):
+            for j in range(0, x.shape[1], bc):
+                sl = (slice(i, min(i + br, hi)), slice(j, min(j + bc, x.shape[1])))
+                t = x[sl]
+                if kind == "deepgemm":
+                    amax = np.maximum(np.max(np.abs(t)), np.float32(1e-4)).astype(np.float32)
+                    sf = np.float32(amax / fmax)
+                    if recipe == "deepgemm":
+                        v = t * np.float32(fmax / amax)
+                    else:
+                        if recipe == "deepgemm-ue8m0":
+                            sf = ceil_pow2(sf)
+                        v = t * np.float32(np.float32(1.0) / sf)
+                    v = v.astype(np.float32)
+                else:
+                    amax = float(np.max(np.abs(t.astype(np.float64))))
+                    if amax == 0:
+                        e = -127
+                    elif recipe == "floor":
+                        e = int(np.floor(np.log2(amax))) - emax
+                    else:
+                        e = int(np.ceil(np.log2(amax / float(fmax))))
+                        while amax > float(fmax) * 2.0 ** e:
+                            e += 1
+                        while amax <= float(fmax) * 2.0 ** (e - 1):
+                            e -= 1
+                    e = min(max(e, -127), 127)
+                    v = (t.astype(np.float64) / 2.0 ** e).astype(np.float32)
+                    sf = np.float32(2.0 ** e)
+                vals[sl] = np.clip(v, -fmax, fmax).astype(dt).astype(np.float32)
+                sinv[sl] = sf
+    return vals, sinv
+
+
+def segmented(a, sa, b, sb, cuts):
+    """a (R, L) @ b (L, C) in segments of the contraction split at `cuts`: per segment a
+    float32 product times the scale_inv at its start (a's per row, b's per column), summed into
+    a float32 accumulator."""
+    length = a.shape[1]
+    acc = np.zeros((a.shape[0], b.shape[1]), np.float32)
+    starts = sorted({0} | {i for c in cuts if c for i in range(c, length, c)})
+    for s, e in zip(starts, starts[1:] + [length]):
+        if e > s:
+            part = a[:, s:e] @ b[s:e, :]
+            acc += (part * sa[:, s][:, None]) * sb[s, :][None, :]
+    return acc
+
+
+def block_handler(case, r):
+    """An FP8 case with some block scope (module docs)."""
+    lhs, rhs, sizes, dout = case.lhs, case.rhs, case.group_sizes, case.dout
+    m, k, n, g = case["m"], case["k"], case["n"], case["groups"]
+    used = int(np.sum(sizes))
+    off = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    groups = [(int(off[e]), int(off[e + 1])) for e in range(g)]
+
+    def rows(x, name):
+        """Row-wise and column-wise (values, scale_inv, block length) of lhs or dout."""
+        b = parse_block(r[name]["scope"])
+        fmt = r[name]["format"]
+        if b is None:
+            v, s = quantize(x, fmt, scope_bounds(r[name]["scope"], sizes, used, m), True, None)
+            s = np.repeat(s[:, None], x.shape[1], axis=1)
+            return (v, s, None), (v, s, None)
+        kind, _, c, recipe = b
+        return (block_quantize(x, groups, (1, c), fmt, kind, recipe) + (c,),
+                block_quantize(x, groups, (c, 1), fmt, kind, recipe) + (c,))
+
+    w = rhs.reshape(g * k, n)
+    experts = [(e * k, (e + 1) * k) for e in range(g)]
+    b = parse_block(r["rhs"]["scope"])
+    fmt = r["rhs"]["format"]
+    if b is None:
+        wb = experts if r["rhs"]["scope"] == "expert" else [(0, g * k)]
+        v, s = quantize(w, fmt, wb, True, None)
+        s = np.repeat(s[:, None], n, axis=1)
+        wf = wd = (v, s, None, None)
+    elif b[0] == "mx":
+        wf = block_quantize(w, experts, (b[2], 1), fmt, "mx", b[3]) + (b[2], None)
+        wd = block_quantize(w, experts, (1, b[2]), fmt, "mx", b[3]) + (None, b[2])
+    else:
+        wf = wd = block_quantize(w, experts, (b[1], b[2]), fmt, "deepgemm", b[3]) + (b[1], b[2])
+    (la, lc) = rows(lhs, "lhs")
+    (da, dc) = rows(dout, "dout") if dout is not None else (None, None)
+
+    outputs = {}
+    if "fwd" in case.passes:
+        out = np.zeros((m, n), np.float32)
+        for e, (lo, hi) in enumerate(groups):
+            ws = slice(e * k, (e + 1) * k)
+            out[lo:hi] = segmented(la[0][lo:hi], la[1][lo:hi], wf[0][ws], wf[1][ws], [la[2], wf[2]])
+        outputs["out"] = out
+    if "dgrad" in case.passes:
+        dlhs = np.zeros((m, k), np.float32)
+        for e, (lo, hi) in enumerate(groups):
+            ws = slice(e * k, (e + 1) * k)
+            dlhs[lo:hi] = segmented(da[0][lo:hi], da[1][lo:hi], wd[0][ws].T, wd[1][ws].T, [da[2], wd[3]])
+        outputs["dlhs"] = dlhs
+    if "wgrad" in case.passes:
+        drhs = np.zeros((g, k, n), np.float32)
+        for e, (lo, hi) in enumerate(groups):
+            drhs[e] = segmented(lc[0][lo:hi].T, lc[1][lo:hi].T, dc[0][lo:hi], dc[1][lo:hi], [lc[2], dc[2]])
+        outputs["drhs"] = drhs
+    return outputs
+
+
 def handler(case):
     r = case.fp8
     if r is None:
         raise CaseError("not an FP8 case (case.json has no fp8 object): this adapter runs FP8 grouped GEMMs only")
+    if any(parse_block(r[o]["scope"]) for o in ("lhs", "rhs", "dout")):
+        return block_handler(case, r)
     lhs, rhs, sizes, dout = case.lhs, case.rhs, case.group_sizes, case.dout
     m, k, n, g = case["m"], case["k"], case["n"], case["groups"]
     used = int(np.sum(sizes))

@@ -98,6 +98,17 @@ pub fn columnwise(
 /// formats (E4M3 lhs and rhs, E5M2 dout: the only GEMM kernels there are), saturating casts,
 /// current scaling, the kernels' own accumulation ([`ACCUMULATION`]).
 pub fn supports(recipe: &Fp8Recipe) -> Result<(), String> {
+    for (flag, scope) in [
+        ("--lhs-scope", recipe.lhs.scope),
+        ("--rhs-scope", recipe.rhs.scope),
+        ("--dout-scope", recipe.dout.scope),
+    ] {
+        if let ScopeKind::Block(b) = scope {
+            return Err(format!(
+                "{flag} {b}: the CUDA FP8 kernels take one scale per group, expert or tensor"
+            ));
+        }
+    }
     for (flag, got, want) in [
         ("--lhs-format", recipe.lhs.format, Format::E4m3),
         ("--rhs-format", recipe.rhs.format, Format::E4m3),

@@ -41,6 +41,27 @@ impl PropertyOp for Fp8Gemm {
                 case: Some(|a| only(a, Pass::Wgrad)),
             },
             Property {
+                name: "fp8-block-fwd-recipe-exact",
+                description: "block scopes: out matches the GEMM of the dequantised blocks (lhs 1xC along K, rhs blocks) within the per-block bound",
+                strategy: blocks,
+                test: |imp, a| recipe_exact(imp, a, Pass::Fwd),
+                case: Some(|a| only(a, Pass::Fwd)),
+            },
+            Property {
+                name: "fp8-block-dgrad-recipe-exact",
+                description: "block scopes: dlhs (dout 1xC along N x rhs blocks along N) matches the recipe within the per-block bound",
+                strategy: blocks,
+                test: |imp, a| recipe_exact(imp, a, Pass::Dgrad),
+                case: Some(|a| only(a, Pass::Dgrad)),
+            },
+            Property {
+                name: "fp8-block-wgrad-recipe-exact",
+                description: "block scopes: drhs (column-wise copies, blocks along M restarting at each group) matches the recipe within the per-block bound",
+                strategy: blocks,
+                test: |imp, a| recipe_exact(imp, a, Pass::Wgrad),
+                case: Some(|a| only(a, Pass::Wgrad)),
+            },
+            Property {
                 name: "fp8-quantize-half-ulp",
                 description: "every FP8 byte is within half an ulp of its f32-scaled value (or ±max when saturated)",
                 strategy: any,
@@ -72,6 +93,10 @@ impl PropertyOp for Fp8Gemm {
 /// Any FP8 case (tensor or per-expert rhs, current or stale delayed scales).
 fn any() -> BoxedStrategy<Fp8CaseArgs> {
     fp8_case_args(false)
+}
+/// Block scopes ([`super::block_strategies`]).
+fn blocks() -> BoxedStrategy<Fp8CaseArgs> {
+    super::block_strategies::fp8_block_case_args()
 }
 /// Per-expert rhs scaling and current scaling (what scale invariance needs).
 fn per_expert() -> BoxedStrategy<Fp8CaseArgs> {

@@ -54,10 +54,18 @@ pub struct Fp8CaseArgs {
     pub stale_shift: Option<i32>,
     /// Power of two for the scale-invariance property.
     pub rescale_exp: i32,
+    /// 0, or the magnitude exponent grows by one every `k_ramp` elements along the
+    /// contraction (lhs along K, rhs along K, dout along N), so that consecutive blocks (and
+    /// a K tail) get different scales even when they are powers of two.
+    pub k_ramp: usize,
     pub value_seed: u64,
 }
 
 impl Fp8CaseArgs {
+    fn ramp(&self, i: usize) -> i32 {
+        i.checked_div(self.k_ramp).map_or(0, |r| r as i32)
+    }
+
     pub fn m(&self) -> usize {
         self.group_sizes.iter().sum::<usize>() + self.tail_rows
     }
@@ -91,7 +99,7 @@ impl Fp8CaseArgs {
                 return 0.0;
             }
             let exp = e.map_or(3, |e| self.lhs_exp[e]);
-            self.value(0, r * k + c, exp)
+            self.value(0, r * k + c, exp + self.ramp(c))
         });
         if let (Some((i, exp)), true) = (self.outlier, used * k > 0) {
             let i = i % (used * k);
@@ -101,12 +109,12 @@ impl Fp8CaseArgs {
             if Some(e) == self.zero_expert {
                 0.0
             } else {
-                self.value(1, (e * k + r) * n + c, self.expert_exp[e])
+                self.value(1, (e * k + r) * n + c, self.expert_exp[e] + self.ramp(r))
             }
         });
         let dout = Array2::from_shape_fn((m, n), |(r, c)| {
             let exp = group_of(r).map_or(2, |e| self.dout_exp[e]);
-            self.value(2, r * n + c, exp)
+            self.value(2, r * n + c, exp + self.ramp(c))
         });
         let mut recipe = Fp8Recipe {
             lhs: OperandRecipe {
@@ -240,6 +248,7 @@ pub fn fp8_case_args(expert_scope: bool) -> BoxedStrategy<Fp8CaseArgs> {
                     stale_shift,
                     rescale_exp,
                     value_seed,
+                    k_ramp: 0,
                 }
             },
         )

@@ -64,7 +64,9 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
     fn shardable(&self) -> bool {
         !(self.has(Fp8Bug::ScaleInvNotAdvanced)
             || self.has(Fp8Bug::AmaxFromNeighbour)
-            || self.has(Fp8Bug::ColwiseOwnScale))
+            || self.has(Fp8Bug::ColwiseOwnScale)
+            || self.has(Fp8Bug::BlockCrossesGroup)
+            || self.has(Fp8Bug::BlockScalesTransposed))
     }
 
     /// The recipe's: the model accumulates as the recipe declares.
@@ -76,6 +78,9 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
     /// (module docs); the fast accumulators each output row through [`AccumModel::row_sums`]
     /// (the model's sum of each element, a row's columns at a time).
     fn run(&self, case: &Fp8GemmCase, passes: Passes) -> Result<GemmOutputs, RunError> {
+        if case.recipe.has_block_scope() {
+            return self.run_blocks(case, passes); // super::block_emulate
+        }
         let ops = self.operands_of(case, passes);
         let g = &case.gemm;
         let (m, k, n, gc) = (g.m(), g.k(), g.n(), g.groups());
@@ -190,7 +195,11 @@ impl Implementation<Fp8Gemm> for EmulateFp8 {
         Ok(res)
     }
 
+    /// The operands it used; none under block scopes (as the reference's).
     fn internals(&self, case: &Fp8GemmCase, passes: Passes) -> Option<Fp8Operands> {
+        if case.recipe.has_block_scope() {
+            return None;
+        }
         Some(self.operands_of(case, passes).into_reference())
     }
 }
@@ -206,7 +215,7 @@ fn scale(mut dst: ArrayViewMut2<f32>, sa: &[f32], sb: &[f32], fin: impl Fn(f32, 
 
 /// `fl_out(fl32(fl32(sum · sa) · sb))`: an FP8 GEMM's f32 sum scaled by the two `scale_inv`
 /// in the recipe's order and rounded once to the output format.
-fn finish(out: Format, sum: f32, sa: f32, sb: f32) -> f32 {
+pub(super) fn finish(out: Format, sum: f32, sa: f32, sb: f32) -> f32 {
     // An f32 rounded to the output format (f32 or narrower, or f64) is an f32 value: the
     // outputs are held in f32.
     let v = (sum * sa) * sb;

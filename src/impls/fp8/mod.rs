@@ -2,6 +2,7 @@
 //! ([`emulate`], quantising with [`operand`], with the planted bugs of [`bug`]) and, with the
 //! `cuda` feature, our FP8 kernels ([`crate::cuda::fp8_impl::CudaFp8`]).
 
+pub mod block_emulate;
 pub mod bug;
 pub mod emulate;
 pub mod operand;
