@@ -206,3 +206,53 @@ fn numpy_adapter_agrees_with_the_block_reference() {
         assert_eq!(code, 0, "{r:?}: {text}");
     }
 }
+
+/// A block-scoped case directory carries the quantised copies each asked pass reads
+/// (docs/protocol.md): the numpy adapter finds them equal to its own quantisation (the
+/// exec: runs above), and a flipped byte in one makes it fail, naming the file.
+#[test]
+fn case_directory_carries_the_quantised_copies() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = dir.path().join("case");
+    let (code, text) = gemm(
+        &["--scaling", "mxfp8", "--passes", "fwd,dgrad"],
+        &SMALL_GROUPS,
+        &["--dump", case.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{text}");
+    let has = |f: &str| case.join(f).exists();
+    for f in [
+        "lhs_q.npy",
+        "lhs_scale_inv.npy",
+        "rhs_q.npy",
+        "rhs_dgrad_scale_inv.npy",
+        "dout_q.npy",
+    ] {
+        assert!(has(f), "{f}");
+    }
+    for f in ["lhs_col_q.npy", "dout_col_q.npy"] {
+        assert!(!has(f), "{f} without wgrad");
+    }
+    let adapter = |dir: &std::path::Path| {
+        std::process::Command::new("python3")
+            .arg("examples/adapters/numpy_fp8_grouped_gemm.py")
+            .arg(dir)
+            .output()
+            .unwrap()
+    };
+    let ok = adapter(&case);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let q: ndarray::Array2<u8> = ndarray_npy::read_npy(case.join("lhs_q.npy")).unwrap();
+    let mut bad = q.clone();
+    let i = q.iter().position(|b| *b != 0).expect("a non-zero byte");
+    bad.as_slice_mut().unwrap()[i] ^= 1;
+    ndarray_npy::write_npy(case.join("lhs_q.npy"), &bad).unwrap();
+    let out = adapter(&case);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("lhs_q.npy"), "{err}");
+}

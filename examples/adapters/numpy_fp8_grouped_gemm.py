@@ -18,7 +18,9 @@ copies Cx1 along M restarting at each group; rhs RxC read transposed by dgrad, o
 along K and along N), with DeepGEMM's casts or OCP MX's exponents as
 fixtures/fp8/blocks/gen.py writes them; each pass walks the contraction in segments where both
 scales are constant: a float32 matrix product per segment, times the two scale_inv, added into
-a float32 accumulator.
+a float32 accumulator. Where the case carries moecheck's own quantised copies (`lhs_q.npy`,
+`lhs_scale_inv.npy`, ...; docs/protocol.md) the adapter checks that its bytes and scales are
+the same, and fails the case otherwise.
 
 Declared contract (CONTRACT, in the worker's greeting): op key `fp8`, every pass; the
 accumulation is the recipe's (`fp8.accumulation` of each case: the exact FP8 products are
@@ -28,6 +30,8 @@ case without an `fp8` object is refused (a one-line reason): this adapter is for
 
 Usage: numpy_fp8_grouped_gemm.py [CASE_DIR]   (no CASE_DIR: a moecheck worker, protocol v2)
 """
+import os
+
 import ml_dtypes
 import numpy as np
 
@@ -140,6 +144,27 @@ def block_quantize(x, pieces, tile, fmt, kind, recipe):
     return vals, sinv
 
 
+def check_given(case, name, copy, pieces, tile, fmt):
+    """moecheck's quantised copy NAME, when the case carries it, must be this adapter's
+    (values and per-element scale_inv): a ValueError otherwise."""
+    qf = os.path.join(case.dir, name + "_q.npy")
+    if not os.path.exists(qf):
+        return
+    vals, sinv = copy
+    q = np.load(qf).view(FORMATS[fmt]).astype(np.float32).reshape(vals.shape)
+    grid = np.load(os.path.join(case.dir, name + "_scale_inv.npy"))
+    grid = grid.reshape(-1, grid.shape[-1])
+    want = np.ones(vals.shape, np.float32)
+    br, bc = tile
+    row0 = 0
+    for lo, hi in pieces:
+        for i in range(lo, hi):
+            want[i, :] = np.repeat(grid[row0 + (i - lo) // br], bc)[: vals.shape[1]]
+        row0 += -(-(hi - lo) // br)
+    if not (np.array_equal(q, vals) and np.array_equal(want, sinv)):
+        raise ValueError(f"{name}_q.npy / {name}_scale_inv.npy differ from this adapter's quantisation")
+
+
 def segmented(a, sa, b, sb, cuts):
     """a (R, L) @ b (L, C) in segments of the contraction split at `cuts`: per segment a
     float32 product times the scale_inv at its start (a's per row, b's per column), summed into
@@ -171,8 +196,11 @@ def block_handler(case, r):
             s = np.repeat(s[:, None], x.shape[1], axis=1)
             return (v, s, None), (v, s, None)
         kind, _, c, recipe = b
-        return (block_quantize(x, groups, (1, c), fmt, kind, recipe) + (c,),
-                block_quantize(x, groups, (c, 1), fmt, kind, recipe) + (c,))
+        row = block_quantize(x, groups, (1, c), fmt, kind, recipe)
+        col = block_quantize(x, groups, (c, 1), fmt, kind, recipe)
+        check_given(case, name, row, groups, (1, c), fmt)
+        check_given(case, name + "_col", col, groups, (c, 1), fmt)
+        return row + (c,), col + (c,)
 
     w = rhs.reshape(g * k, n)
     experts = [(e * k, (e + 1) * k) for e in range(g)]
@@ -184,10 +212,15 @@ def block_handler(case, r):
         s = np.repeat(s[:, None], n, axis=1)
         wf = wd = (v, s, None, None)
     elif b[0] == "mx":
-        wf = block_quantize(w, experts, (b[2], 1), fmt, "mx", b[3]) + (b[2], None)
-        wd = block_quantize(w, experts, (1, b[2]), fmt, "mx", b[3]) + (None, b[2])
+        wf = block_quantize(w, experts, (b[2], 1), fmt, "mx", b[3])
+        wd = block_quantize(w, experts, (1, b[2]), fmt, "mx", b[3])
+        check_given(case, "rhs", wf, experts, (b[2], 1), fmt)
+        check_given(case, "rhs_dgrad", wd, experts, (1, b[2]), fmt)
+        wf, wd = wf + (b[2], None), wd + (None, b[2])
     else:
-        wf = wd = block_quantize(w, experts, (b[1], b[2]), fmt, "deepgemm", b[3]) + (b[1], b[2])
+        wf = block_quantize(w, experts, (b[1], b[2]), fmt, "deepgemm", b[3])
+        check_given(case, "rhs", wf, experts, (b[1], b[2]), fmt)
+        wf = wd = wf + (b[1], b[2])
     (la, lc) = rows(lhs, "lhs")
     (da, dc) = rows(dout, "dout") if dout is not None else (None, None)
 

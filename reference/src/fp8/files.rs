@@ -5,7 +5,8 @@
 //! Inputs stay float32 high-precision values (`dtype` is `f32`) in the grouped GEMM's files;
 //! the implementation quantises them itself. For delayed scaling the scales to use are given
 //! as `lhs_scale.npy`, `rhs_scale.npy` and, when a backward pass is asked, `dout_scale.npy`:
-//! float32, one per scope, each positive and finite. Outputs are the grouped GEMM's.
+//! float32, one per scope, each positive and finite. Block-scoped cases also carry their
+//! quantised operands and block scales (`super::block_files`). Outputs are the grouped GEMM's.
 
 use ndarray::Array1;
 use serde::{Deserialize, Serialize};
@@ -48,6 +49,8 @@ impl Protocol for Fp8Gemm {
                 files.push((name.to_string(), Stored::F32(a)));
             }
         }
+        // Block scopes: the quantised operands too, for kernels that take them.
+        files.extend(super::block_files::block_input_files(case, passes));
         files
     }
 

@@ -59,6 +59,7 @@
 pub mod accum;
 pub mod block;
 pub mod block_bound;
+mod block_files;
 pub mod block_gemm;
 mod block_recipe;
 pub mod block_scope;
