@@ -17,6 +17,7 @@ use moecheck_reference::fp8::block_gemm::BlockCopy;
 use moecheck_reference::fp8::{fp8_max, rhs_rows, Fp8GemmCase};
 use moecheck_reference::gemm::{GemmOutputs, Pass, Passes};
 use moecheck_reference::op::RunError;
+use moecheck_reference::par::map_by_cost;
 use ndarray::{s, Array2, Array3, ArrayView2};
 
 use super::bug::Fp8Bug;
@@ -260,59 +261,68 @@ impl EmulateFp8 {
         let out_fmt = g.out_dtype;
         let grid = |p: Pass| case.recipe.contraction_blocks(p);
         let mut res = GemmOutputs::default();
+        // Each expert's block of an output, the experts in parallel.
+        let experts = |rows: &dyn Fn(usize) -> usize,
+                       cols: usize,
+                       at: &(dyn Fn(usize, usize, usize) -> f32 + Sync)| {
+            let sizes: Vec<(usize, usize)> = (0..gc).map(|e| (e, rows(e))).collect();
+            map_by_cost(
+                sizes,
+                |&(_, r)| (r * cols).max(1),
+                |(e, r)| Array2::from_shape_fn((r, cols), |(i, c)| at(e, i, c)),
+            )
+        };
+        let size = |e: usize| off[e + 1] - off[e];
         if passes.fwd {
             let mut out = Array2::<f32>::zeros((m, n));
-            for e in 0..gc {
-                for r in off[e]..off[e + 1] {
-                    for c in 0..n {
-                        let acc = segmented(k, grid(Pass::Fwd), |i| {
-                            let (a, b) = ((r, i), (e * k + i, c));
-                            (
-                                rd.lhs.vals[a],
-                                rd.lhs.sinv[a],
-                                rd.rhs.vals[b],
-                                rd.rhs.sinv[b],
-                            )
-                        });
-                        out[(r, c)] = finish(out_fmt, acc, 1.0, 1.0);
-                    }
-                }
+            let parts = experts(&size, n, &|e, i, c| {
+                let r = off[e] + i;
+                let acc = segmented(k, grid(Pass::Fwd), |j| {
+                    let (a, b) = ((r, j), (e * k + j, c));
+                    (
+                        rd.lhs.vals[a],
+                        rd.lhs.sinv[a],
+                        rd.rhs.vals[b],
+                        rd.rhs.sinv[b],
+                    )
+                });
+                finish(out_fmt, acc, 1.0, 1.0)
+            });
+            for (e, p) in parts.into_iter().enumerate() {
+                out.slice_mut(s![off[e]..off[e + 1], ..]).assign(&p);
             }
             res.out = Some(out.into());
         }
         if let (true, Some(d)) = (passes.dgrad, &rd.dout) {
             let mut dlhs = Array2::<f32>::zeros((m, k));
-            for e in 0..gc {
-                for r in off[e]..off[e + 1] {
-                    for c in 0..k {
-                        let acc = segmented(n, grid(Pass::Dgrad), |j| {
-                            let (a, b) = ((r, j), (e * k + c, j));
-                            let w = &rd.rhs_dgrad;
-                            (d.vals[a], d.sinv[a], w.vals[b], w.sinv[b])
-                        });
-                        dlhs[(r, c)] = finish(out_fmt, acc, 1.0, 1.0);
-                    }
-                }
+            let w = &rd.rhs_dgrad;
+            let parts = experts(&size, k, &|e, i, c| {
+                let r = off[e] + i;
+                let acc = segmented(n, grid(Pass::Dgrad), |j| {
+                    let (a, b) = ((r, j), (e * k + c, j));
+                    (d.vals[a], d.sinv[a], w.vals[b], w.sinv[b])
+                });
+                finish(out_fmt, acc, 1.0, 1.0)
+            });
+            for (e, p) in parts.into_iter().enumerate() {
+                dlhs.slice_mut(s![off[e]..off[e + 1], ..]).assign(&p);
             }
             res.dlhs = Some(dlhs.into());
         }
         if let (true, Some(d)) = (passes.wgrad, &rd.dout_col) {
             let mut drhs = Array3::<f32>::zeros((gc, k, n));
-            for e in 0..gc {
-                let (lo, hi) = (off[e], off[e + 1]);
-                if hi == lo {
-                    continue; // an empty expert's gradient is exactly 0
-                }
-                for a in 0..k {
-                    for b in 0..n {
-                        let acc = segmented(hi - lo, grid(Pass::Wgrad), |i| {
-                            let (x, y) = ((lo + i, a), (lo + i, b));
-                            let l = &rd.lhs_col;
-                            (l.vals[x], l.sinv[x], d.vals[y], d.sinv[y])
-                        });
-                        drhs[(e, a, b)] = finish(out_fmt, acc, 1.0, 1.0);
-                    }
-                }
+            let l = &rd.lhs_col;
+            // An empty expert's gradient is exactly 0 (an empty sum).
+            let parts = experts(&|_| k, n, &|e, a, b| {
+                let lo = off[e];
+                let acc = segmented(size(e), grid(Pass::Wgrad), |i| {
+                    let (x, y) = ((lo + i, a), (lo + i, b));
+                    (l.vals[x], l.sinv[x], d.vals[y], d.sinv[y])
+                });
+                finish(out_fmt, acc, 1.0, 1.0)
+            });
+            for (e, p) in parts.into_iter().enumerate() {
+                drhs.index_axis_mut(ndarray::Axis(0), e).assign(&p);
             }
             res.drhs = Some(drhs.into());
         }
