@@ -44,6 +44,17 @@ pub fn gemm_case_bytes(size: GemmSize, passes: Passes, fp8: bool, compact: bool)
     inputs.saturating_add(outputs).saturating_add(1 << 20)
 }
 
+/// What block-scaled FP8 adds to [`gemm_case_bytes`]: each operand's quantised copies (one
+/// byte an element, row-wise and column-wise: 2) and their scales (at most one float32 per 32
+/// elements, counted at 1 byte an element to stay above).
+pub fn block_copies_bytes(size: GemmSize) -> u64 {
+    let GemmSize { m, k, n, groups } = size;
+    elements(&[m, k])
+        .saturating_add(elements(&[groups, k, n]))
+        .saturating_add(elements(&[m, n]))
+        .saturating_mul(3)
+}
+
 /// The size of an MoE layer's case directory with its outputs: every weight (gate, up and
 /// down per expert, the shared expert's, the router) at 4 bytes and its gradient at 8, `x`
 /// and `dout` at 4 and `y` and `dx` at 8, and 1 MiB for `case.json` and the headers.

@@ -240,6 +240,8 @@ pub fn block_expected(case: &Fp8GemmCase, passes: Passes) -> Result<Fp8Expected,
         recipe_exact: block_reference_from(case, &ops, passes),
         high_precision: reference(&case.gemm, passes)?,
         operands: Fp8Operands::empty(),
+        // Block scopes accumulate exactly (fast accumulation is refused with them).
+        cover: None,
     })
 }
 
@@ -285,6 +287,7 @@ pub fn compare_block(
         recipe_exact,
         high_precision: high_precision(case, passes, &expected.high_precision, got),
         model: None,
+        cover: None,
     }
 }
 
