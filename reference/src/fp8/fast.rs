@@ -104,8 +104,9 @@ pub fn group_scales(ops: &Fp8Operands, groups: usize, pass: Pass) -> Vec<f64> {
         .collect()
 }
 
-/// The fast reference of the decoded case with each group's values and magnitudes
-/// multiplied by its `s_g` ([`group_scales`]).
+/// The fast reference of the decoded case with each group's values and magnitudes (the
+/// projections' and magnitudes of whole rows and of chunks, the sampled elements') multiplied
+/// by its `s_g` ([`group_scales`]).
 pub fn scaled(mut fast: FastExpected, ops: &Fp8Operands, groups: usize) -> FastExpected {
     for pe in &mut fast.passes {
         let s = group_scales(ops, groups, pe.pass);
@@ -114,6 +115,8 @@ pub fn scaled(mut fast: FastExpected, ops: &Fp8Operands, groups: usize) -> FastE
             let times = |v: &mut f64| *v *= f;
             b.magnitude.map_inplace(times);
             b.projection.map_inplace(times);
+            b.chunk_projection.map_inplace(times);
+            b.chunk_magnitude.map_inplace(times);
             for sampled in [&mut b.rows, &mut b.cols] {
                 sampled.want.map_inplace(times);
                 sampled.magnitude.map_inplace(times);

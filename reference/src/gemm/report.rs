@@ -7,7 +7,9 @@
 //! input/accumulator/output), `tail` (`"zero"`/`"ignored"`), `run_error` (one line when the
 //! implementation produced nothing), `failure`, `verification` (`mode`: `"full"` or `"fast"`,
 //! and its `guarantee` in one line), `fast` (fast mode only: per pass `vectors`, `rows`
-//! projected, `failed_rows`, `max_ratio`, the `worst` row, `non_finite` elements), and `passes`: per pass the bound depth,
+//! projected, `failed_rows`, `max_ratio`, the `worst` row; `chunk` columns per chunk, `chunks`
+//! projected, `failed_chunks`, `chunk_max_ratio`, the `chunk_worst` chunk (`group`, `row`,
+//! first `col`, `width`, `deviation`, `threshold`); `non_finite` elements), and `passes`: per pass the bound depth,
 //! `bound_vacuous`, `zero_ratio` (`max |want| / bound`: at most 1 means zeros would pass) and
 //! per-group statistics (`elements`, `checked`, `failed`, `max_abs_err`, `max_bound_ratio`,
 //! `max_ulp` in the output format, `calc_diff`, `nan`, `inf`, `exact_non_finite` (NaN/inf in
@@ -318,6 +320,26 @@ pub fn render_fast(s: &mut String, fast: &[FastPass]) {
             s,
             "projections {}: {} rows x {} vectors, {} outside their threshold, {} NaN/inf element(s){worst}",
             f.pass, f.rows, f.vectors, f.failed_rows, f.non_finite
+        );
+        let worst = f
+            .chunk_worst
+            .as_ref()
+            .map(|w| {
+                format!(
+                    "; worst expert {} row {} cols {}..{}: deviation {} of threshold {}",
+                    w.group,
+                    w.row,
+                    w.col,
+                    w.col + w.width,
+                    sci(w.deviation),
+                    sci(w.threshold)
+                )
+            })
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "chunks {}: {} chunks of {} columns x 1 vector, {} outside their threshold{worst}",
+            f.pass, f.chunks, f.chunk, f.failed_chunks
         );
     }
 }

@@ -28,7 +28,7 @@ use ndarray::s;
 
 use super::case::{GemmOutputs, GroupedGemmCase, Pass, Passes};
 use super::compare::{CaseReport, GemmAt, GroupId, GroupStats, PassReport};
-use super::fast::{FastPass, ProjectionWorst, Verify};
+use super::fast::{ChunkWorst, FastPass, ProjectionWorst, Verify};
 use super::fit::Fit;
 use super::op::{ByMode, Gemm, Streamed};
 use super::weights::Weights;
@@ -292,6 +292,11 @@ fn merge_projections(parts: &[(Shard, CaseReport)]) -> Vec<FastPass> {
                 row: shard.row(w.row, p.pass),
                 ..w.clone()
             });
+            let chunk_worst = p.chunk_worst.as_ref().map(|w| ChunkWorst {
+                group: w.group + shard.experts.start,
+                row: shard.row(w.row, p.pass),
+                ..w.clone()
+            });
             let first_non_finite = p.first_non_finite.map(|at| shard.at(at, p.pass));
             let i = match fast.iter().position(|m| m.pass == p.pass) {
                 Some(i) => i,
@@ -303,6 +308,10 @@ fn merge_projections(parts: &[(Shard, CaseReport)]) -> Vec<FastPass> {
                         failed_rows: 0,
                         non_finite: 0,
                         max_ratio: 0.0,
+                        chunks: 0,
+                        failed_chunks: 0,
+                        chunk_max_ratio: 0.0,
+                        chunk_worst: None,
                         ..p.clone()
                     });
                     fast.len() - 1
@@ -311,12 +320,20 @@ fn merge_projections(parts: &[(Shard, CaseReport)]) -> Vec<FastPass> {
             let m = &mut fast[i];
             m.rows += p.rows;
             m.failed_rows += p.failed_rows;
+            m.chunks += p.chunks;
+            m.failed_chunks += p.failed_chunks;
             m.non_finite += p.non_finite;
             m.first_non_finite = m.first_non_finite.or(first_non_finite);
             // As inside one shard: the first of equal ratios stays (a NaN row's is ∞).
             if worst.is_some() && (m.worst.is_none() || p.max_ratio > m.max_ratio) {
                 m.max_ratio = p.max_ratio;
                 m.worst = worst;
+            }
+            if chunk_worst.is_some()
+                && (m.chunk_worst.is_none() || p.chunk_max_ratio > m.chunk_max_ratio)
+            {
+                m.chunk_max_ratio = p.chunk_max_ratio;
+                m.chunk_worst = chunk_worst;
             }
         }
     }

@@ -2,10 +2,11 @@
 //! and columns against their own bounds, and each row's projections against its threshold
 //! (derived in the [module docs](super)).
 
+use super::chunks::{judge_row, width};
 use super::expected::{lanes, BlockExpected, FastExpected, PassExpected};
 use super::flat::{flat, Flat};
-use super::mode::{Verify, VECTORS};
-use super::projection::{FastPass, ProjectionWorst};
+use super::mode::{Verify, CHUNK, VECTORS};
+use super::projection::{ChunkWorst, FastPass, ProjectionWorst};
 use crate::format::Format;
 use crate::gemm::bound::{gamma, ErrorBound, Precision};
 use crate::gemm::case::{GemmOutputs, GroupedGemmCase, Pass, Passes, TailContract};
@@ -85,6 +86,11 @@ fn compare_pass(
         failed_rows: 0,
         max_ratio: 0.0,
         worst: None,
+        chunk: CHUNK,
+        chunks: 0,
+        failed_chunks: 0,
+        chunk_max_ratio: 0.0,
+        chunk_worst: None,
         non_finite: 0,
         first_non_finite: None,
     };
@@ -207,7 +213,8 @@ fn compare_pass(
     (report, Some(projected))
 }
 
-/// Checks every row of block `b` against its projections, and scans it for NaN/inf.
+/// Checks every row of block `b` against its projections, whole and by chunks, and scans it
+/// for NaN/inf.
 fn project_block(
     got: Flat<'_>,
     pe: &PassExpected,
@@ -228,9 +235,19 @@ fn project_block(
         .into_iter()
         .map(|v| v.to_slice().expect("the vectors are standard layout"))
         .collect();
+    let chunk_x = pe.chunk_vector.as_slice().expect("a fresh vector");
+    // A full chunk's threshold and the last one's (narrower where CHUNK does not divide cols).
+    let count = b.chunk_projection.ncols();
+    let full = Roundoff::new(b.n, CHUNK).linear(bound, CHUNK);
+    let last_width = if count == 0 {
+        0
+    } else {
+        width(count - 1, cols)
+    };
+    let last = Roundoff::new(b.n, last_width).linear(bound, last_width);
     // Each row once, widened to f64 into one reused buffer when held in f32: scanned for
-    // NaN/inf, then its absolute sum and its projections, each in interleaved partial sums
-    // (any order is within the threshold's `γ(C)`).
+    // NaN/inf, then its chunks (which give its absolute sum) and its projections, each in
+    // interleaved partial sums (any order is within the threshold's `γ(C)`).
     let block = got.rows(b.row0, b.row0 + rows);
     let mut buf = Vec::with_capacity(cols);
     for r in 0..rows {
@@ -245,8 +262,33 @@ fn project_block(
                 }
             }
         }
+        let (projection, magnitude) = (b.chunk_projection.row(r), b.chunk_magnitude.row(r));
+        let (failed, chunk, g_abs) = judge_row(
+            row,
+            chunk_x,
+            projection
+                .as_slice()
+                .expect("a fresh array is standard layout"),
+            magnitude
+                .as_slice()
+                .expect("a fresh array is standard layout"),
+            (&full, &last),
+        );
+        fp.chunks += count;
+        fp.failed_chunks += failed;
+        if let Some(w) = chunk.filter(|w| fp.chunk_worst.is_none() || w.ratio > fp.chunk_max_ratio)
+        {
+            fp.chunk_max_ratio = w.ratio;
+            fp.chunk_worst = Some(ChunkWorst {
+                group: b.group,
+                row: at(b, b.row0 + r, 0).row,
+                col: w.chunk * CHUNK,
+                width: width(w.chunk, cols),
+                deviation: w.deviation,
+                threshold: w.threshold,
+            });
+        }
         let s = b.magnitude[r];
-        let g_abs = lanes(row, |v, _| v.abs(), row);
         let threshold = roundoff.threshold(bound, s, g_abs, cols);
         let deviation = vectors
             .iter()
@@ -307,17 +349,40 @@ impl Roundoff {
     /// over `cols` columns, under the per-element bound `bound`:
     /// `([Ŝ > 0]·((c_S + γ_n)·Ŝ + c_y·G + C·(floor + underflow))/(1 − c_y) + (γ_C + γ_n + γ_n·γ_C)·Ŝ + γ_C·G)·inflate`.
     pub fn threshold(&self, bound: &ErrorBound, s: f64, g_abs: f64, cols: usize) -> f64 {
+        self.linear(bound, cols).at(s, g_abs)
+    }
+
+    /// [`Roundoff::threshold`] as a linear form in `Ŝ` and `G`, its coefficients computed once
+    /// (a few more roundings of each term, within `inflate`'s room for "the few operations
+    /// combining them").
+    pub fn linear(&self, bound: &ErrorBound, cols: usize) -> Threshold {
+        let (gc, gn) = (self.gamma_cols, self.gamma_n);
+        let keep = 1.0 - bound.coeff_value;
+        Threshold {
+            magnitude: ((bound.coeff_magnitude + gn) / keep + (gc + gn + gn * gc)) * self.inflate,
+            value: (bound.coeff_value / keep + gc) * self.inflate,
+            constant: cols as f64 * (bound.floor + bound.underflow) / keep * self.inflate,
+        }
+    }
+}
+
+/// A threshold `magnitude·Ŝ + value·G + constant` where `Ŝ > 0`, and 0 where `Ŝ = 0`
+/// ([`Roundoff::linear`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Threshold {
+    magnitude: f64,
+    value: f64,
+    constant: f64,
+}
+
+impl Threshold {
+    #[inline(always)]
+    pub fn at(&self, s: f64, g_abs: f64) -> f64 {
         if s == 0.0 {
-            // Every product of the row is 0: the row must be exactly 0, so must its projections.
+            // Every product is 0: the elements must be exactly 0, so must their projections.
             return 0.0;
         }
-        let slack = ((bound.coeff_magnitude + self.gamma_n) * s
-            + bound.coeff_value * g_abs
-            + cols as f64 * (bound.floor + bound.underflow))
-            / (1.0 - bound.coeff_value);
-        let (gc, gn) = (self.gamma_cols, self.gamma_n);
-        let rounding = (gc + gn + gn * gc) * s + gc * g_abs;
-        (slack + rounding) * self.inflate
+        self.magnitude * s + self.value * g_abs + self.constant
     }
 }
 

@@ -4,6 +4,7 @@
 
 use ndarray::{s, Array1, Array2, ArrayView2, ArrayViewMut2, Axis};
 
+use super::chunks::{chunk_products, chunk_vector, ChunkRows, ChunkSumsByColumn};
 use super::mode::VECTORS;
 use super::sample::{sampled, seed_of, sign};
 use crate::engine::{gemm, gemm_magnitude, Operand};
@@ -101,6 +102,11 @@ pub struct BlockExpected {
     pub magnitude: Array1<f64>,
     /// `p̂_i = Σ_t a_it·(Σ_j b_tj·x_j)` per row and vector, `(rows, VECTORS)`.
     pub projection: Array2<f64>,
+    /// `p̂_ic = Σ_t a_it·(Σ_{j∈c} b_tj·x_j)` per row and chunk `c` of [`super::CHUNK`]
+    /// columns, on the pass's chunk vector, `(rows, chunks)`.
+    pub chunk_projection: Array2<f64>,
+    /// `Ŝ_ic = Σ_t |a_it|·Σ_{j∈c} |b_tj|` per row and chunk, `(rows, chunks)`.
+    pub chunk_magnitude: Array2<f64>,
     pub rows: Sampled,
     pub cols: Sampled,
 }
@@ -113,6 +119,8 @@ pub struct PassExpected {
     pub shape: (usize, usize),
     /// The `±1` vectors, `(VECTORS, cols)`.
     pub vectors: Array2<f64>,
+    /// The chunks' `±1` vector, `(cols)` (one more seeded draw).
+    pub chunk_vector: Array1<f64>,
     pub blocks: Vec<BlockExpected>,
 }
 
@@ -136,6 +144,7 @@ pub fn fast_expected(case: &GroupedGemmCase, passes: Passes) -> Result<FastExpec
             let vectors = Array2::from_shape_fn((VECTORS, shape.1), |(v, j)| {
                 sign(seed_of(p, v, 0x7665_6374), j as u64)
             });
+            let chunk_vector = chunk_vector(shape.1, seed_of(p, VECTORS, 0x6368_756e));
             // Experts in parallel, largest first; each widens its own operands.
             let blocks = crate::par::map_by_cost(
                 inputs.blocks(pass, &off),
@@ -143,12 +152,13 @@ pub fn fast_expected(case: &GroupedGemmCase, passes: Passes) -> Result<FastExpec
                     let (rows, cols) = b.b.dim();
                     b.a.len() * cols + rows * cols
                 },
-                |b| block_expected(&b, &vectors, p),
+                |b| block_expected(&b, &vectors, &chunk_vector, p),
             );
             PassExpected {
                 pass,
                 shape,
                 vectors,
+                chunk_vector,
                 blocks,
             }
         })
@@ -193,15 +203,18 @@ fn product_magnitude(
     }
 }
 
-/// `bx[t, v] = Σ_j b[t, j]·x[v, j]` and `sums[t] = Σ_j |b[t, j]|` for every row `t` of `b`
-/// (rows contiguous: fwd's weight, wgrad's rows of `dout`), in one sweep over `b` where it
-/// lies: each row widened into one reused buffer, then nine sums over it, each in eight
+/// `bx[t, v] = Σ_j b[t, j]·x[v, j]`, `sums[t] = Σ_j |b[t, j]|` and the chunk sums of row `t` on
+/// `chunk_x` ([`ChunkRows::push`]) for every row `t` of `b` (rows contiguous: fwd's weight,
+/// wgrad's rows of `dout`), in one sweep over `b` where it lies: each row widened into one
+/// reused buffer, then its chunks (which give `sums[t]`) and eight sums over it, each in eight
 /// interleaved partial sums (a vectorisable order; any order is within `γ(n)·Σ|a·b|`).
 fn project_rows<T: Operand>(
     b: ArrayView2<T>,
     x: &Array2<f64>,
+    chunk_x: &Array1<f64>,
     bx: &mut Array2<f64>,
     sums: &mut Array1<f64>,
+    chunked: &mut ChunkRows,
 ) {
     let mut wide = vec![0.0f64; b.ncols()];
     let x: Vec<&[f64]> = x
@@ -209,11 +222,12 @@ fn project_rows<T: Operand>(
         .into_iter()
         .map(|r| r.to_slice().expect("the vectors are standard layout"))
         .collect();
+    let chunk_x = chunk_x.as_slice().expect("a fresh vector");
     for (t, row) in b.rows().into_iter().enumerate() {
         for (w, v) in wide.iter_mut().zip(row) {
             *w = v.wide();
         }
-        sums[t] = lanes(&wide, |w, _| w.abs(), &wide);
+        sums[t] = chunked.push(&wide, chunk_x);
         for (v, xv) in x.iter().enumerate() {
             bx[(t, v)] = lanes(&wide, |w, y| w * y, xv);
         }
@@ -283,8 +297,13 @@ fn widened_cols(b: WeightView<'_>, index: &[usize]) -> Array2<f64> {
 /// strided, and is widened [`B_ROWS`] rows at a time for those and for its sampled rows, each
 /// block adding its share. The sums are in f64 in other orders than one dense product's,
 /// within the same `γ(n)·Σ|a·b|`.
-fn block_expected(block: &Block, vectors: &Array2<f64>, pass: usize) -> BlockExpected {
-    let a = block.a.mapv(f64::from);
+fn block_expected(
+    block: &Block,
+    vectors: &Array2<f64>,
+    chunk_x: &Array1<f64>,
+    pass: usize,
+) -> BlockExpected {
+    let mut a = block.a.mapv(f64::from);
     let (n, cols) = block.b.dim();
     let row_index = sampled(a.nrows(), seed_of(pass, block.group, 0x726f_7773));
     let col_index = sampled(cols, seed_of(pass, block.group, 0x636f_6c73));
@@ -313,22 +332,25 @@ fn block_expected(block: &Block, vectors: &Array2<f64>, pass: usize) -> BlockExp
         cols_mag.view_mut(),
     );
     let mut bx = Array2::<f64>::zeros((n, VECTORS));
-    let mut row_sums = Array1::<f64>::zeros(n);
-    if in_place {
+    let (chunked, row_sums) = if in_place {
         // Every row of the right operand read once, where it lies.
+        let (mut chunked, mut row_sums) = (ChunkRows::new(n, cols), Array1::zeros(n));
+        let (x, s) = (vectors, &mut row_sums);
         match block.b {
-            WeightView::F32(b) => project_rows(b, vectors, &mut bx, &mut row_sums),
-            WeightView::Bf16(b) => project_rows(b, vectors, &mut bx, &mut row_sums),
+            WeightView::F32(b) => project_rows(b, x, chunk_x, &mut bx, s, &mut chunked),
+            WeightView::Bf16(b) => project_rows(b, x, chunk_x, &mut bx, s, &mut chunked),
         }
+        (chunked.finish(n), row_sums)
     } else {
         // dgrad's `rhs_gᵀ`: its transpose `rhs_g` has contiguous rows `j` (one per output
         // column, each the reduction's `n` values). Blocks of them are widened to f64, and each
         // block adds its share: the sampled rows' columns `j` (values and magnitudes in one
-        // sweep of the kernel), `B·x` and the row magnitudes.
+        // sweep of the kernel), `B·x`, and the chunk sums (which give the row magnitudes).
         let w = block.b.t();
         let ra_t = ra.t().as_standard_layout().into_owned();
         let x_t = vectors.t().as_standard_layout().into_owned();
         let mut share = Array2::<f64>::zeros((n, VECTORS));
+        let mut by_column = ChunkSumsByColumn::zeros(n, cols);
         for j0 in (0..cols).step_by(B_ROWS) {
             let j1 = (j0 + B_ROWS).min(cols);
             let wb = widened_rows(w, j0, j1);
@@ -339,22 +361,29 @@ fn block_expected(block: &Block, vectors: &Array2<f64>, pass: usize) -> BlockExp
             rows_mag.slice_mut(s![.., j0..j1]).assign(&mag.t());
             gemm(wb.t(), x_t.slice(s![j0..j1, ..]), share.view_mut());
             bx += &share;
-            for row in wb.rows() {
-                row_sums.zip_mut_with(&row, |s, v| *s += v.abs());
+            for (j, row) in (j0..j1).zip(wb.rows()) {
+                let row = row.to_slice().expect("a fresh array is standard layout");
+                by_column.add_column(j, row, chunk_x[j]);
             }
         }
-    }
+        by_column.finish()
+    };
     // `A·(B·x)` through the single-threaded kernel: this runs inside a parallel worker, where
     // ndarray's `dot` would hand it to matrixmultiply's own thread pool, whose idle workers
     // spin on `sched_yield` beside ours (6% of a DeepSeek-V3 slice's CPU time).
     let mut projection = Array2::<f64>::zeros((a.nrows(), VECTORS));
     gemm(a.view(), bx.view(), projection.view_mut());
+    // The chunks' values need `a`, their magnitudes `|a|`: `a` becomes `|a|` in place (no
+    // copy of a block's left operand), which is all that is read of it after.
+    let (chunk_projection, chunk_magnitude) = chunk_products(&mut a, &chunked);
     BlockExpected {
         group: block.group,
         row0: block.row0,
         n,
         magnitude: abs_times(&a, &row_sums),
         projection,
+        chunk_projection,
+        chunk_magnitude,
         rows: Sampled {
             want: rows_want,
             magnitude: rows_mag,
@@ -375,7 +404,7 @@ mod block_tests {
     use ndarray::Array3;
 
     /// The dense, whole-operand computation [`block_expected`] replaced: the oracle.
-    fn dense(block: &Block, vectors: &Array2<f64>, pass: usize) -> BlockExpected {
+    fn dense(block: &Block, vectors: &Array2<f64>, x: &Array1<f64>, pass: usize) -> BlockExpected {
         use crate::engine::{exact_sum_as_reported, Isa};
         let (a, b) = (block.a.mapv(f64::from), block.b.to_f64());
         // The sampled rows' and columns' magnitudes come from the kernel (small integers:
@@ -387,12 +416,28 @@ mod block_tests {
         let cols = sampled(b.ncols(), seed_of(pass, block.group, 0x636f_6c73));
         let (ra, abs_ra) = (a.select(Axis(0), &rows), abs_a.select(Axis(0), &rows));
         let (cb, abs_cb) = (b.select(Axis(1), &cols), abs_b.select(Axis(1), &cols));
+        // The chunks as a product: column `c` of `chunk` holds `x_j` at the rows `j` of chunk
+        // `c` and 0 elsewhere.
+        let chunk = |x: &dyn Fn(usize) -> f64| {
+            Array2::from_shape_fn(
+                (b.ncols(), b.ncols().div_ceil(super::super::CHUNK)),
+                |(j, c)| {
+                    if j / super::super::CHUNK == c {
+                        x(j)
+                    } else {
+                        0.0
+                    }
+                },
+            )
+        };
         BlockExpected {
             group: block.group,
             row0: block.row0,
             n: a.ncols(),
             magnitude: abs_a.dot(&abs_b.sum_axis(Axis(1))),
             projection: a.dot(&b.dot(&vectors.t())),
+            chunk_projection: a.dot(&b.dot(&chunk(&|j| x[j]))),
+            chunk_magnitude: abs_a.dot(&abs_b.dot(&chunk(&|_| 1.0))),
             rows: Sampled {
                 want: ra.dot(&b),
                 magnitude: reported(abs_ra.dot(&abs_b)),
@@ -408,10 +453,11 @@ mod block_tests {
 
     /// Widening the right operand a block of rows at a time gives the dense computation's
     /// values, on small integers (every sum exact in any order): over several blocks, with
-    /// the operand in f32 and in bf16, read in place and transposed (dgrad's `rhs_gᵀ`).
+    /// the operand in f32 and in bf16, read in place and transposed (dgrad's `rhs_gᵀ`), with
+    /// `cols` over [`B_ROWS`] and not a multiple of the chunks' width.
     #[test]
     fn blocks_of_rows_are_the_dense_computation() {
-        let (rows, n, cols) = (70, 600, 45);
+        let (rows, n, cols) = (70, 600, 300);
         let a = Array2::from_shape_fn((rows, n), |(i, j)| ((i * 5 + j * 3) % 7) as f32 - 3.0);
         let w = Array3::from_shape_fn((1, n, cols), |(_, i, j)| ((i + 2 * j) % 9) as f32 - 4.0);
         let wt = Array3::from_shape_fn((1, cols, n), |(_, i, j)| w[(0, j, i)]);
@@ -424,6 +470,7 @@ mod block_tests {
         let vectors = Array2::from_shape_fn((VECTORS, cols), |(v, j)| {
             sign(seed_of(1, v, 0x7665_6374), j as u64)
         });
+        let x = chunk_vector(cols, seed_of(1, VECTORS, 0x6368_756e));
         for (i, h) in held.iter().enumerate() {
             // The last two hold the operand transposed: its transpose is the (n, cols) view.
             let b = if i < 2 { h.expert(0) } else { h.expert(0).t() };
@@ -434,9 +481,11 @@ mod block_tests {
                 b,
                 row0: 11,
             };
-            let got = block_expected(&block, &vectors, 1);
-            assert_eq!(got, dense(&block, &vectors, 1), "operand {i}");
+            let got = block_expected(&block, &vectors, &x, 1);
+            assert_eq!(got, dense(&block, &vectors, &x, 1), "operand {i}");
             assert!(got.rows.index.len() > 4 && got.projection.iter().any(|p| *p != 0.0));
+            assert_eq!(got.chunk_projection.dim(), (rows, 19));
+            assert!(got.chunk_projection.iter().any(|p| *p != 0.0));
         }
     }
 }

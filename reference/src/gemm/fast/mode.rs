@@ -9,6 +9,21 @@ use super::sample::{RANDOM, TILES};
 /// probability at most `2^-VECTORS` (see the [module docs](super)).
 pub const VECTORS: usize = 8;
 
+/// The promise of the chunked projections: a lone element off by more than `LONE` times the
+/// mean per-element bound of its chunk is caught, wherever it lies and whatever the signs
+/// (see the [module docs](super), "Chunks of columns").
+pub const LONE: usize = 64;
+
+/// Columns per chunk of the chunked projections, derived from [`LONE`]: a lone element is
+/// caught once it is off by more than twice its chunk's threshold `τ_c`, and
+/// `2·τ_c <= 2·CHUNK·(1 + r)·b̄_c` with `b̄_c` the mean per-element bound of the chunk and `r`
+/// the check's own f64 rounding relative to the chunk's summed bounds. `r < 10^-6` for any
+/// declared accumulator narrower than f64, and `r <= 1` for an f64 accumulator over 11 terms
+/// or more, so `CHUNK = LONE / 4` keeps `2·τ_c <= LONE·b̄_c` with the check's rounding counted.
+/// The cost is two products of `cols / CHUNK` columns per pass (values and magnitudes): an
+/// eighth of one GEMM of the pass, a sixteenth of the full check's multiply-adds.
+pub const CHUNK: usize = LONE / 4;
+
 /// Above this many multiply-adds in one pass (`M·K·N`, [`Verify::default_for`]) `fast` is the
 /// default: `2^36 ≈ 6.9e10`, e.g. `M = 16384, K = N = 2048`. The full check computes every
 /// pass twice in f64 (values and magnitudes), `6·M·K·N` multiply-adds for three passes:
@@ -102,7 +117,7 @@ impl Verification {
         Verification {
             mode: Verify::Fast,
             guarantee: format!(
-                "every element finite, tail rows and empty experts' drhs exactly 0; each group's first and last rows and columns, those at tile edges ({}) and {RANDOM} seeded ones checked against their own bounds; elsewhere an element off by more than its row's summed bound escapes {VECTORS} random projections with probability <= 2^-{VECTORS}, smaller errors are not seen (use --verify full)",
+                "every element finite, tail rows and empty experts' drhs exactly 0; each group's first and last rows and columns, those at tile edges ({}) and {RANDOM} seeded ones checked against their own bounds; elsewhere a lone element off by more than {LONE}x the mean bound of its chunk of {CHUNK} columns is always caught (declared f64 accumulators: over 11 terms or more), any error above its chunk's summed bound escapes with probability <= 1/2 and above its row's summed bound with probability <= 2^-{VECTORS} ({VECTORS} random projections); smaller errors are not seen (use --verify full)",
                 tiles.join("/")
             ),
         }

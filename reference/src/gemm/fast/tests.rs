@@ -1,5 +1,6 @@
-//! Fast verification against full verification on planted errors: what it always catches,
-//! what it catches with probability, and what only full mode sees.
+//! Fast verification against full verification on planted errors: what it always catches
+//! (a lone element 64 times its bound anywhere, by the chunks' projections), what it catches
+//! with probability, and what only full mode sees.
 
 use ndarray::{Array2, Array3};
 
@@ -8,7 +9,7 @@ use super::*;
 use crate::format::Format;
 use crate::gemm::{
     compare_outputs, reference, Accumulator, ErrorBound, GemmOutputs, GroupedGemmCase, OutArray,
-    Pass, Passes, Precision, TailContract, Weights,
+    Pass, Passes, Precision, ReferenceResult, TailContract, Weights,
 };
 use crate::seed::mix;
 
@@ -128,7 +129,8 @@ fn the_planted_place_is_not_sampled() {
 }
 
 /// A single element just above its own bound: full mode catches it anywhere; fast mode where
-/// it lies in a sampled row or column, and not elsewhere (the documented limit).
+/// it lies in a sampled row or column, and not elsewhere (the documented limit: its chunk's
+/// threshold sums 16 bounds).
 #[test]
 fn one_element_just_above_its_bound() {
     let c = case();
@@ -276,4 +278,193 @@ fn a_wrong_group_fails_every_backward_pass() {
         .map(|f| f.pass)
         .collect();
     assert_eq!(failed, vec![Pass::Dgrad, Pass::Wgrad]);
+}
+
+/// `(y_ref, Σ|a·b|)` of element `(row, col)` of `pass`'s output seen as a matrix
+/// ([`flat_shape`]), and the reduction length of its bound.
+fn element(
+    c: &GroupedGemmCase,
+    r: &ReferenceResult,
+    pass: Pass,
+    row: usize,
+    col: usize,
+) -> (f64, f64, usize) {
+    let (v, m) = (&r.value, &r.magnitude);
+    match pass {
+        Pass::Fwd => (
+            v.out.as_ref().unwrap()[(row, col)],
+            m.out.as_ref().unwrap()[(row, col)],
+            c.k(),
+        ),
+        Pass::Dgrad => (
+            v.dlhs.as_ref().unwrap()[(row, col)],
+            m.dlhs.as_ref().unwrap()[(row, col)],
+            c.n(),
+        ),
+        Pass::Wgrad => {
+            let (g, k) = (row / c.k(), row % c.k());
+            let at = (g, k, col);
+            (
+                v.drhs.as_ref().unwrap()[at],
+                m.drhs.as_ref().unwrap()[at],
+                c.group_sizes[g],
+            )
+        }
+    }
+}
+
+/// Sets element `(row, col)` of `pass`'s output (as a matrix) to `value`, held in f64.
+fn set(c: &GroupedGemmCase, got: &mut GemmOutputs, pass: Pass, row: usize, col: usize, value: f64) {
+    match pass {
+        Pass::Fwd => got.out.as_mut().unwrap().f64_mut()[(row, col)] = value,
+        Pass::Dgrad => got.dlhs.as_mut().unwrap().f64_mut()[(row, col)] = value,
+        Pass::Wgrad => {
+            got.drhs.as_mut().unwrap().f64_mut()[(row / c.k(), row % c.k(), col)] = value
+        }
+    }
+}
+
+/// The per-element bound of full mode (`β`) of `(row, col)`.
+fn own_bound(c: &GroupedGemmCase, r: &ReferenceResult, pass: Pass, row: usize, col: usize) -> f64 {
+    let (y, s, n) = element(c, r, pass, row, col);
+    ErrorBound::new(&precision(), n).at(s, y)
+}
+
+/// The rule of the chunks, in every pass: one element moved by 64 times its own bound
+/// (either sign), at every column of a row in the middle of the 700-row expert that is not
+/// sampled (every position in a chunk, the last, narrower, chunk included) and of a row of the
+/// 37-row expert, fails fast verification, and the chunk holding it is what fails: its
+/// row's whole-row projections pass (their threshold sums the whole row's bounds) and so does
+/// every sampled element where the column is not sampled.
+#[test]
+fn a_lone_element_64_times_its_bound_fails_anywhere() {
+    let c = case();
+    let base = good(&c);
+    let full = reference(&c, Passes::ALL).unwrap();
+    let e = fast_expected(&c, Passes::ALL).unwrap();
+    for pe in &e.passes {
+        let pass = pe.pass;
+        let cols = pe.shape.1;
+        assert!(cols % CHUNK != 0, "a narrower last chunk");
+        for group in [1, 4] {
+            let b = pe.blocks.iter().find(|b| b.group == group).unwrap();
+            let rows = b.magnitude.len();
+            let r = (rows / 2..rows)
+                .find(|r| !b.rows.index.contains(r))
+                .unwrap();
+            let row = b.row0 + r;
+            for col in 0..cols {
+                let (y, _, _) = element(&c, &full, pass, row, col);
+                let by =
+                    if col % 2 == 0 { 64.0 } else { -64.0 } * own_bound(&c, &full, pass, row, col);
+                let mut got = base.clone();
+                set(&c, &mut got, pass, row, col, y + by);
+                let report = fast_compare(&c, Passes::only(pass), &precision(), &e, &got);
+                let f = &report.fast[0];
+                let at = format!("{pass} row {row} col {col}");
+                assert_eq!((f.failed_chunks, f.failed_rows), (1, 0), "{at}");
+                let w = f.chunk_worst.as_ref().unwrap();
+                let reported_row = if pass == Pass::Wgrad {
+                    row - b.row0
+                } else {
+                    row
+                };
+                assert_eq!(
+                    (w.group, w.row, w.col / CHUNK),
+                    (group, reported_row, col / CHUNK),
+                    "{at}"
+                );
+                assert!(w.col + w.width == (w.col + CHUNK).min(cols), "{at}");
+                if !b.cols.index.contains(&col) {
+                    assert!(report.passes[0].passed(), "{at}: sampled");
+                }
+                let why = f.failure().unwrap();
+                assert!(why.contains("1 chunk(s) of 16 columns"), "{why}");
+            }
+        }
+    }
+}
+
+/// No false failures at the edge: every element of every pass moved by 0.99 of its own bound
+/// with the sign of the chunk vector at its column, so that every chunk's errors add up, passes
+/// full mode and fast mode; moved by 1.01 of the chunk's summed bounds in one element it fails
+/// (where the row's projections do not).
+#[test]
+fn errors_inside_their_bounds_that_add_up_in_a_chunk_pass() {
+    let c = case();
+    let full = reference(&c, Passes::ALL).unwrap();
+    let e = fast_expected(&c, Passes::ALL).unwrap();
+    let mut got: GemmOutputs = full.value.clone().into();
+    for pe in &e.passes {
+        let (rows, cols) = pe.shape;
+        let used = if pe.pass == Pass::Wgrad {
+            rows
+        } else {
+            c.rows_used()
+        };
+        for row in 0..used {
+            for col in 0..cols {
+                let (y, _, _) = element(&c, &full, pe.pass, row, col);
+                let by = 0.99 * own_bound(&c, &full, pe.pass, row, col) * pe.chunk_vector[col];
+                set(&c, &mut got, pe.pass, row, col, y + by);
+            }
+        }
+    }
+    assert!(full_passes(&c, &got));
+    let report = fast_compare(&c, Passes::ALL, &precision(), &e, &got);
+    assert!(report.passed(), "{:?}", report.first_failure());
+    // Some chunk came within a few percent of its threshold: the thresholds are tight.
+    for f in &report.fast {
+        assert!(
+            f.chunk_max_ratio > 0.9 && f.chunk_max_ratio <= 1.0,
+            "{}: {}",
+            f.pass,
+            f.chunk_max_ratio
+        );
+    }
+}
+
+/// The width of the chunks against the promise ([`LONE`]): for every precision a grouped GEMM
+/// is declared with, twice a chunk's threshold is at most `LONE` times the mean per-element
+/// bound of its chunk, with the check's own rounding counted; an f64 accumulator needs 11
+/// terms or more (module docs), and at 10 with an f64 output the promise would not hold.
+#[test]
+fn twice_a_chunks_threshold_is_within_the_promise() {
+    let prec = |acc: Format, out: Format| Precision {
+        input: Format::Bf16,
+        accumulator: Accumulator::any_order(acc),
+        output: out,
+    };
+    // `2·τ_c / b̄_c` for a chunk of CHUNK elements of magnitude 1 and |got| = 1.
+    let factor = |p: &Precision, n: usize| {
+        let b = ErrorBound::new(p, n);
+        let gamma_n = crate::gemm::bound::gamma(n, 2f64.powi(-53));
+        let one = ((b.coeff_magnitude + gamma_n) + b.coeff_value + b.floor + b.underflow)
+            / (1.0 - b.coeff_value);
+        let w = CHUNK as f64;
+        let tau = Roundoff::new(n, CHUNK).threshold(&b, w, w, CHUNK);
+        2.0 * tau / one
+    };
+    let narrow = [Format::Bf16, Format::F16, Format::F32];
+    for n in [1, 2, 11, 200, 7168, 1 << 20] {
+        for acc in narrow {
+            for out in narrow.into_iter().chain([Format::F64]) {
+                if ErrorBound::new(&prec(acc, out), n).is_vacuous() {
+                    continue; // an accumulator that cannot resolve a sum this long
+                }
+                let f = factor(&prec(acc, out), n);
+                assert!(
+                    f <= 2.0 * CHUNK as f64 * 1.000_001,
+                    "{acc:?} {out:?} {n}: {f}"
+                );
+            }
+        }
+    }
+    for n in [11, 12, 100, 7168] {
+        for out in narrow.into_iter().chain([Format::F64]) {
+            let f = factor(&prec(Format::F64, out), n);
+            assert!(f <= LONE as f64, "f64 {out:?} {n}: {f}");
+        }
+    }
+    assert!(factor(&prec(Format::F64, Format::F64), 10) > LONE as f64);
 }
