@@ -170,6 +170,7 @@ mod tests {
 
     use super::*;
     use crate::fp8::{fp8_precision, fp8_reference};
+    use crate::gemm::fast::CHUNK;
     use crate::gemm::TailContract;
     use crate::seed::mix;
 
@@ -276,6 +277,81 @@ mod tests {
             !v.passed(),
             "the unscaled reference passed the recipe's outputs"
         );
+    }
+
+    /// The chunks' rule under the FP8 bound and the scaled reference: in every pass, one
+    /// element of the 300-row group moved by 64 times its own FP8 bound (either sign), at
+    /// every column of a row that is not sampled, fails its chunk's projection.
+    #[test]
+    fn a_lone_element_64_times_its_fp8_bound_fails_by_its_chunk() {
+        let c = case();
+        let r = fp8_reference(&c, Passes::ALL).unwrap();
+        let good = GemmOutputs {
+            out: r.value.out.clone().map(|a| a.mapv(|x| x as f32).into()),
+            dlhs: r.value.dlhs.clone().map(|a| a.mapv(|x| x as f32).into()),
+            drhs: r.value.drhs.clone().map(|a| a.mapv(|x| x as f32).into()),
+        };
+        let expected = fp8_fast_expected(&c, Passes::ALL).unwrap();
+        let precision = fp8_precision(&c);
+        let bound = |n: usize| {
+            Fp8Bound {
+                accumulation: c.recipe.accumulation,
+                output: c.gemm.out_dtype,
+            }
+            .at_len(n)
+        };
+        let k = c.gemm.k();
+        for pe in &expected.passes {
+            let pass = pe.pass;
+            let b = pe.blocks.iter().find(|b| b.group == 1).unwrap();
+            let rows = b.magnitude.len();
+            let i = (rows / 2..rows).find(|i| !b.rows.index.contains(i)).unwrap();
+            let row = b.row0 + i;
+            for col in 0..pe.shape.1 {
+                let mut bad = good.clone();
+                let (want, mag, n, slot) = match pass {
+                    Pass::Fwd => {
+                        let at = (row, col);
+                        let (w, m) = (
+                            r.value.out.as_ref().unwrap()[at],
+                            r.magnitude.out.as_ref().unwrap()[at],
+                        );
+                        (w, m, k, &mut bad.out.as_mut().unwrap().f64_mut()[at])
+                    }
+                    Pass::Dgrad => {
+                        let at = (row, col);
+                        let (w, m) = (
+                            r.value.dlhs.as_ref().unwrap()[at],
+                            r.magnitude.dlhs.as_ref().unwrap()[at],
+                        );
+                        (
+                            w,
+                            m,
+                            c.gemm.n(),
+                            &mut bad.dlhs.as_mut().unwrap().f64_mut()[at],
+                        )
+                    }
+                    Pass::Wgrad => {
+                        let at = (1, row - b.row0, col);
+                        let (w, m) = (
+                            r.value.drhs.as_ref().unwrap()[at],
+                            r.magnitude.drhs.as_ref().unwrap()[at],
+                        );
+                        (w, m, 300, &mut bad.drhs.as_mut().unwrap().f64_mut()[at])
+                    }
+                };
+                let sign = if col % 2 == 0 { 1.0 } else { -1.0 };
+                *slot = want + sign * 64.0 * bound(n).at(mag, want);
+                let report = fp8_fast_compare(&c, Passes::only(pass), &precision, &expected, &bad);
+                let f = &report.recipe_exact.fast[0];
+                // The chunk holding it fails, whatever its signs (the row's projections may
+                // too: these rows are 50 and 70 columns, their thresholds about 50 and 70
+                // bounds).
+                let w = f.chunk_worst.as_ref().unwrap();
+                let at = format!("{pass} row {row} col {col}");
+                assert_eq!((f.failed_chunks, w.col / CHUNK), (1, col / CHUNK), "{at}");
+            }
+        }
     }
 
     #[test]
