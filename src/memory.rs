@@ -194,27 +194,28 @@ fn gemm_bytes_on(
     let mul = |a: u64, b: u64| a.saturating_mul(b);
     let inputs = input_bytes(size, dtype);
     let out_bytes = if out_dtype == Format::F64 { 8 } else { 4 };
-    let outputs = mul(
-        add(&[
-            if passes.fwd { mn } else { 0 },
-            if passes.dgrad { mk } else { 0 },
-            if passes.wgrad { gkn } else { 0 },
-        ]),
-        out_bytes,
-    );
+    // Elements of the asked outputs.
+    let asked = add(&[
+        if passes.fwd { mn } else { 0 },
+        if passes.dgrad { mk } else { 0 },
+        if passes.wgrad { gkn } else { 0 },
+    ]);
+    let outputs = mul(asked, out_bytes);
     // The check works on one expert at a time per core. Full verification holds, per core,
     // dgrad's transposed weight (an f32 copy, counted at 8 bytes; fwd's weight and wgrad's
     // rows of dout are read in place), a 256-row block of the left operand in f64 (its depth
     // is K for fwd, N for dgrad, the expert's rows, at most M, for wgrad) and the block's
     // values and magnitudes (at most max(K, N) columns). Fast verification holds both operands whole with absolute
-    // values, whose rows over the cores are at most all M.
+    // values, whose rows over the cores are at most all M; per core an expert's chunk sums
+    // (`(K, N / 16)` or `(N, K / 16)`, values and absolute values: K·N bytes); and for the
+    // whole pass the chunks' projections and magnitudes, 16 bytes per 16 elements of output.
     let depth = k.max(n).max(if passes.wgrad { m } else { 0 }) as u64;
     let check = match verify {
         Verify::Full => mul(
             mul(add(&[kn, mul(256, depth), mul(512, k.max(n) as u64)]), 8),
             cores,
         ),
-        Verify::Fast => add(&[mul(mul(kn, 16), cores), mul(add(&[mk, mn]), 16)]),
+        Verify::Fast => add(&[mul(mul(kn, 17), cores), mul(add(&[mk, mn]), 16), asked]),
     };
     // The emulated kernel, one pass at a time, writes into its outputs; per core it holds a
     // 256 x 256 panel of partial sums, with bf16 weights one expert's weight widened to f32
