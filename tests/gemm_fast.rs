@@ -256,3 +256,81 @@ fn check_verifies_a_case_directory_fast() {
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+/// Issue 39: one element in the middle of the largest expert moved by 64 times its own bound
+/// fails `--verify fast` (by its chunk of 16 columns; before the chunks it passed up to about
+/// the row's summed bounds, here some 180 times its own), and moved by half its bound it
+/// passes. Through `moecheck check` on a dump of the reference's outputs, declared with an f32
+/// accumulator (whose bounds follow `Σ|a·b|`, alike along a row).
+#[test]
+fn a_lone_element_64_times_its_bound_fails_fast_verification() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("case");
+    let shape = [
+        "--experts",
+        "8",
+        "--tokens",
+        "256",
+        "--topk",
+        "4",
+        "--hidden",
+        "256",
+    ];
+    common::moecheck()
+        .arg("gemm")
+        .args(shape)
+        .args(["--ffn", "192", "--impl", "reference", "--passes", "fwd"])
+        .arg("--dump")
+        .arg(&d)
+        .assert()
+        .code(0);
+    let sizes: ndarray::Array1<i32> = ndarray_npy::read_npy(d.join("group_sizes.npy")).unwrap();
+    let (g, size) = sizes.iter().enumerate().max_by_key(|(_, s)| **s).unwrap();
+    let row = sizes.iter().take(g).sum::<i32>() as usize + *size as usize / 2;
+    let col = 96;
+    assert!(*size > 200, "{sizes}");
+    let good: ndarray::Array2<f32> = ndarray_npy::read_npy(d.join("out.npy")).unwrap();
+    let check = |value: f64, verify: &str| {
+        let mut out = good.clone();
+        out[(row, col)] = value as f32;
+        ndarray_npy::write_npy(d.join("out.npy"), &out).unwrap();
+        let run = common::moecheck()
+            .args(["check", "--acc", "f32", "--verify", verify, "--json"])
+            .arg(&d)
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+        (run.status.code(), v)
+    };
+    // The element's own bound, from full verification of it moved far past it.
+    let want = f64::from(good[(row, col)]);
+    let (code, v) = check(want + 1.0, "full");
+    assert_eq!(code, Some(1));
+    let worst = v["passes"][0]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|g| {
+            g["worst"]
+                .as_object()
+                .filter(|w| w["row"] == row && w["col"] == col)
+        })
+        .expect("the moved element is the worst");
+    let bound = worst["bound"].as_f64().unwrap();
+    let (code, v) = check(want + 64.0 * bound, "fast");
+    assert_eq!(code, Some(1), "{v}");
+    let failure = v["failure"].as_str().unwrap();
+    assert!(
+        failure.contains("1 chunk(s) of 16 columns")
+            && failure.contains(&format!("row {row} cols 96..112")),
+        "{failure}"
+    );
+    let fast = &v["fast"][0];
+    assert_eq!(
+        (fast["failed_chunks"].as_u64(), fast["failed_rows"].as_u64()),
+        (Some(1), Some(0)),
+        "{fast}"
+    );
+    assert_eq!(check(want + 0.5 * bound, "fast").0, Some(0));
+    assert_eq!(check(want + 0.5 * bound, "full").0, Some(0));
+}

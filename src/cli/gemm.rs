@@ -87,8 +87,9 @@ pub struct GemmFlags {
     )]
     pub tail: TailArg,
     /// How the outputs are checked: full (every element against its bound, O(M·K·N)) or
-    /// fast (random projections of every row, sampled rows and columns at group and tile
-    /// edges, NaN/inf, tails and empty experts exactly; see the README), for --dtype fp8 too
+    /// fast (random projections of every row and of every 16 columns of it, sampled rows and
+    /// columns at group and tile edges, NaN/inf, tails and empty experts exactly; see
+    /// docs/contract.md), for --dtype fp8 too
     /// (but full only for IEEE casts under delayed scaling) [default: full up to 2^36
     /// multiply-adds per pass (M·K·N), fast above].
     #[arg(long, value_name = "full|fast", value_parser = Verify::parse, help_heading = "Verification")]
