@@ -305,7 +305,9 @@ mod tests {
             let pass = pe.pass;
             let b = pe.blocks.iter().find(|b| b.group == 1).unwrap();
             let rows = b.magnitude.len();
-            let i = (rows / 2..rows).find(|i| !b.rows.index.contains(i)).unwrap();
+            let i = (rows / 2..rows)
+                .find(|i| !b.rows.index.contains(i))
+                .unwrap();
             let row = b.row0 + i;
             for col in 0..pe.shape.1 {
                 let mut bad = good.clone();

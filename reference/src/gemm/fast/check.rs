@@ -2,7 +2,7 @@
 //! and columns against their own bounds, and each row's projections against its threshold
 //! (derived in the [module docs](super)).
 
-use super::chunks::{judge_row, width};
+use super::chunks::{judge_row, width, Threshold};
 use super::expected::{lanes, BlockExpected, FastExpected, PassExpected};
 use super::flat::{flat, Flat};
 use super::mode::{Verify, CHUNK, VECTORS};
@@ -363,26 +363,6 @@ impl Roundoff {
             value: (bound.coeff_value / keep + gc) * self.inflate,
             constant: cols as f64 * (bound.floor + bound.underflow) / keep * self.inflate,
         }
-    }
-}
-
-/// A threshold `magnitude·Ŝ + value·G + constant` where `Ŝ > 0`, and 0 where `Ŝ = 0`
-/// ([`Roundoff::linear`]).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Threshold {
-    magnitude: f64,
-    value: f64,
-    constant: f64,
-}
-
-impl Threshold {
-    #[inline(always)]
-    pub fn at(&self, s: f64, g_abs: f64) -> f64 {
-        if s == 0.0 {
-            // Every product is 0: the elements must be exactly 0, so must their projections.
-            return 0.0;
-        }
-        self.magnitude * s + self.value * g_abs + self.constant
     }
 }
 

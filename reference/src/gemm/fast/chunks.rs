@@ -7,7 +7,6 @@
 
 use ndarray::{Array1, Array2};
 
-use super::check::Threshold;
 use super::mode::CHUNK;
 
 /// Chunks of a row of `cols` columns.
@@ -229,4 +228,24 @@ pub(super) fn judge_row(
 /// The chunk vector of a pass: `±1` per column, seeded ([`super::sample::sign`]).
 pub(super) fn chunk_vector(cols: usize, seed: u64) -> Array1<f64> {
     Array1::from_shape_fn(cols, |j| super::sample::sign(seed, j as u64))
+}
+
+/// A threshold `magnitude·Ŝ + value·G + constant` where `Ŝ > 0`, and 0 where `Ŝ = 0`
+/// (`check::Roundoff::linear`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Threshold {
+    pub magnitude: f64,
+    pub value: f64,
+    pub constant: f64,
+}
+
+impl Threshold {
+    #[inline(always)]
+    pub fn at(&self, s: f64, g_abs: f64) -> f64 {
+        if s == 0.0 {
+            // Every product is 0: the elements must be exactly 0, so must their projections.
+            return 0.0;
+        }
+        self.magnitude * s + self.value * g_abs + self.constant
+    }
 }
