@@ -1,4 +1,5 @@
-//! The disk a case directory of an `exec:` or `worker:` run needs, estimated before anything is
+//! The disk a case directory of an `exec:` or `worker:` run needs (and, for `moe`, the memory the
+//! program's copies add: [`moe_external_bytes`]), estimated before anything is
 //! written, against the free space of the file system that holds `$TMPDIR` (where
 //! [`crate::impls::scratch`] makes it).
 //!
@@ -10,7 +11,7 @@
 
 use std::path::Path;
 
-use crate::memory::{elements, gib, GemmSize};
+use crate::memory::{elements, gib, io_elements, GemmSize};
 use moecheck_reference::gemm::Passes;
 
 /// Bytes free to this user on the file system holding `dir`, if the system says.
@@ -28,44 +29,60 @@ pub fn free_bytes(dir: &Path) -> Option<u64> {
 /// case's scales are small), the asked outputs at 8, and 1 MiB for
 /// `case.json`, the group sizes and the file headers.
 pub fn gemm_case_bytes(size: GemmSize, passes: Passes, fp8: bool, compact: bool) -> u64 {
-    let GemmSize { m, k, n, groups } = size;
-    let (mk, gkn, mn) = (
-        elements(&[m, k]),
-        elements(&[groups, k, n]),
-        elements(&[m, n]),
-    );
+    let (inputs, outputs) = io_elements(size, passes);
     // An FP8 case directory holds its float32 inputs and per-scope scales (small).
     let per_input = if compact && !fp8 { 2 } else { 4 };
-    let inputs = mk.saturating_add(gkn).saturating_add(mn).saturating_mul(per_input);
-    let outputs = [(passes.fwd, mn), (passes.dgrad, mk), (passes.wgrad, gkn)]
-        .into_iter()
-        .filter(|(asked, _)| *asked)
-        .fold(0u64, |a, (_, e)| a.saturating_add(e.saturating_mul(8)));
-    inputs.saturating_add(outputs).saturating_add(1 << 20)
+    inputs
+        .saturating_mul(per_input)
+        .saturating_add(outputs.saturating_mul(8))
+        .saturating_add(1 << 20)
 }
 
 /// What block-scaled FP8 adds to [`gemm_case_bytes`]: each operand's quantised copies (one
 /// byte an element, row-wise and column-wise: 2) and their scales (at most one float32 per 32
 /// elements, counted at 1 byte an element to stay above).
 pub fn block_copies_bytes(size: GemmSize) -> u64 {
-    let GemmSize { m, k, n, groups } = size;
-    elements(&[m, k])
-        .saturating_add(elements(&[groups, k, n]))
-        .saturating_add(elements(&[m, n]))
-        .saturating_mul(3)
+    io_elements(size, Passes::default()).0.saturating_mul(3)
 }
 
-/// The size of an MoE layer's case directory with its outputs: every weight (gate, up and
-/// down per expert, the shared expert's, the router) at 4 bytes and its gradient at 8, `x`
-/// and `dout` at 4 and `y` and `dx` at 8, and 1 MiB for `case.json` and the headers.
-pub fn moe_case_bytes(tokens: usize, hidden: usize, experts: usize, ffn: usize, shared: usize) -> u64 {
-    let weights = elements(&[3, experts, hidden, ffn])
+/// The weight elements of an MoE layer: gate, up and down per expert, the shared expert's,
+/// the router.
+fn moe_weights(hidden: usize, experts: usize, ffn: usize, shared: usize) -> u64 {
+    elements(&[3, experts, hidden, ffn])
         .saturating_add(elements(&[3, hidden, shared]))
-        .saturating_add(elements(&[hidden, experts]));
-    weights
+        .saturating_add(elements(&[hidden, experts]))
+}
+
+/// The size of an MoE layer's case directory with its outputs: every weight at 4 bytes and its
+/// gradient at 8, `x` and `dout` at 4 and `y` and `dx` at 8, and 1 MiB for `case.json` and the
+/// headers.
+pub fn moe_case_bytes(
+    tokens: usize,
+    hidden: usize,
+    experts: usize,
+    ffn: usize,
+    shared: usize,
+) -> u64 {
+    moe_weights(hidden, experts, ffn, shared)
         .saturating_mul(12)
         .saturating_add(elements(&[2, tokens, hidden]).saturating_mul(12))
         .saturating_add(1 << 20)
+}
+
+/// What `moe` through `exec:` or `worker:` adds to `memory::moe_bytes`, as
+/// `memory::external_bytes` does for `gemm`: moecheck's float32 copy of each input, the
+/// program's float32 copy of it and its outputs (the inputs' shapes) at 8 bytes: 16 bytes per
+/// weight element, 24 per element of `x`, `dout` and the gradients of the same shapes.
+pub fn moe_external_bytes(
+    tokens: usize,
+    hidden: usize,
+    experts: usize,
+    ffn: usize,
+    shared: usize,
+) -> u64 {
+    moe_weights(hidden, experts, ffn, shared)
+        .saturating_mul(16)
+        .saturating_add(elements(&[2, tokens, hidden]).saturating_mul(24))
 }
 
 /// Refuses a case directory of `need` bytes in `dir` (`$TMPDIR`) when the file system has less

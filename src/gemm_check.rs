@@ -214,7 +214,8 @@ impl GemmCheck {
             whole_need = whole_need.saturating_add(external);
             // ... and writes it to a case directory in $TMPDIR first (after the memory guard:
             // a case that cannot fit in memory is refused for that).
-            let mut disk = crate::disk::gemm_case_bytes(self.size(), self.spec.passes, fp8, compact);
+            let mut disk =
+                crate::disk::gemm_case_bytes(self.size(), self.spec.passes, fp8, compact);
             if self.fp8.is_some_and(|r| r.has_block_scope()) {
                 disk = disk.saturating_add(crate::disk::block_copies_bytes(self.size()));
             }

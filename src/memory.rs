@@ -243,23 +243,29 @@ fn gemm_bytes_on(
 /// copies (every input as float32, or at 2 bytes when `compact`, whatever the helper lets it
 /// map instead; every asked output at 8 bytes, in case it writes float64), and for FP8 (`fp8`)
 /// moecheck's float32 copy of the inputs it writes (a plain grouped GEMM's are written from the
-/// case itself, `moecheck_reference::protocol::Input`). Issue 42's OOM (DeepSeek-V3's forward
-/// pass through the numpy worker, killed at 24 GB) is below this.
+/// case itself, `protocol::Input`). Issue 42's OOM (DS3 fwd through the numpy worker, 24 GB) is below this.
 pub fn external_bytes(size: GemmSize, passes: Passes, fp8: bool, compact: bool) -> u64 {
+    let (inputs, outputs) = io_elements(size, passes);
+    let width = if compact { 2 } else { 4 };
+    let copies = if fp8 { 2 } else { 1 };
+    (inputs.saturating_mul(width).saturating_mul(copies)).saturating_add(outputs.saturating_mul(8))
+}
+
+/// Elements of a grouped GEMM's inputs (`lhs (M, K)`, `rhs (G, K, N)`, `dout (M, N)`) and of
+/// the outputs `passes` asks for: what a case directory holds.
+pub fn io_elements(size: GemmSize, passes: Passes) -> (u64, u64) {
     let GemmSize { m, k, n, groups } = size;
-    let (mk, gkn, mn) = (
+    let [mk, gkn, mn] = [
         elements(&[m, k]),
         elements(&[groups, k, n]),
         elements(&[m, n]),
-    );
-    let width = if compact { 2 } else { 4 };
-    let inputs = mk.saturating_add(gkn).saturating_add(mn).saturating_mul(width);
-    let outputs = [(passes.fwd, mn), (passes.dgrad, mk), (passes.wgrad, gkn)]
-        .into_iter()
-        .filter(|(asked, _)| *asked)
-        .fold(0u64, |a, (_, e)| a.saturating_add(e.saturating_mul(8)));
-    let copies = if fp8 { 2 } else { 1 };
-    inputs.saturating_mul(copies).saturating_add(outputs)
+    ];
+    let asked = [(passes.fwd, mn), (passes.dgrad, mk), (passes.wgrad, gkn)];
+    let outputs = asked
+        .iter()
+        .filter(|(a, _)| *a)
+        .fold(0u64, |t, (_, e)| t.saturating_add(*e));
+    (mk.saturating_add(gkn).saturating_add(mn), outputs)
 }
 
 /// The inputs of a generated grouped GEMM as they are held: `lhs` and `dout` (which the
@@ -474,25 +480,6 @@ pub fn moe_bytes(tokens: usize, hidden: usize, experts: usize, ffn: usize, share
         .saturating_add(elements(&[tokens, hidden]).saturating_mul(600))
         .saturating_add(elements(&[tokens, experts]).saturating_mul(64))
         .saturating_add(64 << 20)
-}
-
-/// What `moe` through `exec:` or `worker:` adds to [`moe_bytes`], as [`external_bytes`] does
-/// for `gemm`: moecheck's float32 copy of each input, the program's float32 copy of it and its
-/// outputs (the inputs' shapes) at 8 bytes: 16 bytes per weight element, 24 per element of
-/// `x`, `dout` and the gradients of the same shapes.
-pub fn moe_external_bytes(
-    tokens: usize,
-    hidden: usize,
-    experts: usize,
-    ffn: usize,
-    shared: usize,
-) -> u64 {
-    let weights = elements(&[3, experts, hidden, ffn])
-        .saturating_add(elements(&[3, hidden, shared]))
-        .saturating_add(elements(&[hidden, experts]));
-    weights
-        .saturating_mul(16)
-        .saturating_add(elements(&[2, tokens, hidden]).saturating_mul(24))
 }
 
 #[cfg(test)]

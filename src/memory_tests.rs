@@ -236,7 +236,13 @@ fn an_external_program_s_copies_are_counted() {
     // An FP8 case adds moecheck's float32 copy of its inputs (a plain one writes them from
     // the case itself).
     let inputs = (32768 * 7168 + 256 * 7168 * 2048 + 32768 * 2048) * 4;
-    assert_eq!(external_bytes(DS, fwd, true, false) - external_bytes(DS, fwd, false, false), inputs);
+    assert_eq!(
+        external_bytes(DS, fwd, true, false) - external_bytes(DS, fwd, false, false),
+        inputs
+    );
     // Compact inputs: the program holds them at 2 bytes.
-    assert_eq!(external_bytes(DS, fwd, false, false) - external_bytes(DS, fwd, false, true), inputs / 2);
+    assert_eq!(
+        external_bytes(DS, fwd, false, false) - external_bytes(DS, fwd, false, true),
+        inputs / 2
+    );
 }

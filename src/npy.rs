@@ -330,14 +330,24 @@ pub fn write_input(path: &Path, a: Input<'_>) -> Result<(), String> {
             v.write_npy(std::io::BufWriter::new(f))
                 .map_err(|e| one_line(&e.to_string()))
         }
-        Input::Bf16AsF32(v) => {
-            stream(path, "<f4", v.shape(), v.iter().map(|x| f32::from(*x).to_le_bytes()))
-        }
-        Input::Bf16Bits(v) => stream(path, "<u2", v.shape(), v.iter().map(|x| x.to_bits().to_le_bytes())),
+        Input::Bf16AsF32(v) => stream(
+            path,
+            "<f4",
+            v.shape(),
+            v.iter().map(|x| f32::from(*x).to_le_bytes()),
+        ),
+        Input::Bf16Bits(v) => stream(
+            path,
+            "<u2",
+            v.shape(),
+            v.iter().map(|x| x.to_bits().to_le_bytes()),
+        ),
         Input::F32AsBf16Bits(v) => {
             // Every value is a bf16 value: its low 16 bits are 0 (else the case was wrong).
             if let Some(x) = v.iter().find(|x| x.to_bits() & 0xffff != 0) {
-                return Err(format!("{x} is not a bf16 value: it cannot be stored compact"));
+                return Err(format!(
+                    "{x} is not a bf16 value: it cannot be stored compact"
+                ));
             }
             let bits = v.iter().map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes());
             stream(path, "<u2", v.shape(), bits)
@@ -348,8 +358,12 @@ pub fn write_input(path: &Path, a: Input<'_>) -> Result<(), String> {
 /// Reads a compact input (`<u2` bf16 bit patterns) of `shape`, widened to float32.
 pub fn read_bf16_bits(path: &Path, shape: &[usize]) -> Result<ArrayD<f32>, String> {
     let f = File::open(path).map_err(|e| e.to_string())?;
-    let a = ArrayD::<u16>::read_npy(std::io::BufReader::new(f))
-        .map_err(|e| format!("expected uint16 bf16 bit patterns (\"encodings\" in case.json): {}", one_line(&e.to_string())))?;
+    let a = ArrayD::<u16>::read_npy(std::io::BufReader::new(f)).map_err(|e| {
+        format!(
+            "expected uint16 bf16 bit patterns (\"encodings\" in case.json): {}",
+            one_line(&e.to_string())
+        )
+    })?;
     if a.shape() != shape {
         return Err(format!("has shape {:?}, expected {shape:?}", a.shape()));
     }
@@ -368,7 +382,11 @@ fn npy_header(descr: &str, shape: &[usize]) -> Vec<u8> {
         [d] => format!("({d},)"),
         _ => format!(
             "({})",
-            shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+            shape
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     };
     let dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {dims}, }}");
@@ -412,69 +430,5 @@ pub fn one_line(s: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Outputs are read as they were stored: float32 stays float32 (not widened), float64 is
-    /// float64, and anything else is refused naming what the file holds.
-    #[test]
-    fn floats_are_read_as_stored() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("a.npy");
-        let narrow = ndarray::Array2::from_shape_fn((3, 2), |(i, j)| i as f32 - 0.1 * j as f32);
-        write(&p, &narrow).unwrap();
-        assert_eq!(
-            read_float_stored(&p, &[3, 2]).unwrap(),
-            Stored::F32(narrow.clone().into_dyn())
-        );
-        let wide = narrow.mapv(|v| f64::from(v) + 1e-12);
-        write(&p, &wide).unwrap();
-        assert_eq!(
-            read_float_stored(&p, &[3, 2]).unwrap(),
-            Stored::F64(wide.into_dyn())
-        );
-        assert!(read_float_stored(&p, &[2, 3]).is_err());
-        write(&p, &ndarray::Array1::<i32>::zeros(6)).unwrap();
-        let err = read_float_stored(&p, &[6]).unwrap_err();
-        assert!(
-            err.contains("int32") && err.contains("float32 or float64"),
-            "{err}"
-        );
-    }
-
-    /// A bf16 input written a slice at a time is the float32 file of its widened values
-    /// (read back by the same reader as any case file): 1-, 2- and 3-dimensional, empty, a
-    /// transposed view (logical order), and more elements than one slice; the header is
-    /// padded to 64 bytes.
-    #[test]
-    fn bf16_inputs_are_written_as_float32() {
-        use half::bf16;
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("w.npy");
-        let big = WIDEN_ELEMENTS + 7;
-        let cases: Vec<ndarray::ArrayD<bf16>> = vec![
-            ndarray::Array1::from_shape_fn(5, |i| bf16::from_f32(i as f32 * 0.3)).into_dyn(),
-            ndarray::Array2::from_shape_fn((3, 4), |(i, j)| bf16::from_f32(i as f32 - j as f32 / 7.0))
-                .into_dyn(),
-            ndarray::Array3::from_shape_fn((2, 0, 3), |_| bf16::ONE).into_dyn(),
-            ndarray::Array1::from_shape_fn(big, |i| bf16::from_f32((i % 1000) as f32 - 500.5))
-                .into_dyn(),
-        ];
-        for a in &cases {
-            write_input(&p, Input::Bf16AsF32(a.view())).unwrap();
-            let got = read_f32(&p, a.shape()).unwrap();
-            assert_eq!(got, a.mapv(f32::from), "{:?}", a.shape());
-            let bytes = std::fs::read(&p).unwrap();
-            let header = 10 + u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
-            assert_eq!(header % 64, 0);
-            assert_eq!(bytes.len(), header + 4 * a.len());
-        }
-        let t = ndarray::Array2::from_shape_fn((3, 4), |(i, j)| bf16::from_f32((i * 4 + j) as f32));
-        write_input(&p, Input::Bf16AsF32(t.t().into_dyn())).unwrap();
-        assert_eq!(read_f32(&p, &[4, 3]).unwrap(), t.t().mapv(f32::from).into_dyn());
-        // A borrowed float32 view is written as it is.
-        let f = t.mapv(f32::from);
-        write_input(&p, Input::F32(f.view().into_dyn())).unwrap();
-        assert_eq!(read_f32(&p, &[3, 4]).unwrap(), f.into_dyn());
-    }
-}
+#[path = "npy_tests.rs"]
+mod tests;

@@ -222,7 +222,8 @@ pub fn write_dump<O: Backends>(
         .map(|p| fewest::<O>(O::declared(case, p)))
         .filter(|d| !d.given().is_empty());
     let fill = |staging: &Path| -> anyhow::Result<()> {
-        protocol::write_case::<O>(staging, case, ask, declared.as_ref(), false).with_context(named)?;
+        protocol::write_case::<O>(staging, case, ask, declared.as_ref(), false)
+            .with_context(named)?;
         if let Some(out) = outputs {
             protocol::write_outputs::<O>(staging, out).with_context(named)?;
         }

@@ -205,7 +205,10 @@ mod tests {
 
     #[test]
     fn stage_lines_carry_the_time_since_the_start() {
-        assert_eq!(stage_line(Duration::from_secs(83), "running x"), "[0:01:23] running x");
+        assert_eq!(
+            stage_line(Duration::from_secs(83), "running x"),
+            "[0:01:23] running x"
+        );
         assert_eq!(stage_line(Duration::from_secs(3725), "y"), "[1:02:05] y");
     }
 

@@ -10,7 +10,16 @@ fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-const SHAPE: [&str; 8] = ["--experts", "4", "--tokens", "24", "--hidden", "16", "--ffn", "8"];
+const SHAPE: [&str; 8] = [
+    "--experts",
+    "4",
+    "--tokens",
+    "24",
+    "--hidden",
+    "16",
+    "--ffn",
+    "8",
+];
 
 /// `exec:` with `--inputs compact`: the program sees uint16 files and the encodings, the numpy
 /// adapter passes, and a copy of the directory it saw is re-verified by `moecheck check`
@@ -24,7 +33,9 @@ fn exec_gets_bf16_bit_patterns_and_check_reads_them_back() {
         kept.display()
     );
     common::moecheck()
-        .args(["gemm", "--dtype", "bf16", "--inputs", "compact", "--impl", &cmd])
+        .args([
+            "gemm", "--dtype", "bf16", "--inputs", "compact", "--impl", &cmd,
+        ])
         .args(SHAPE)
         .assert()
         .code(0);
@@ -61,7 +72,9 @@ fn exec_gets_bf16_bit_patterns_and_check_reads_them_back() {
         plain.display()
     );
     common::moecheck()
-        .args(["gemm", "--dtype", "f32", "--inputs", "compact", "--impl", &cmd])
+        .args([
+            "gemm", "--dtype", "f32", "--inputs", "compact", "--impl", &cmd,
+        ])
         .args(SHAPE)
         .assert()
         .code(0);
@@ -130,7 +143,9 @@ fn compact_inputs_need_a_program() {
         .args(SHAPE)
         .assert()
         .code(2)
-        .stderr(predicates::str::contains("--inputs compact: only an exec: or worker:"));
+        .stderr(predicates::str::contains(
+            "--inputs compact: only an exec: or worker:",
+        ));
 }
 
 /// An adapter that never asked for compact inputs computes with `case.lhs` and `case.rhs` as
@@ -160,11 +175,12 @@ serve(h, ops=["grouped_gemm"])
     std::fs::write(&path, script).unwrap();
     for imp in ["exec", "worker"] {
         common::moecheck()
-            .args(["gemm", "--dtype", "bf16", "--passes", "fwd", "--inputs", "compact"])
+            .args([
+                "gemm", "--dtype", "bf16", "--passes", "fwd", "--inputs", "compact",
+            ])
             .args(["--impl", &format!("{imp}:python3 {}", path.display())])
             .args(SHAPE)
             .assert()
             .code(0);
     }
 }
-

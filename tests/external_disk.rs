@@ -21,8 +21,19 @@ fn case_directory_estimate_covers_the_written_directory() {
     );
     common::moecheck()
         .args([
-            "gemm", "--experts", "8", "--tokens", "512", "--hidden", "512", "--ffn", "256",
-            "--dtype", "f32", "--impl", &cmd,
+            "gemm",
+            "--experts",
+            "8",
+            "--tokens",
+            "512",
+            "--hidden",
+            "512",
+            "--ffn",
+            "256",
+            "--dtype",
+            "f32",
+            "--impl",
+            &cmd,
         ])
         .assert()
         .code(0);

@@ -19,7 +19,17 @@ fn inputs_are_mapped_and_outputs_can_be_written_in_place() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().join("case");
     common::moecheck()
-        .args(["gemm", "--experts", "3", "--tokens", "8", "--hidden", "6", "--ffn", "4"])
+        .args([
+            "gemm",
+            "--experts",
+            "3",
+            "--tokens",
+            "8",
+            "--hidden",
+            "6",
+            "--ffn",
+            "4",
+        ])
         .args(["--impl", "reference", "--dump"])
         .arg(&d)
         .assert()
@@ -79,7 +89,10 @@ print("ok")
     );
     let path = dir.path().join("t.py");
     std::fs::write(&path, script).unwrap();
-    let o = std::process::Command::new("python3").arg(&path).output().unwrap();
+    let o = std::process::Command::new("python3")
+        .arg(&path)
+        .output()
+        .unwrap();
     assert!(
         o.status.success() && String::from_utf8_lossy(&o.stdout).contains("ok"),
         "{}\n{}",

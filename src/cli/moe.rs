@@ -185,7 +185,7 @@ pub fn run(a: MoeFlags) -> anyhow::Result<ExitCode> {
     let mut need = memory::moe_bytes(a.tokens, a.hidden, a.experts, a.ffn, a.shared_ffn);
     let name = a.imp.implementation.as_deref().unwrap_or("").trim();
     if name.starts_with("exec:") || name.starts_with("worker:") {
-        need = need.saturating_add(memory::moe_external_bytes(
+        need = need.saturating_add(moecheck::disk::moe_external_bytes(
             a.tokens,
             a.hidden,
             a.experts,

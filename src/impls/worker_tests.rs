@@ -150,8 +150,14 @@ mod fuzz {
 #[test]
 fn greeting_inputs_are_compact_or_float32() {
     assert_eq!(greeting_inputs(r#"{"protocol": 2}"#), Ok(None));
-    assert_eq!(greeting_inputs(r#"{"protocol": 2, "inputs": "float32"}"#), Ok(Some(false)));
-    assert_eq!(greeting_inputs(r#"{"protocol": 2, "inputs": "compact"}"#), Ok(Some(true)));
+    assert_eq!(
+        greeting_inputs(r#"{"protocol": 2, "inputs": "float32"}"#),
+        Ok(Some(false))
+    );
+    assert_eq!(
+        greeting_inputs(r#"{"protocol": 2, "inputs": "compact"}"#),
+        Ok(Some(true))
+    );
     let e = greeting_inputs(r#"{"protocol": 2, "inputs": 16}"#).unwrap_err();
     assert!(e.contains("\"inputs\": 16") && e.contains("compact"), "{e}");
 }

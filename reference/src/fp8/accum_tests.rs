@@ -148,15 +148,27 @@ fn dot_known_answers() {
     assert_eq!(AccumModel::Fast.dot(0, p), 0.0);
     assert_eq!(AccumModel::Exact.dot(0, p), 0.0);
     // 15 bits keep each 2^-14.
-    assert_eq!(AccumModel::Fast.dot_variant(v(15, 1), 4, p), 1.0 + 3.0 * tiny);
+    assert_eq!(
+        AccumModel::Fast.dot_variant(v(15, 1), 4, p),
+        1.0 + 3.0 * tiny
+    );
     // Blocks of 2: [1 + 2^-14] truncated to 1, then [2^-14 + 2^-14] = 2^-13 kept.
-    assert_eq!(AccumModel::Fast.dot_variant(v(14, 2), 4, p), 1.0 + 2.0 * tiny);
+    assert_eq!(
+        AccumModel::Fast.dot_variant(v(14, 2), 4, p),
+        1.0 + 2.0 * tiny
+    );
     // A block of 3 over 4 products: [1 + 2·2^-14] = 1 + 2^-13 kept, then 2^-14 dropped.
-    assert_eq!(AccumModel::Fast.dot_variant(v(14, 3), 4, p), 1.0 + 2.0 * tiny);
+    assert_eq!(
+        AccumModel::Fast.dot_variant(v(14, 3), 4, p),
+        1.0 + 2.0 * tiny
+    );
     // Block 0 is read as 1.
     assert_eq!(AccumModel::Fast.dot_variant(v(14, 0), 4, p), 1.0);
     // Exact ignores the bits.
-    assert_eq!(AccumModel::Exact.dot_variant(v(8, 1), 4, p), 1.0 + 3.0 * tiny);
+    assert_eq!(
+        AccumModel::Exact.dot_variant(v(8, 1), 4, p),
+        1.0 + 3.0 * tiny
+    );
     // To nearest (quantum 2^-13): 1 + 3·2^-14 = 1 + 1.5·2^-13 is a tie, to the even 1 + 2^-12.
     let near = AccumVariant {
         rounding: AccumRounding::NearestEven,

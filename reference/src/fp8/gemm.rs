@@ -244,7 +244,10 @@ pub fn reference_and_cover(
         };
         let mut cover = magnitude.clone();
         for (m, coefficients) in [
-            (&mut magnitude, Fp8Bound::effective as fn(&Fp8Bound, usize) -> (f64, f64)),
+            (
+                &mut magnitude,
+                Fp8Bound::effective as fn(&Fp8Bound, usize) -> (f64, f64),
+            ),
             (&mut cover, Fp8Bound::covering),
         ] {
             let fold = |s: &mut ndarray::ArrayViewMut2<f64>, r: ndarray::ArrayView2<f64>, n| {
@@ -260,7 +263,11 @@ pub fn reference_and_cover(
             if let (Some(s), Some(r)) = (m.drhs.as_mut(), running.drhs.as_ref()) {
                 for e in 0..g {
                     let mut se = s.index_axis_mut(ndarray::Axis(0), e);
-                    fold(&mut se, r.index_axis(ndarray::Axis(0), e), off[e + 1] - off[e]);
+                    fold(
+                        &mut se,
+                        r.index_axis(ndarray::Axis(0), e),
+                        off[e + 1] - off[e],
+                    );
                 }
             }
         }
@@ -349,8 +356,8 @@ impl Fp8Bound {
         let u64_ = 2f64.powi(-53);
         let scale = (1.0 + g2) * (1.0 + u_out);
         // Partial sums held over all chunks: at most ⌈n/b⌉ + ⌈n/N_C⌉.
-        let terms = n.div_ceil(AccumVariant::NOMINAL.block)
-            + n.div_ceil(self.accumulation.chunk(n).max(1));
+        let terms =
+            n.div_ceil(AccumVariant::NOMINAL.block) + n.div_ceil(self.accumulation.chunk(n).max(1));
         let kr = run.r * scale;
         (
             run.s * scale + 3.0 * gamma(n, u64_) + kr * terms as f64 * gamma(n + 1, u64_),

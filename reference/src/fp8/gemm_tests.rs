@@ -57,7 +57,10 @@ fn bound_known_answers() {
             let nc = (nf / 128.0).ceil();
             let c = [
                 (AccumModel::Exact, g(nf, u32_)),
-                (AccumModel::Fast, (1.0 + g(j, u_fast)) * (inner + j * u_fast)),
+                (
+                    AccumModel::Fast,
+                    (1.0 + g(j, u_fast)) * (inner + j * u_fast),
+                ),
                 (
                     AccumModel::FastPromote,
                     (1.0 + g(nc, u32_)) * (1.0 + g(jc, u_fast)) * (inner + jc * u_fast)
@@ -127,9 +130,8 @@ fn running_form_known_answers() {
     let terms = 224.0 + 1.0;
     let kr_want = grow * u_fast * scale;
     assert!((kr - kr_want * (1.0 + g(terms, u64_))).abs() <= 1e-13 * kr);
-    let ks_want = grow * g(31.0, u32_) * scale
-        + 3.0 * g(nf, u64_)
-        + kr_want * terms * g(nf + 1.0, u64_);
+    let ks_want =
+        grow * g(31.0, u32_) * scale + 3.0 * g(nf, u64_) + kr_want * terms * g(nf + 1.0, u64_);
     assert!((ks - ks_want).abs() <= 1e-13 * ks, "{ks:e} vs {ks_want:e}");
     let judged = bound.judged(n);
     assert_eq!(judged.coeff_magnitude, 1.0);

@@ -73,8 +73,8 @@ pub mod high_precision;
 pub mod model;
 mod op;
 pub mod recipe;
-pub mod running;
 mod report;
+pub mod running;
 pub mod scaling;
 mod shard;
 

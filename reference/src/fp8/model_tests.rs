@@ -104,9 +104,17 @@ fn the_running_bound_decides_at_k_7168() {
     let c = case();
     let out = nominal(&c);
     let r = compare(&c, &out);
-    assert!(r.recipe_exact.passed(), "{:?}", r.recipe_exact.first_failure());
+    assert!(
+        r.recipe_exact.passed(),
+        "{:?}",
+        r.recipe_exact.first_failure()
+    );
     assert!(r.recipe_exact.inconclusive().is_none() && r.model.is_none());
-    assert!(r.recipe_exact.passes[0].zero_ratio > 10.0, "{:?}", r.recipe_exact.passes);
+    assert!(
+        r.recipe_exact.passes[0].zero_ratio > 10.0,
+        "{:?}",
+        r.recipe_exact.passes
+    );
     // The worst-case bound alone would have admitted zeros.
     let worst = crate::fp8::Fp8Bound {
         accumulation: AccumModel::Fast,
@@ -136,9 +144,17 @@ fn the_running_bound_decides_at_k_7168() {
         .zip(&s)
         .map(|(y, s)| y.abs() / worst.at(*s, *y))
         .fold(0.0f64, f64::max);
-    let loose = y.iter().zip(&s).filter(|(y, s)| worst.at(**s, **y) >= y.abs()).count();
+    let loose = y
+        .iter()
+        .zip(&s)
+        .filter(|(y, s)| worst.at(**s, **y) >= y.abs())
+        .count();
     assert!(teeth < 2.0 && loose * 2 > y.len(), "{teeth} {loose}");
-    for bad in [out.mapv(|_| 0.0), out.mapv(|v| v / 2.0), out.mapv(|v| v * 1.05)] {
+    for bad in [
+        out.mapv(|_| 0.0),
+        out.mapv(|v| v / 2.0),
+        out.mapv(|v| v * 1.05),
+    ] {
         let r = compare(&c, &bad);
         assert!(!r.recipe_exact.passed() && r.model.is_none());
     }
@@ -158,7 +174,10 @@ fn plausible_accumulators_are_never_a_failure() {
     let ops = super::super::quantize_operands(&c, FWD);
     let model = Model::new(&c, &ops);
     let mut inconclusive = 0;
-    for v in AccumVariant::SPREAD.into_iter().chain([AccumVariant::COVER]) {
+    for v in AccumVariant::SPREAD
+        .into_iter()
+        .chain([AccumVariant::COVER])
+    {
         let out = Array2::from_shape_vec((8, 4), model.block(Pass::Fwd, 0, v).unwrap()).unwrap();
         let r = compare(&c, &out);
         assert!(r.passed(), "{v:?}: {:?}", r.first_failure());
@@ -171,9 +190,15 @@ fn plausible_accumulators_are_never_a_failure() {
     assert!(inconclusive >= 1);
     let zeros = compare(&c, &Array2::zeros((8, 4)));
     assert!(!zeros.passed() && !zeros.covered());
-    let cover = zeros.cover.as_ref().expect("judged against the covering bound");
+    let cover = zeros
+        .cover
+        .as_ref()
+        .expect("judged against the covering bound");
     assert!(!cover.passed());
-    assert!(zeros.first_failure().unwrap().contains("beyond the covering bound"));
+    assert!(zeros
+        .first_failure()
+        .unwrap()
+        .contains("beyond the covering bound"));
 }
 
 /// Called directly, the model-based check puts the model at distance 0, within a threshold
@@ -208,8 +233,16 @@ fn it_runs_only_where_the_running_bound_admits_zero() {
     let c = cancelling();
     let out = nominal(&c);
     let r = compare(&c, &out);
-    assert!(r.recipe_exact.passed(), "{:?}", r.recipe_exact.first_failure());
-    assert!(r.recipe_exact.inconclusive().is_some(), "{:?}", r.recipe_exact.passes);
+    assert!(
+        r.recipe_exact.passed(),
+        "{:?}",
+        r.recipe_exact.first_failure()
+    );
+    assert!(
+        r.recipe_exact.inconclusive().is_some(),
+        "{:?}",
+        r.recipe_exact.passes
+    );
     let m = r.model.expect("the model-based check ran");
     assert!(m.failure_line().is_none() && m.undecided_line().is_some());
     let mut p = cancelling();

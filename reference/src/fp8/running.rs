@@ -172,14 +172,26 @@ mod tests {
         let a = array![[1.0, -3.0, 2.0, 2.0, -5.0]];
         let b = array![[1.0], [1.0], [1.0], [1.0], [1.0]];
         // Blocks [1, -3], [2, 2], [-5]: partial sums -2, 2, -3: R = 7.
-        assert_eq!(partial_sum_magnitudes(a.view(), b.view(), 2, 5)[(0, 0)], 7.0);
+        assert_eq!(
+            partial_sum_magnitudes(a.view(), b.view(), 2, 5)[(0, 0)],
+            7.0
+        );
         // One product at a time: 1, -2, 0, 2, -3: R = 8.
-        assert_eq!(partial_sum_magnitudes(a.view(), b.view(), 1, 5)[(0, 0)], 8.0);
+        assert_eq!(
+            partial_sum_magnitudes(a.view(), b.view(), 1, 5)[(0, 0)],
+            8.0
+        );
         // Chunks of 4 with blocks of 2: -2, 2 | restart: -5: R = 9.
-        assert_eq!(partial_sum_magnitudes(a.view(), b.view(), 2, 4)[(0, 0)], 9.0);
+        assert_eq!(
+            partial_sum_magnitudes(a.view(), b.view(), 2, 4)[(0, 0)],
+            9.0
+        );
         // A chunk that is not a multiple of the block ends a block early: chunks of 3,
         // blocks of 2: [1, -3] -> -2, [2] -> 0 | [2, -5] -> -3: R = 5.
-        assert_eq!(partial_sum_magnitudes(a.view(), b.view(), 2, 3)[(0, 0)], 5.0);
+        assert_eq!(
+            partial_sum_magnitudes(a.view(), b.view(), 2, 3)[(0, 0)],
+            5.0
+        );
         // No products: R = 0.
         let e = Array2::<f64>::zeros((2, 0));
         let f = Array2::<f64>::zeros((0, 3));
@@ -197,15 +209,14 @@ mod tests {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
         let (k, n) = (75, 40);
         let m = 75; // 71 used, 4 tail rows
-        let mut draw = |r: usize, c: usize| {
-            Array2::from_shape_fn((r, c), |_| rng.random_range(-2.0..2.0f64))
-        };
+        let mut draw =
+            |r: usize, c: usize| Array2::from_shape_fn((r, c), |_| rng.random_range(-2.0..2.0f64));
         let lhs = draw(m, k);
         let dout = draw(m, n);
         let lhs_w = draw(m, k);
         let dout_w = draw(m, n);
-        let rhs = Array3::from_shape_vec((3, k, n), draw(3 * k, n).into_raw_vec_and_offset().0)
-            .unwrap();
+        let rhs =
+            Array3::from_shape_vec((3, k, n), draw(3 * k, n).into_raw_vec_and_offset().0).unwrap();
         let off = [0, 0, 1, 71]; // groups of 0, 1 and 70 rows
         let ops = Dequantised {
             lhs: lhs.view(),
@@ -234,13 +245,11 @@ mod tests {
             for e in 0..3 {
                 for row in off[e]..off[e + 1] {
                     for c in 0..n {
-                        let want =
-                            scalar(&|i| lhs[(row, i)] * rhs[(e, i, c)], k, model.chunk(k));
+                        let want = scalar(&|i| lhs[(row, i)] * rhs[(e, i, c)], k, model.chunk(k));
                         assert!(close(out[(row, c)], want), "{model} fwd {row},{c}");
                     }
                     for c in 0..k {
-                        let want =
-                            scalar(&|i| dout[(row, i)] * rhs[(e, c, i)], n, model.chunk(n));
+                        let want = scalar(&|i| dout[(row, i)] * rhs[(e, c, i)], n, model.chunk(n));
                         assert!(close(dlhs[(row, c)], want), "{model} dgrad {row},{c}");
                     }
                 }
@@ -256,7 +265,10 @@ mod tests {
             assert!(out.slice(s![71.., ..]).iter().all(|x| *x == 0.0));
             assert!(dlhs.slice(s![71.., ..]).iter().all(|x| *x == 0.0));
             // The empty expert's drhs: no products.
-            assert!(drhs.index_axis(ndarray::Axis(0), 0).iter().all(|x| *x == 0.0));
+            assert!(drhs
+                .index_axis(ndarray::Axis(0), 0)
+                .iter()
+                .all(|x| *x == 0.0));
         }
     }
 }

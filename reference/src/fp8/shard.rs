@@ -107,7 +107,12 @@ pub fn merge_fp8(case: &Fp8GemmCase, parts: &[(Shard, Fp8Report)]) -> Fp8Report 
     let cover = parts.iter().any(|(_, r)| r.cover.is_some()).then(|| {
         let covers: Vec<_> = parts
             .iter()
-            .map(|(s, r)| (s.clone(), r.cover.clone().unwrap_or_else(|| r.recipe_exact.clone())))
+            .map(|(s, r)| {
+                (
+                    s.clone(),
+                    r.cover.clone().unwrap_or_else(|| r.recipe_exact.clone()),
+                )
+            })
             .collect();
         merge_case(&case.gemm, &covers)
     });

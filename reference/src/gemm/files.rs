@@ -105,7 +105,10 @@ impl Protocol for Gemm {
             Weights::Bf16(w) => Input::Bf16AsF32(w.view().into_dyn()),
         };
         let mut files = vec![
-            ("lhs.npy".into(), f32_input(case.lhs.view().into_dyn(), bits)),
+            (
+                "lhs.npy".into(),
+                f32_input(case.lhs.view().into_dyn(), bits),
+            ),
             ("rhs.npy".into(), rhs),
             (
                 "group_sizes.npy".into(),
