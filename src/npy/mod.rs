@@ -6,7 +6,7 @@
 //! the flag that named it).
 
 use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::BufReader;
 use std::path::Path;
 
 use ndarray::{Array, ArrayD, Dimension};
@@ -14,48 +14,6 @@ use ndarray_npy::{ReadNpyExt, ReadableElement, WritableElement, WriteNpyExt};
 
 use moecheck_reference::format::Format;
 use moecheck_reference::protocol::{Input, Stored};
-
-/// What a `.npy` header says, read without loading the data.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Header {
-    pub shape: Vec<usize>,
-    /// The dtype descriptor, e.g. `<f4`.
-    pub descr: String,
-    /// Where the data starts.
-    pub data_offset: u64,
-}
-
-impl Header {
-    /// `float32`, `int64`, `bool`, ... for the common descriptors, the descriptor otherwise.
-    pub fn dtype_name(&self) -> String {
-        dtype_name(&self.descr)
-    }
-
-    /// The size in bytes of one element (`None` for descriptors moecheck never reads).
-    fn element_size(&self) -> Option<u64> {
-        self.descr.get(2..)?.parse().ok()
-    }
-}
-
-fn dtype_name(descr: &str) -> String {
-    let kind = descr.get(1..).unwrap_or(descr);
-    match kind {
-        "f2" => "float16",
-        "f4" => "float32",
-        "f8" => "float64",
-        "i1" => "int8",
-        "i2" => "int16",
-        "i4" => "int32",
-        "i8" => "int64",
-        "u1" => "uint8",
-        "u2" => "uint16",
-        "u4" => "uint32",
-        "u8" => "uint64",
-        "b1" => "bool",
-        _ => return format!("'{descr}'"),
-    }
-    .to_string()
-}
 
 /// The numpy name of the element type `A` reads.
 fn name_of<A>() -> String {
@@ -70,74 +28,6 @@ fn name_of<A>() -> String {
         other => other,
     }
     .to_string()
-}
-
-/// The header of the `.npy` file at `path` (format versions 1–3).
-pub fn header(path: &Path) -> Result<Header, String> {
-    let mut f = File::open(path).map_err(|e| e.to_string())?;
-    let mut pre = [0u8; 8];
-    f.read_exact(&mut pre)
-        .map_err(|_| "malformed .npy: too short for a header".to_string())?;
-    if &pre[..6] != b"\x93NUMPY" {
-        return Err("malformed .npy: bad magic".into());
-    }
-    let (len, start) = if pre[6] == 1 {
-        let mut b = [0u8; 2];
-        f.read_exact(&mut b)
-            .map_err(|_| "malformed .npy: truncated header".to_string())?;
-        (u16::from_le_bytes(b) as usize, 10)
-    } else {
-        let mut b = [0u8; 4];
-        f.read_exact(&mut b)
-            .map_err(|_| "malformed .npy: truncated header".to_string())?;
-        (u32::from_le_bytes(b) as usize, 12)
-    };
-    if len > 1 << 20 {
-        return Err("malformed .npy: header too long".into());
-    }
-    let mut h = vec![0u8; len];
-    f.read_exact(&mut h)
-        .map_err(|_| "malformed .npy: truncated header".to_string())?;
-    let h = String::from_utf8_lossy(&h);
-    let value_after = |key: &str| {
-        h.find(key)
-            .and_then(|i| h[i + key.len()..].find(':').map(|j| i + key.len() + j + 1))
-    };
-    let descr = value_after("'descr'")
-        .and_then(|i| {
-            let rest = h[i..].trim_start();
-            let q = rest.chars().next().filter(|c| *c == '\'' || *c == '"')?;
-            rest[1..].find(q).map(|end| rest[1..1 + end].to_string())
-        })
-        .ok_or("malformed .npy header: no descr")?;
-    let start_shape = h
-        .find("'shape'")
-        .and_then(|i| h[i..].find('(').map(|j| i + j + 1))
-        .ok_or("malformed .npy header: no shape")?;
-    let end = h[start_shape..]
-        .find(')')
-        .map(|j| start_shape + j)
-        .ok_or("malformed .npy header: no shape")?;
-    let shape = h[start_shape..end]
-        .split(',')
-        .map(str::trim)
-        .filter(|d| !d.is_empty())
-        .map(|d| {
-            d.trim_end_matches('L')
-                .parse::<usize>()
-                .map_err(|_| format!("malformed .npy header: dimension '{d}'"))
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(Header {
-        shape,
-        descr,
-        data_offset: (start + len) as u64,
-    })
-}
-
-/// The shape in the header of the `.npy` file at `path`, read without loading the data.
-pub fn header_shape(path: &Path) -> Result<Vec<usize>, String> {
-    header(path).map(|h| h.shape)
 }
 
 /// Why a read failed: the element type differs from the one asked (so another may fit), or
@@ -323,36 +213,12 @@ pub fn write_stored(path: &Path, a: &Stored) -> Result<(), String> {
 /// Writes an input of a case directory to `path` without copying a borrowed array; a bf16
 /// one is widened to float32 a slice of at most [`WIDEN_ELEMENTS`] at a time.
 pub fn write_input(path: &Path, a: Input<'_>) -> Result<(), String> {
-    match a {
-        Input::Stored(s) => write_stored(path, &s),
-        Input::F32(v) => {
-            let f = File::create(path).map_err(|e| e.to_string())?;
-            v.write_npy(std::io::BufWriter::new(f))
-                .map_err(|e| one_line(&e.to_string()))
-        }
-        Input::Bf16AsF32(v) => stream(
-            path,
-            "<f4",
-            v.shape(),
-            v.iter().map(|x| f32::from(*x).to_le_bytes()),
-        ),
-        Input::Bf16Bits(v) => stream(
-            path,
-            "<u2",
-            v.shape(),
-            v.iter().map(|x| x.to_bits().to_le_bytes()),
-        ),
-        Input::F32AsBf16Bits(v) => {
-            // Every value is a bf16 value: its low 16 bits are 0 (else the case was wrong).
-            if let Some(x) = v.iter().find(|x| x.to_bits() & 0xffff != 0) {
-                return Err(format!(
-                    "{x} is not a bf16 value: it cannot be stored compact"
-                ));
-            }
-            let bits = v.iter().map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes());
-            stream(path, "<u2", v.shape(), bits)
-        }
+    if let Input::Stored(s) = &a {
+        return write_stored(path, s);
     }
+    let mut file = Appender::create(path, &a, input_shape(&a))?;
+    file.append(a)?;
+    file.finish()
 }
 
 /// Reads a compact input (`<u2` bf16 bit patterns) of `shape`, widened to float32.
@@ -370,65 +236,10 @@ pub fn read_bf16_bits(path: &Path, shape: &[usize]) -> Result<ArrayD<f32>, Strin
     Ok(a.mapv(|b| half::bf16::from_bits(b).to_f32()))
 }
 
-/// Elements of an input converted at once while it is written (a bf16 weight widened, a
-/// compact one narrowed to its bits).
-pub const WIDEN_ELEMENTS: usize = 1 << 20;
-
-/// The `.npy` header of a little-endian C-order array of `descr` (`<f4`, `<u2`) and `shape`
-/// (format 1.0: the magic, the version, the header's length, the dict padded with spaces and a
-/// newline to a multiple of 64 bytes).
-fn npy_header(descr: &str, shape: &[usize]) -> Vec<u8> {
-    let dims = match shape {
-        [d] => format!("({d},)"),
-        _ => format!(
-            "({})",
-            shape
-                .iter()
-                .map(|d| d.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    };
-    let dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {dims}, }}");
-    let unpadded = 10 + dict.len() + 1;
-    let len = dict.len() + 1 + (64 - unpadded % 64) % 64;
-    let mut h = b"\x93NUMPY\x01\x00".to_vec();
-    h.extend_from_slice(&(len as u16).to_le_bytes());
-    h.extend_from_slice(dict.as_bytes());
-    h.resize(10 + len - 1, b' ');
-    h.push(b'\n');
-    h
-}
-
-/// Writes the elements `items` (in logical C order, already little-endian bytes) as a `.npy`
-/// file of `descr` and `shape`, [`WIDEN_ELEMENTS`] at a time.
-fn stream<const N: usize>(
-    path: &Path,
-    descr: &str,
-    shape: &[usize],
-    items: impl Iterator<Item = [u8; N]>,
-) -> Result<(), String> {
-    use std::io::Write as _;
-    let io = |e: std::io::Error| one_line(&e.to_string());
-    let mut w = std::io::BufWriter::new(File::create(path).map_err(io)?);
-    w.write_all(&npy_header(descr, shape)).map_err(io)?;
-    let mut buf: Vec<u8> = Vec::with_capacity(WIDEN_ELEMENTS * N);
-    for x in items {
-        buf.extend_from_slice(&x);
-        if buf.len() >= WIDEN_ELEMENTS * N {
-            w.write_all(&buf).map_err(io)?;
-            buf.clear();
-        }
-    }
-    w.write_all(&buf).map_err(io)?;
-    w.flush().map_err(io)
-}
-
-/// `s` on one line.
-pub fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
 #[cfg(test)]
-#[path = "npy_tests.rs"]
 mod tests;
+
+mod format;
+mod parts;
+pub use format::{header, header_shape, input_shape, one_line, Header, WIDEN_ELEMENTS};
+pub use parts::{read_float_stored_range, Appender};

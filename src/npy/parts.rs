@@ -1,0 +1,270 @@
+//! `.npy` files a part at a time: an input written a slice of its first axis at a time
+//! ([`Appender`]), an output read a range of its first axis at a time
+//! ([`read_float_stored_range`]), so that a case too large to hold is never held whole.
+
+use std::fs::File;
+use std::path::Path;
+
+use ndarray::ArrayD;
+
+use moecheck_reference::protocol::{Input, Stored};
+
+use super::format::{dtype_name, header, input_shape, npy_header, one_line, WIDEN_ELEMENTS};
+use crate::memory::elements;
+
+/// The `.npy` descriptor an input is written with.
+pub(super) fn descr_of(a: &Input<'_>) -> &'static str {
+    match a {
+        Input::Stored(Stored::F32(_)) | Input::F32(_) | Input::Bf16AsF32(_) => "<f4",
+        Input::Stored(Stored::F64(_)) => "<f8",
+        Input::Stored(Stored::I32(_)) => "<i4",
+        Input::Stored(Stored::U8(_)) => "|u1",
+        Input::Bf16Bits(_) | Input::F32AsBf16Bits(_) => "<u2",
+    }
+}
+
+/// A `.npy` file written a slice of its first axis at a time (a case's input made a shard of
+/// experts at a time, never whole): the header names the whole shape, each [`Appender::append`]
+/// adds the next slice's elements (in logical C order, [`WIDEN_ELEMENTS`] converted at a time),
+/// and [`Appender::finish`] checks that the whole array was written.
+pub struct Appender {
+    w: std::io::BufWriter<File>,
+    descr: &'static str,
+    /// Bytes of data still to come.
+    left: u64,
+}
+
+impl Appender {
+    /// Creates `path` for an array of `shape` stored as `like` is (its descriptor).
+    pub fn create(path: &Path, like: &Input<'_>, shape: &[usize]) -> Result<Appender, String> {
+        use std::io::Write as _;
+        let descr = descr_of(like);
+        let size = descr[2..].parse::<u64>().unwrap_or(1);
+        let mut w = std::io::BufWriter::new(File::create(path).map_err(io_reason)?);
+        w.write_all(&npy_header(descr, shape)).map_err(io_reason)?;
+        Ok(Appender {
+            w,
+            descr,
+            left: elements(shape).saturating_mul(size),
+        })
+    }
+
+    /// Appends the elements of `a` (stored as the file is).
+    pub fn append(&mut self, a: Input<'_>) -> Result<(), String> {
+        if descr_of(&a) != self.descr {
+            return Err(format!(
+                "a slice of {} appended to a file of {}",
+                dtype_name(descr_of(&a)),
+                dtype_name(self.descr)
+            ));
+        }
+        let size = self.descr[2..].parse::<u64>().unwrap_or(1);
+        let bytes = elements(input_shape(&a)).saturating_mul(size);
+        if bytes > self.left {
+            return Err(format!(
+                "{bytes} bytes appended where {} were left",
+                self.left
+            ));
+        }
+        let w = &mut self.w;
+        let written = match a {
+            Input::Stored(Stored::F32(v)) => put(w, v.iter().map(|x| x.to_le_bytes())),
+            Input::Stored(Stored::F64(v)) => put(w, v.iter().map(|x| x.to_le_bytes())),
+            Input::Stored(Stored::I32(v)) => put(w, v.iter().map(|x| x.to_le_bytes())),
+            Input::Stored(Stored::U8(v)) => put(w, v.iter().map(|x| [*x])),
+            Input::F32(v) => put(w, v.iter().map(|x| x.to_le_bytes())),
+            Input::Bf16AsF32(v) => put(w, v.iter().map(|x| f32::from(*x).to_le_bytes())),
+            Input::Bf16Bits(v) => put(w, v.iter().map(|x| x.to_bits().to_le_bytes())),
+            Input::F32AsBf16Bits(v) => {
+                // Every value is a bf16 value: its low 16 bits are 0 (else the case was wrong).
+                if let Some(x) = v.iter().find(|x| x.to_bits() & 0xffff != 0) {
+                    return Err(format!(
+                        "{x} is not a bf16 value: it cannot be stored compact"
+                    ));
+                }
+                put(
+                    w,
+                    v.iter().map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes()),
+                )
+            }
+        };
+        // Counted once written: a refused slice owes nothing, and `finish` still sees what
+        // is missing.
+        written?;
+        self.left -= bytes;
+        Ok(())
+    }
+
+    /// Flushes the file; an error when less than the whole array was appended.
+    pub fn finish(mut self) -> Result<(), String> {
+        use std::io::Write as _;
+        if self.left > 0 {
+            return Err(format!("{} bytes of data were never written", self.left));
+        }
+        self.w.flush().map_err(io_reason)
+    }
+}
+
+pub(super) fn io_reason(e: std::io::Error) -> String {
+    one_line(&e.to_string())
+}
+
+/// Writes the elements `items` (little-endian bytes, in logical C order) to `w`,
+/// [`WIDEN_ELEMENTS`] at a time.
+fn put<const N: usize>(
+    w: &mut impl std::io::Write,
+    items: impl Iterator<Item = [u8; N]>,
+) -> Result<(), String> {
+    let mut buf: Vec<u8> = Vec::with_capacity(WIDEN_ELEMENTS * N);
+    for x in items {
+        buf.extend_from_slice(&x);
+        if buf.len() >= WIDEN_ELEMENTS * N {
+            w.write_all(&buf).map_err(io_reason)?;
+            buf.clear();
+        }
+    }
+    w.write_all(&buf).map_err(io_reason)
+}
+
+/// The indices `range` of the first axis of the float32 or float64 array of exactly `shape`
+/// stored at `path` (rows of `out`, experts of `drhs`), as stored: only that part of the file
+/// is read (a case checked a shard of experts at a time never holds an output whole). C or
+/// Fortran order, either byte order. The header is checked as [`read_float_stored`] checks
+/// it; `range` must lie within the first axis.
+pub fn read_float_stored_range(
+    path: &Path,
+    shape: &[usize],
+    range: std::ops::Range<usize>,
+) -> Result<Stored, String> {
+    let head = header(path)?;
+    let size = match head.descr.get(1..) {
+        Some("f4") => 4,
+        Some("f8") => 8,
+        _ => {
+            return Err(format!(
+                "holds {} elements, expected a float32 or float64 array",
+                head.dtype_name()
+            ))
+        }
+    };
+    let big = head.descr.starts_with('>');
+    if head.shape != shape {
+        return Err(format!("has shape {:?}, expected {:?}", head.shape, shape));
+    }
+    assert!(
+        !shape.is_empty() && range.end <= shape[0] && range.start <= range.end,
+        "{range:?} is not within {shape:?}"
+    );
+    let file = File::open(path).map_err(io_reason)?;
+    let len = file.metadata().map_err(io_reason)?.len();
+    let data = len.saturating_sub(head.data_offset) as u128;
+    let want = shape.iter().map(|s| *s as u128).product::<u128>() * size as u128;
+    if want > data {
+        return Err(format!(
+            "is truncated: {data} bytes of data, shape {shape:?} of {} needs {want}",
+            head.dtype_name()
+        ));
+    }
+    let inner = elements(&shape[1..]) as usize;
+    let mut part_shape = shape.to_vec();
+    part_shape[0] = range.len();
+    let count = range.len() * inner;
+    // The byte runs the part is made of, in the order its elements are laid out: one run in C
+    // order; in Fortran order (the first axis fastest) one per index of the other axes.
+    let runs = if head.fortran_order && shape.len() > 1 {
+        Runs {
+            first: head.data_offset + range.start as u64 * size,
+            count: inner,
+            step: shape[0] as u64 * size,
+            len: range.len() * size as usize,
+        }
+    } else {
+        Runs {
+            first: head.data_offset + (range.start * inner) as u64 * size,
+            count: 1,
+            step: 0,
+            len: count * size as usize,
+        }
+    };
+    let dim = ndarray::IxDyn(&part_shape);
+    let shape_of = |d: ndarray::IxDyn| -> ndarray::StrideShape<ndarray::IxDyn> {
+        if head.fortran_order {
+            ndarray::ShapeBuilder::f(d).into()
+        } else {
+            d.into()
+        }
+    };
+    let shaped = |e: ndarray::ShapeError| format!("malformed .npy: {e}");
+    Ok(if size == 4 {
+        let mut v: Vec<f32> = Vec::with_capacity(count);
+        let word = |b: &[u8]| [b[0], b[1], b[2], b[3]];
+        runs.each(&file, 4, |bytes| {
+            let values = bytes.chunks_exact(4).map(word);
+            match big {
+                true => v.extend(values.map(f32::from_be_bytes)),
+                false => v.extend(values.map(f32::from_le_bytes)),
+            }
+        })
+        .map_err(io_reason)?;
+        Stored::F32(ArrayD::from_shape_vec(shape_of(dim), v).map_err(shaped)?)
+    } else {
+        let mut v: Vec<f64> = Vec::with_capacity(count);
+        let word = |b: &[u8]| -> [u8; 8] { b.try_into().expect("8 bytes") };
+        runs.each(&file, 8, |bytes| {
+            let values = bytes.chunks_exact(8).map(word);
+            match big {
+                true => v.extend(values.map(f64::from_be_bytes)),
+                false => v.extend(values.map(f64::from_le_bytes)),
+            }
+        })
+        .map_err(io_reason)?;
+        Stored::F64(ArrayD::from_shape_vec(shape_of(dim), v).map_err(shaped)?)
+    })
+}
+
+/// `count` runs of `len` bytes of a file, the first at `first`, each `step` after the last.
+struct Runs {
+    first: u64,
+    count: usize,
+    step: u64,
+    len: usize,
+}
+
+impl Runs {
+    /// Hands the runs' bytes to `take`, in order, in pieces of whole elements of `size`
+    /// bytes (at most [`READ_BYTES`] each, read then). Many short runs (a Fortran-order
+    /// file's) are read through a map of the file, dropped after.
+    fn each(&self, file: &File, size: usize, mut take: impl FnMut(&[u8])) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt as _;
+        if self.count <= 64 {
+            let piece = READ_BYTES / size * size;
+            let mut buf = vec![0u8; piece.min(self.len)];
+            for i in 0..self.count {
+                let start = self.first + i as u64 * self.step;
+                let mut done = 0;
+                while done < self.len {
+                    let n = piece.min(self.len - done);
+                    file.read_exact_at(&mut buf[..n], start + done as u64)?;
+                    take(&buf[..n]);
+                    done += n;
+                }
+            }
+            return Ok(());
+        }
+        // SAFETY: the file is a case directory's output, whose writer has finished with it
+        // (its size was checked against the header); a file truncated under the map would
+        // fault, as it would under any reader that maps it.
+        let map = unsafe { memmap2::Mmap::map(file)? };
+        for i in 0..self.count {
+            let at = (self.first + i as u64 * self.step) as usize;
+            let run = map.get(at..at + self.len).ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file is truncated")
+            })?;
+            take(run);
+        }
+        Ok(())
+    }
+}
+
+/// The most bytes of a file [`read_float_stored_range`] reads at once.
+const READ_BYTES: usize = 8 << 20;
