@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use moecheck_reference::protocol::PROTOCOL_VERSION;
-use moecheck_reference::protocol::{FileError, Files, Protocol, Stored, BF16_ENCODING};
+use moecheck_reference::protocol::{FileError, Files, Input, Protocol, Stored, BF16_ENCODING};
 
 use crate::npy;
 use moecheck_reference::format::Format;
@@ -176,13 +176,6 @@ fn case_json_path(dir: &Path) -> Result<PathBuf, ProtocolError> {
     Ok(dir.join("case.json"))
 }
 
-fn file_error(path: &Path, reason: impl std::fmt::Display) -> ProtocolError {
-    ProtocolError::File {
-        path: path.to_path_buf(),
-        reason: npy::one_line(&reason.to_string()),
-    }
-}
-
 /// Reads the header of `dir/case.json`.
 pub fn read_header(dir: &Path) -> Result<CaseHeader, ProtocolError> {
     let path = case_json_path(dir)?;
@@ -227,6 +220,23 @@ pub fn write_case<O: Protocol>(
     compact: bool,
 ) -> Result<(), ProtocolError> {
     let inputs = O::inputs(case, ask, compact);
+    write_case_json::<O>(dir, case, ask, declared, &inputs)?;
+    for (name, a) in inputs {
+        let path = dir.join(&name);
+        npy::write_input(&path, a).map_err(|r| file_error(&path, r))?;
+    }
+    Ok(())
+}
+
+/// Writes `dir/case.json` for `case` (whose arrays it does not read) and its `inputs` (their
+/// encodings), before or without the input files themselves.
+pub fn write_case_json<O: Protocol>(
+    dir: &Path,
+    case: &O::Case,
+    ask: O::Ask,
+    declared: Option<&Declared>,
+    inputs: &[(String, Input<'_>)],
+) -> Result<(), ProtocolError> {
     let encodings = inputs
         .iter()
         .filter_map(|(name, a)| {
@@ -243,12 +253,15 @@ pub fn write_case<O: Protocol>(
     };
     let path = dir.join("case.json");
     let text = serde_json::to_string_pretty(&json).map_err(|e| file_error(&path, e))?;
-    std::fs::write(&path, text + "\n").map_err(|e| file_error(&path, e))?;
-    for (name, a) in inputs {
-        let path = dir.join(&name);
-        npy::write_input(&path, a).map_err(|r| file_error(&path, r))?;
+    std::fs::write(&path, text + "\n").map_err(|e| file_error(&path, e))
+}
+
+/// The error for a failed write or read of `path`, one line.
+pub fn file_error(path: &Path, reason: impl std::fmt::Display) -> ProtocolError {
+    ProtocolError::File {
+        path: path.to_path_buf(),
+        reason: npy::one_line(&reason.to_string()),
     }
-    Ok(())
 }
 
 /// Writes the outputs `got` into `dir`.
@@ -311,19 +324,35 @@ pub fn read_outputs<O: Protocol>(
     case: &O::Case,
     ask: O::Ask,
 ) -> Result<O::Outputs, ProtocolError> {
-    O::read_outputs(case, ask, &mut DirFiles::plain(dir)).map_err(|e| {
-        if dir.join(&e.file).exists() {
-            return ProtocolError::in_dir(dir, e);
-        }
-        let asked = match e.file.as_str() {
-            "out.npy" => " for the fwd pass",
-            "dlhs.npy" => " for the dgrad pass",
-            "drhs.npy" => " for the wgrad pass",
-            _ => "",
-        };
-        ProtocolError::File {
-            path: dir.join(&e.file),
-            reason: format!("the implementation wrote no {}{asked}", e.file),
-        }
-    })
+    O::read_outputs(case, ask, &mut DirFiles::plain(dir)).map_err(|e| unwritten_or(dir, e))
+}
+
+/// `e` for the output file it names, or, when the implementation did not write that file,
+/// the missing file and the pass that asked for it.
+pub fn unwritten_or(dir: &Path, e: FileError) -> ProtocolError {
+    if dir.join(&e.file).exists() {
+        return ProtocolError::in_dir(dir, e);
+    }
+    let asked = match e.file.as_str() {
+        "out.npy" => " for the fwd pass",
+        "dlhs.npy" => " for the dgrad pass",
+        "drhs.npy" => " for the wgrad pass",
+        _ => "",
+    };
+    ProtocolError::File {
+        path: dir.join(&e.file),
+        reason: format!("the implementation wrote no {}{asked}", e.file),
+    }
+}
+
+/// The indices `range` of the first axis of the float32 or float64 output `name` of `shape`
+/// in `dir`, read without the rest of the file ([`npy::read_float_stored_range`]).
+pub fn read_output_range(
+    dir: &Path,
+    name: &str,
+    shape: &[usize],
+    range: std::ops::Range<usize>,
+) -> Result<Stored, ProtocolError> {
+    npy::read_float_stored_range(&dir.join(name), shape, range)
+        .map_err(|r| unwritten_or(dir, FileError::new(name, r)))
 }

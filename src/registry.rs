@@ -15,6 +15,7 @@ use moecheck_reference::op::{Implementation, Reference};
 use crate::backends::parse_bug;
 use crate::impls::exec::{Exec, Program};
 use crate::impls::worker::Worker;
+use crate::impls::OnDisk;
 
 /// Seconds an `exec:` implementation (or a `worker:` on one case) may run when `--timeout` is
 /// not given.
@@ -71,6 +72,54 @@ fn accepted<O: Backends>() -> String {
 
 /// Builds the implementation `choice` names, or the one-line reason it cannot.
 pub fn build<O: Backends>(choice: &Choice) -> Result<Box<dyn Implementation<O>>, String> {
+    let (kind, declaration) = checked::<O>(choice)?;
+    let name = choice.name.trim();
+    match kind {
+        Kind::Reference => Ok(Box::new(Reference)),
+        Kind::Emulate => {
+            let bug = match &choice.inject {
+                Some(b) => Some(parse_bug::<O::Bug>(b).map_err(|e| format!("--inject {b}: {e}"))?),
+                None => None,
+            };
+            O::emulate(bug)
+                .ok_or_else(|| format!("--impl emulate: there is no CPU model of op {}", O::NAME))
+        }
+        Kind::Exec(_) | Kind::Worker(_) => {
+            Ok(on_disk_of(kind, declaration, choice).expect("a program"))
+        }
+        Kind::Gpu => O::gpu(name)
+            .ok_or_else(|| format!("--impl {name}: moecheck was built without the `cuda` feature")),
+    }
+}
+
+/// The `exec:` or `worker:` implementation `choice` names, as one that runs on a case
+/// directory ([`OnDisk`]); `None` for any other implementation; the one-line reason when
+/// [`build`] would refuse the flags.
+pub fn on_disk<O: Backends>(choice: &Choice) -> Result<Option<Box<dyn OnDisk<O>>>, String> {
+    let (kind, declaration) = checked::<O>(choice)?;
+    Ok(on_disk_of(kind, declaration, choice))
+}
+
+fn on_disk_of<O: Backends>(
+    kind: Kind<'_>,
+    declaration: O::Declaration,
+    choice: &Choice,
+) -> Option<Box<dyn OnDisk<O>>> {
+    match kind {
+        Kind::Exec(cmd) => Some(Box::new(Exec::<O> {
+            program: program(cmd, choice),
+            declaration,
+        })),
+        Kind::Worker(cmd) => Some(Box::new(Worker::<O>::new(
+            program(cmd, choice),
+            declaration,
+        ))),
+        _ => None,
+    }
+}
+
+/// What `choice` names, after every flag is checked against it, and its declaration.
+fn checked<O: Backends>(choice: &Choice) -> Result<(Kind<'_>, O::Declaration), String> {
     let name = choice.name.trim();
     let kind = match name {
         "reference" => Kind::Reference,
@@ -125,27 +174,7 @@ pub fn build<O: Backends>(choice: &Choice) -> Result<Box<dyn Implementation<O>>,
             O::DECLARES
         ));
     }
-    match kind {
-        Kind::Reference => Ok(Box::new(Reference)),
-        Kind::Emulate => {
-            let bug = match &choice.inject {
-                Some(b) => Some(parse_bug::<O::Bug>(b).map_err(|e| format!("--inject {b}: {e}"))?),
-                None => None,
-            };
-            O::emulate(bug)
-                .ok_or_else(|| format!("--impl emulate: there is no CPU model of op {}", O::NAME))
-        }
-        Kind::Exec(cmd) => Ok(Box::new(Exec::<O> {
-            program: program(cmd, choice),
-            declaration,
-        })),
-        Kind::Worker(cmd) => Ok(Box::new(Worker::<O>::new(
-            program(cmd, choice),
-            declaration,
-        ))),
-        Kind::Gpu => O::gpu(name)
-            .ok_or_else(|| format!("--impl {name}: moecheck was built without the `cuda` feature")),
-    }
+    Ok((kind, declaration))
 }
 
 /// The worker `choice` names (`worker:CMD`), not started, declaring what its flags declare;

@@ -20,6 +20,7 @@ use moecheck_reference::protocol::Protocol;
 
 use crate::impls::process::{failure, keep_failed_case, save_stderr, KeptCases, Running, GRACE};
 use crate::impls::scratch::Scratch;
+use crate::impls::{no_case_dir, unread, OnDisk};
 use crate::protocol;
 
 /// An external program, run by `sh -c` with the case directory appended, within a timeout.
@@ -54,22 +55,24 @@ impl<O: Protocol> Implementation<O> for Exec<O> {
         O::declared_precision(case, &self.declaration)
     }
     fn run(&self, case: &O::Case, ask: O::Ask) -> Result<O::Outputs, RunError> {
-        let tmp = Scratch::new("moecheck-case-")
-            .map_err(|e| RunError::new(format!("cannot create a case directory: {e}")))?;
-        let dir = tmp.path();
-        protocol::write_case::<O>(dir, case, ask, None, self.program.compact)
+        let tmp = Scratch::new("moecheck-case-").map_err(no_case_dir)?;
+        protocol::write_case::<O>(tmp.path(), case, ask, None, self.program.compact)
             .map_err(|e| RunError::new(e.to_string()))?;
-        if let Err(e) = self.program.run_in(dir) {
-            if e.is_refusal() {
-                return Err(e);
-            }
-            return Err(keep_failed_case(tmp, e, &self.program.kept));
+        let tmp = self.run_on(tmp)?;
+        protocol::read_outputs::<O>(tmp.path(), case, ask).map_err(unread)
+    }
+}
+
+impl<O: Protocol> OnDisk<O> for Exec<O> {
+    fn compact(&self) -> Result<bool, RunError> {
+        Ok(self.program.compact)
+    }
+    fn run_on(&self, tmp: Scratch) -> Result<Scratch, RunError> {
+        match self.program.run_in(tmp.path()) {
+            Ok(()) => Ok(tmp),
+            Err(e) if e.is_refusal() => Err(e),
+            Err(e) => Err(keep_failed_case(tmp, e, &self.program.kept)),
         }
-        protocol::read_outputs::<O>(dir, case, ask).map_err(|e| {
-            RunError::new(format!(
-                "{e} (a temporary case directory, deleted now; `--dump DIR` on gemm, route or moe, or a failing property's minimal case under `prop --out DIR`, keeps a case to rerun the program on)"
-            ))
-        })
     }
 }
 

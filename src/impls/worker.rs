@@ -37,6 +37,7 @@ use moecheck_reference::protocol::Protocol;
 use crate::impls::exec::{describe, Program};
 use crate::impls::process::{failure, keep_failed_case, save_stderr, with_stderr, Running, GRACE};
 use crate::impls::scratch::Scratch;
+use crate::impls::{no_case_dir, unread, OnDisk};
 use crate::protocol;
 
 /// The version of the worker protocol this build speaks.
@@ -96,30 +97,32 @@ impl<O: Protocol> Implementation<O> for Worker<O> {
         self.lock().never_started.clone()
     }
     fn run(&self, case: &O::Case, ask: O::Ask) -> Result<O::Outputs, RunError> {
+        let compact = self.compact()?;
+        let tmp = Scratch::new("moecheck-case-").map_err(no_case_dir)?;
+        protocol::write_case::<O>(tmp.path(), case, ask, None, compact)
+            .map_err(|e| RunError::new(e.to_string()))?;
+        let tmp = self.run_on(tmp)?;
+        protocol::read_outputs::<O>(tmp.path(), case, ask).map_err(unread)
+    }
+}
+
+impl<O: Protocol> OnDisk<O> for Worker<O> {
+    /// The greeting says how the inputs are written (a worker that said "float32" gets
+    /// float32 whatever --inputs says; one that said nothing, what --inputs says): the
+    /// worker starts first.
+    fn compact(&self) -> Result<bool, RunError> {
         if let Some(e) = Implementation::<O>::broken(self) {
             return Err(e);
         }
-        // The greeting says how the inputs are written (a worker that said "float32" gets
-        // float32 whatever --inputs says; one that said nothing, what --inputs says): the
-        // worker starts first.
         let greeted = self.lock().running(&self.program, O::PROTOCOL_OP)?.compact;
-        let compact = greeted.unwrap_or(self.program.compact);
-        let tmp = Scratch::new("moecheck-case-")
-            .map_err(|e| RunError::new(format!("cannot create a case directory: {e}")))?;
-        let dir = tmp.path();
-        protocol::write_case::<O>(dir, case, ask, None, compact)
-            .map_err(|e| RunError::new(e.to_string()))?;
-        if let Err(e) = self.answer(&mut self.lock(), dir, O::PROTOCOL_OP) {
-            if e.is_refusal() {
-                return Err(e);
-            }
-            return Err(keep_failed_case(tmp, e, &self.program.kept));
+        Ok(greeted.unwrap_or(self.program.compact))
+    }
+    fn run_on(&self, tmp: Scratch) -> Result<Scratch, RunError> {
+        match self.answer(&mut self.lock(), tmp.path(), O::PROTOCOL_OP) {
+            Ok(()) => Ok(tmp),
+            Err(e) if e.is_refusal() => Err(e),
+            Err(e) => Err(keep_failed_case(tmp, e, &self.program.kept)),
         }
-        protocol::read_outputs::<O>(dir, case, ask).map_err(|e| {
-            RunError::new(format!(
-                "{e} (a temporary case directory, deleted now; `--dump DIR` on gemm, route or moe, or a failing property's minimal case under `prop --out DIR`, keeps a case to rerun the program on)"
-            ))
-        })
     }
 }
 

@@ -161,6 +161,19 @@ pub fn shard_outputs(
     })
 }
 
+/// Where `shard`'s part of a file of the grouped GEMM's case directory (docs/protocol.md) lies
+/// along the file's first axis: its rows of `lhs.npy`, `dout.npy`, `out.npy` and `dlhs.npy`,
+/// its experts of `rhs.npy` and `drhs.npy`; `None` for a file no shard cuts
+/// (`group_sizes.npy`). A case too large to hold is written and read back this way, a shard at
+/// a time.
+pub fn file_range(file: &str, shard: &Shard) -> Option<Range<usize>> {
+    match file {
+        "lhs.npy" | "dout.npy" | "out.npy" | "dlhs.npy" => Some(shard.rows.clone()),
+        "rhs.npy" | "drhs.npy" => Some(shard.experts.clone()),
+        _ => None,
+    }
+}
+
 impl Shard {
     /// A shard's group as it is in the whole case.
     fn group(&self, group: GroupId) -> GroupId {
