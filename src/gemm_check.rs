@@ -16,8 +16,9 @@ use moecheck_reference::report::Reported;
 use crate::backends::Backends;
 use crate::generate::fp8::Fp8Spec;
 use crate::generate::gemm::{sizes_of, GemmSpec};
+use crate::impls::OnDisk;
 use crate::registry::{self, Choice};
-use crate::{memory, pipeline, pipeline_sharded, report};
+use crate::{memory, pipeline, pipeline_external, pipeline_sharded, report};
 
 /// A generated grouped-GEMM check, as `moecheck gemm`'s flags ask for it.
 #[derive(Debug, Clone)]
@@ -34,6 +35,8 @@ pub struct GemmCheck {
     pub shards: Option<u64>,
     /// `--allow-large`.
     pub allow_large: bool,
+    /// `--impl-memory`: an `exec:`/`worker:` program's peak, when the user knows it.
+    pub impl_memory: Option<u64>,
     /// `--dump DIR`.
     pub dump: Option<PathBuf>,
     /// `--json`.
@@ -52,7 +55,9 @@ pub fn run(c: &GemmCheck) -> anyhow::Result<ExitCode> {
             .verify
             .unwrap_or_else(|| Verify::default_for(c.spec.work()));
         let estimate = Estimate::Gemm(verify);
-        return check::<Gemm, _>(c, &c.spec, &c.spec, verify, estimate, None);
+        // A program on a case directory may have its outputs checked in shards from disk.
+        let on_disk = registry::on_disk::<Gemm>(&c.choice).map_err(anyhow::Error::msg)?;
+        return check::<Gemm, _>(c, &c.spec, &c.spec, verify, estimate, None, on_disk);
     };
     if matches!(c.spec.out_dtype, Format::E4m3 | Format::E5m2) {
         anyhow::bail!(
@@ -73,12 +78,14 @@ pub fn run(c: &GemmCheck) -> anyhow::Result<ExitCode> {
     let whole = spec.recipe.shard_local();
     // Whether the inputs are held whole is the generator's to say (`check`).
     let fp8 = Estimate::Fp8 { whole_inputs: true };
-    check::<Fp8Gemm, _>(c, &spec, &spec.gemm, verify, fp8, whole)
+    check::<Fp8Gemm, _>(c, &spec, &spec.gemm, verify, fp8, whole, None)
 }
 
 /// The check of `spec` (whose grouped GEMM is `gemm`) as op `O` ([`Gemm`] or [`Fp8Gemm`]) in
 /// mode `verify`, whole or in shards of experts ([`GemmCheck::shards`]; `case_whole` says why
-/// the case cannot be sharded).
+/// the case cannot be sharded). `on_disk`: the `exec:`/`worker:` program of a plain grouped
+/// GEMM, which runs on the whole case written and read back a shard at a time when the case is
+/// checked in shards ([`pipeline_external`]).
 fn check<O, S>(
     c: &GemmCheck,
     spec: &S,
@@ -86,6 +93,7 @@ fn check<O, S>(
     verify: Verify,
     estimate: Estimate,
     case_whole: Option<String>,
+    on_disk: Option<Box<dyn OnDisk<Gemm>>>,
 ) -> anyhow::Result<ExitCode>
 where
     O: Backends + Reported + Sharded,
@@ -102,7 +110,16 @@ where
         },
         other => other,
     };
-    let parts = c.shards(gemm, estimate, imp.as_ref(), case_whole)?;
+    let (parts, own) = c.shards(gemm, estimate, imp.as_ref(), case_whole, on_disk.is_some())?;
+    if let (Some(program), true) = (&on_disk, parts > 1) {
+        eprintln!(
+            "moecheck: writing the case a shard of experts at a time, running {} on the whole case, then checking its outputs in {parts} shards read from its files (the report is the whole case's)",
+            program.name()
+        );
+        let mut run = pipeline_external::run(gemm, program.as_ref(), parts, verify, own)?;
+        let code = report::finish(&pipeline::report(&run), c.json)?;
+        return run.written().map(|()| code);
+    }
     let mut run = if parts > 1 && matches!(estimate, Estimate::Fp8RunWhole) {
         eprintln!(
             "moecheck: running {} on the whole FP8 case, then checking its outputs in {parts} shards of consecutive experts, one shard's references held at a time (the report is the whole case's)",
@@ -164,21 +181,25 @@ impl GemmCheck {
 
     /// How many shards of consecutive experts the case is checked in (`--shards`, or chosen
     /// so that it fits in memory, [`memory::shards_for`]), after the memory guard. `imp` is
-    /// checked whole unless it is shardable ([`Implementation::shardable`]) or a kernel under
+    /// checked whole unless it is shardable ([`Implementation::shardable`]), a kernel under
     /// test of the FP8 GEMM, which runs whole and is checked in shards
-    /// ([`Estimate::Fp8RunWhole`]), and a dumped case is checked whole.
+    /// ([`Estimate::Fp8RunWhole`]), or a program on a case directory (`on_disk`), which runs
+    /// whole and is checked in shards read from its files ([`pipeline_external`]); a dumped
+    /// case is checked whole. With the shards, moecheck's own estimated peak (the guard adds
+    /// an external program's).
     fn shards<O: Op>(
         &self,
         spec: &GemmSpec,
         check: Estimate,
         imp: &dyn Implementation<O>,
         case_whole: Option<String>,
-    ) -> anyhow::Result<usize> {
+        on_disk: bool,
+    ) -> anyhow::Result<(usize, u64)> {
         let whole = if let Some(why) = case_whole {
             Some(why)
-        } else if !imp.shardable() && !matches!(check, Estimate::Fp8RunWhole) {
+        } else if !imp.shardable() && !matches!(check, Estimate::Fp8RunWhole) && !on_disk {
             Some(format!(
-                "--impl {} is checked whole, at the size it is given (only the in-process models that compute each expert on its own are checked a shard of experts at a time: reference, and emulate without group-offset-after-empty, which reads across experts; with --dtype fp8 any implementation's outputs may be checked in shards)",
+                "--impl {} is checked whole, at the size it is given (only the in-process models that compute each expert on its own are checked a shard of experts at a time: reference, and emulate without group-offset-after-empty, which reads across experts; an exec: or worker: program's outputs, and with --dtype fp8 any implementation's, may be checked in shards)",
                 imp.name()
             ))
         } else if self.dump.is_some() {
@@ -198,32 +219,24 @@ impl GemmCheck {
             _ => {}
         }
         let available = memory::available();
+        // A program outside moecheck runs the whole case beside it: its memory is counted
+        // with moecheck's in every estimate the guard sees (`program`), and the case is
+        // written to a case directory in $TMPDIR first.
+        let name = imp.name();
+        let external = name.starts_with("exec:") || name.starts_with("worker:");
+        let program = match (external, self.impl_memory) {
+            (true, _) => self.program_bytes(check),
+            (false, Some(_)) => anyhow::bail!(
+                "--impl-memory: --impl {name} runs inside moecheck; --impl-memory is the peak of an exec: or worker: program"
+            ),
+            (false, None) => 0,
+        };
+        let total = |own: u64| own.saturating_add(program);
         // Checked whole, decided without planning (which draws every expert's size): when
         // asked, when it must be, when the whole case is small enough to be one shard
         // (memory::GEMM_SHARD_BYTES) and fits, or when no number of shards could make it fit
         // (the guard refuses it whole).
-        let mut whole_need = self.need(check, None, 1);
-        // A program outside moecheck runs the whole case beside it (checked whole, above).
-        let name = imp.name();
-        if name.starts_with("exec:") || name.starts_with("worker:") {
-            let fp8 = matches!(check, Estimate::Fp8 { .. } | Estimate::Fp8RunWhole);
-            // Compact inputs (--inputs compact: a worker that asks in its greeting is known
-            // only once started, after this) hold a bf16 case's inputs at 2 bytes.
-            let compact = self.choice.compact_inputs && !fp8 && self.spec.dtype == Format::Bf16;
-            let external = memory::external_bytes(self.size(), self.spec.passes, fp8, compact);
-            whole_need = whole_need.saturating_add(external);
-            // ... and writes it to a case directory in $TMPDIR first (after the memory guard:
-            // a case that cannot fit in memory is refused for that).
-            let mut disk =
-                crate::disk::gemm_case_bytes(self.size(), self.spec.passes, fp8, compact);
-            if self.fp8.is_some_and(|r| r.has_block_scope()) {
-                disk = disk.saturating_add(crate::disk::block_copies_bytes(self.size()));
-            }
-            let fits = memory::fits(whole_need, available) || self.allow_large;
-            if fits {
-                crate::disk::guard_tmp(disk, self.allow_large).map_err(anyhow::Error::msg)?;
-            }
-        }
+        let own_whole = self.need(check, None, 1);
         let held = match check {
             Estimate::Gemm(_) => self.dtype,
             Estimate::Fp8 { .. } | Estimate::Fp8RunWhole => memory::FP8_INPUTS,
@@ -234,16 +247,20 @@ impl GemmCheck {
             Some(p) => p == 1,
             None => {
                 whole.is_some()
-                    || (!small && memory::whole_by_default(whole_need, available))
+                    || (!small
+                        && memory::whole_by_default(own_whole, available)
+                        && memory::fits(total(own_whole), available))
                     || memory::inputs_too_large(self.size(), held, available)
             }
         };
         if at_once {
-            self.guard(whole_need)?;
-            return Ok(1);
+            self.guard(total(own_whole), external)?;
+            self.guard_disk(check, external)?;
+            return Ok((1, own_whole));
         }
         // The group sizes are the seed's first draws: the shards are planned on them.
         let sizes = sizes_of(spec);
+        let need = |p| total(self.need(check, Some(&sizes), p));
         let parts = asked.unwrap_or_else(|| match check {
             Estimate::Fp8 { .. } | Estimate::Fp8RunWhole => {
                 let size = self.size();
@@ -265,20 +282,18 @@ impl GemmCheck {
                     .div_ceil(memory::FP8_EXPERTS_PER_CORE * memory::cores())
                     .max(1);
                 let p = small.min(busy);
-                if memory::fits(self.need(check, Some(&sizes), p), available) {
+                if memory::fits(need(p), available) {
                     p
                 } else {
-                    memory::shards_for(available, self.spec.experts, |p| {
-                        self.need(check, Some(&sizes), p)
-                    })
+                    memory::shards_for(available, self.spec.experts, need)
                 }
             }
-            // Shards of at most memory::GEMM_SHARD_BYTES, or of what the largest expert
-            // holds alone when that is more (a hot expert), or as few as fit.
+            // Shards of at most memory::GEMM_SHARD_BYTES of moecheck's own, or of what the
+            // largest expert holds alone when that is more (a hot expert), or as few as fit.
             Estimate::Gemm(_) => {
-                let need = |p| self.need(check, Some(&sizes), p);
-                let budget = memory::GEMM_SHARD_BYTES.max(need(self.spec.experts.max(1)));
-                let small = memory::fewest_shards(self.spec.experts, |p| need(p) <= budget)
+                let own = |p| self.need(check, Some(&sizes), p);
+                let budget = memory::GEMM_SHARD_BYTES.max(own(self.spec.experts.max(1)));
+                let small = memory::fewest_shards(self.spec.experts, |p| own(p) <= budget)
                     .unwrap_or(self.spec.experts.max(1));
                 if memory::fits(need(small), available) {
                     small
@@ -288,21 +303,58 @@ impl GemmCheck {
             }
         });
         // The refusal names the shards, which a user may change.
-        self.guard(self.need(check, Some(&sizes), parts))
+        self.guard(need(parts), external)
             .map_err(|e| anyhow::anyhow!("{e} (checked in {parts} shards of experts, --shards)"))?;
-        Ok(parts)
+        self.guard_disk(check, external)?;
+        Ok((parts, self.need(check, Some(&sizes), parts)))
+    }
+
+    /// After the memory guard: the case directory an `exec:` or `worker:` program gets must
+    /// fit in $TMPDIR ([`crate::disk`]).
+    fn guard_disk(&self, check: Estimate, external: bool) -> anyhow::Result<()> {
+        if !external {
+            return Ok(());
+        }
+        let fp8 = matches!(check, Estimate::Fp8 { .. } | Estimate::Fp8RunWhole);
+        let compact = self.choice.compact_inputs && !fp8 && self.spec.dtype == Format::Bf16;
+        let mut disk = crate::disk::gemm_case_bytes(self.size(), self.spec.passes, fp8, compact);
+        if self.fp8.is_some_and(|r| r.has_block_scope()) {
+            disk = disk.saturating_add(crate::disk::block_copies_bytes(self.size()));
+        }
+        crate::disk::guard_tmp(disk, self.allow_large).map_err(anyhow::Error::msg)
+    }
+
+    /// What an `exec:` or `worker:` program is counted to hold beside moecheck: `--impl-memory`,
+    /// or every input and output of the case whole ([`memory::external_bytes`]).
+    fn program_bytes(&self, check: Estimate) -> u64 {
+        let fp8 = matches!(check, Estimate::Fp8 { .. } | Estimate::Fp8RunWhole);
+        if let Some(bytes) = self.impl_memory {
+            return bytes;
+        }
+        // Compact inputs (--inputs compact: a worker that asks in its greeting is known
+        // only once started, after this) hold a bf16 case's inputs at 2 bytes.
+        let compact = self.choice.compact_inputs && !fp8 && self.spec.dtype == Format::Bf16;
+        memory::external_bytes(self.size(), self.spec.passes, fp8, compact)
     }
 
     /// Refuses `need` bytes when more than the memory available ([`memory`]), unless
     /// `--allow-large`.
-    fn guard(&self, need: u64) -> anyhow::Result<()> {
+    /// An `external` program is counted as [`GemmCheck::program_bytes`] says, and the refusal
+    /// says so.
+    fn guard(&self, need: u64, external: bool) -> anyhow::Result<()> {
         memory::guard(
             "--experts/--tokens/--topk/--hidden/--ffn",
             need,
             memory::available(),
             self.allow_large,
         )
-        .map_err(anyhow::Error::msg)
+        .map_err(|e| match (external, self.impl_memory) {
+            (true, None) => anyhow::anyhow!(
+                "{e}; the exec:/worker: program is counted as holding every input and output whole: --impl-memory SIZE gives its peak when you know it"
+            ),
+            (true, Some(b)) => anyhow::anyhow!("{e}; the program counted at --impl-memory {}", memory::gib(b)),
+            (false, _) => anyhow::anyhow!(e),
+        })
     }
 }
 

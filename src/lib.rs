@@ -17,6 +17,7 @@ pub mod npy;
 pub mod ops;
 pub mod output;
 pub mod pipeline;
+pub mod pipeline_external;
 pub mod pipeline_sharded;
 pub mod progress;
 pub mod prop;

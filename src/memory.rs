@@ -104,6 +104,13 @@ fn rlimit_room() -> Option<u64> {
         .min()
 }
 
+/// This process's peak resident memory so far (`VmHWM` in /proc/self/status), when the
+/// system says.
+pub fn peak_resident() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    kib_field(&status, "VmHWM:")
+}
+
 /// `bytes` in GiB, one decimal.
 pub fn gib(bytes: u64) -> String {
     format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)

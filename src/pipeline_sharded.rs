@@ -169,7 +169,7 @@ fn in_shards<O: Backends + Sharded>(
 
 /// The run of `imp` on `generated` with `verdict`, checked in mode `check`; no reference or
 /// outputs are held.
-fn finish<O: Backends + Sharded>(
+pub(crate) fn finish<O: Backends + Sharded>(
     generated: Generated<O>,
     imp: &dyn Implementation<O>,
     precision: O::Precision,

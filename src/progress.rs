@@ -50,14 +50,33 @@ pub fn meter_suffix(m: Meter) -> String {
         return String::new();
     }
     let fraction = m.done as f64 / m.total as f64;
-    let left = m.elapsed.as_secs_f64() * (1.0 - fraction) / fraction;
-    let left = left.round() as u64;
-    let eta = if left >= 60 {
+    format!(
+        " — {:.0}% of this step, about {} left",
+        100.0 * fraction,
+        time_left(fraction, m.elapsed)
+    )
+}
+
+/// The time left when `fraction` of the work took `elapsed`, at the same rate: `42s`,
+/// `1m 05s`.
+fn time_left(fraction: f64, elapsed: Duration) -> String {
+    let left = (elapsed.as_secs_f64() * (1.0 - fraction) / fraction).round() as u64;
+    if left >= 60 {
         format!("{}m {:02}s", left / 60, left % 60)
     } else {
         format!("{left}s")
-    };
-    format!(" — {:.0}% of this step, about {eta} left", 100.0 * fraction)
+    }
+}
+
+/// `what (i of n, about 1m 05s left)` for the `i`-th of `n` steps of a phase (1-based), the
+/// time left at the rate of the `i - 1` done in `elapsed` (none before the first is done).
+pub fn phase_step(what: &str, i: usize, n: usize, elapsed: Duration) -> String {
+    let done = i.saturating_sub(1);
+    if done == 0 || n == 0 {
+        return format!("{what} ({i} of {n})");
+    }
+    let left = time_left(done as f64 / n as f64, elapsed);
+    format!("{what} ({i} of {n}, about {left} left)")
 }
 
 impl Progress {
@@ -155,6 +174,17 @@ impl Progress {
                 eprintln!("moecheck: {}", stage_line(l.start.elapsed(), msg));
                 *last = msg.to_string();
             }
+        }
+    }
+
+    /// Shows step `i` of `n` (1-based, `step` naming it) of the phase `what` that began
+    /// `elapsed` ago, with the time left ([`phase_step`]); stage lines write one line per
+    /// phase (at its first step), not one per step.
+    pub fn phase(&self, what: &str, step: &str, i: usize, n: usize, elapsed: Duration) {
+        match &self.2 {
+            Some(_) if i <= 1 => self.stage(&format!("{what} ({n} steps)")),
+            Some(_) => {}
+            None => self.stage(&phase_step(&format!("{what}: {step}"), i, n, elapsed)),
         }
     }
 

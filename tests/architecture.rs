@@ -516,6 +516,7 @@ const LAYERS: [&[&str]; 6] = [
         "gemm_check",
         "generate",
         "pipeline",
+        "pipeline_external",
         "pipeline_sharded",
         "prop",
         "selftest",

@@ -101,9 +101,11 @@ pub struct GemmFlags {
     #[arg(long, help_heading = "Output")]
     pub json: bool,
     /// Check the case N shards of consecutive experts at a time, holding one shard's inputs
-    /// and outputs at a time (the in-process models, reference and emulate, only; a kernel
-    /// under test runs on the whole case, and with --dtype fp8 its outputs are then checked N
-    /// shards at a time, one shard's references held at once). The report is the whole case's.
+    /// and outputs at a time (the in-process models, reference and emulate, run a shard at a
+    /// time; an exec: or worker: program runs once on the whole case, written a shard at a
+    /// time, and its outputs are read back and checked a shard at a time; with --dtype fp8 a
+    /// kernel under test runs on the whole case and its outputs are checked N shards at a
+    /// time, one shard's references held at once). The report is the whole case's.
     /// [default: 1 when the case is estimated to need at most 2 GiB, else the fewest shards
     /// estimated to need at most 2 GiB each (or what the largest expert needs alone), or else
     /// at most half of the memory available, or else at most 85% of it; with --dtype fp8,
@@ -114,6 +116,12 @@ pub struct GemmFlags {
     /// (without it such a case is refused with exit 2).
     #[arg(long, help_heading = "Verification")]
     pub allow_large: bool,
+    /// The peak memory of an exec: or worker: program on this case, when you know it (e.g.
+    /// 2GiB for an adapter that memory-maps its inputs and outputs, docs/protocol.md), for the
+    /// memory guard, which counts the program beside moecheck [default: every input and output
+    /// held whole, as a program that loads them holds them].
+    #[arg(long, value_name = "SIZE", value_parser = super::parse_size, help_heading = "Verification")]
+    pub impl_memory: Option<u64>,
     #[command(flatten)]
     pub fp8: super::gemm_fp8::Fp8Flags,
 }
@@ -181,6 +189,7 @@ pub fn run(a: GemmFlags) -> anyhow::Result<ExitCode> {
         verify: a.verify,
         shards: a.shards,
         allow_large: a.allow_large,
+        impl_memory: a.impl_memory,
         dump: a.dump.clone(),
         json: a.json,
         choice: a.imp.choice(a.declared()),

@@ -142,6 +142,38 @@ impl ImplFlags {
     }
 }
 
+/// A size as a user gives it: a number of bytes, or with a unit (`512MiB`, `2GiB`, `1.5G`;
+/// `K`, `M`, `G`, `T` and their `iB` forms are powers of 1024, `KB`, `MB`, `GB`, `TB` of 1000).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let scale: f64 = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 1.0,
+        "K" | "KIB" => 1024.0,
+        "M" | "MIB" => 1024f64.powi(2),
+        "G" | "GIB" => 1024f64.powi(3),
+        "T" | "TIB" => 1024f64.powi(4),
+        "KB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "TB" => 1e12,
+        _ => {
+            return Err(format!(
+                "'{s}': expected a size such as 2GiB, 512MiB or 1000000"
+            ))
+        }
+    };
+    match number.parse::<f64>() {
+        Ok(v) if v.is_finite() && v * scale < u64::MAX as f64 => Ok((v * scale).round() as u64),
+        _ => Err(format!(
+            "'{s}': expected a size such as 2GiB, 512MiB or 1000000"
+        )),
+    }
+}
+
 /// A number format flag (`f32`, `bf16`, ...).
 pub fn parse_format(s: &str) -> Result<Format, String> {
     Format::parse(s).map_err(|e| e.to_string())

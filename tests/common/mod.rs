@@ -96,6 +96,27 @@ pub fn json_ok(c: &mut Command) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// The JSON report `c --json` prints (timings left out, so that two runs compare) and its
+/// exit status; its stderr with the failure to parse.
+pub fn report_untimed(mut c: Command) -> (serde_json::Value, i32) {
+    use serde_json::Value;
+    let out = c.arg("--json").output().unwrap();
+    let mut v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    fn strip(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                m.retain(|k, _| !k.contains("seconds"));
+                m.values_mut().for_each(strip);
+            }
+            Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    strip(&mut v);
+    (v, out.status.code().unwrap_or(-1))
+}
+
 /// A copy of the case directory `base` at `to` (created), for a test to damage.
 pub fn copy_case(base: &std::path::Path, to: &std::path::Path) {
     std::fs::create_dir_all(to).unwrap();
