@@ -153,11 +153,22 @@ impl GemmCheck {
         }
     }
 
+    /// The formats the estimate counts: an `exec:`/`worker:` program may write float64
+    /// outputs whatever the case asks (they are read as written), so its are counted so.
     fn formats(&self) -> memory::Formats {
         memory::Formats {
             dtype: self.dtype,
-            out_dtype: self.spec.out_dtype,
+            out_dtype: match self.external() {
+                true => Format::F64,
+                false => self.spec.out_dtype,
+            },
         }
+    }
+
+    /// Whether `--impl` names a program outside moecheck (`exec:`, `worker:`).
+    fn external(&self) -> bool {
+        let name = self.choice.name.trim();
+        name.starts_with("exec:") || name.starts_with("worker:")
     }
 
     /// The estimated peak of the check ([`memory`]) in `parts` shards planned from the case's
@@ -223,7 +234,7 @@ impl GemmCheck {
         // with moecheck's in every estimate the guard sees (`program`), and the case is
         // written to a case directory in $TMPDIR first.
         let name = imp.name();
-        let external = name.starts_with("exec:") || name.starts_with("worker:");
+        let external = self.external();
         let program = match (external, self.impl_memory) {
             (true, _) => self.program_bytes(check),
             (false, Some(_)) => anyhow::bail!(
@@ -261,6 +272,8 @@ impl GemmCheck {
         // The group sizes are the seed's first draws: the shards are planned on them.
         let sizes = sizes_of(spec);
         let need = |p| total(self.need(check, Some(&sizes), p));
+        // More shards make no room for a program that alone does not fit.
+        let program_fits = memory::fits(program, available);
         let parts = asked.unwrap_or_else(|| match check {
             Estimate::Fp8 { .. } | Estimate::Fp8RunWhole => {
                 let size = self.size();
@@ -282,7 +295,7 @@ impl GemmCheck {
                     .div_ceil(memory::FP8_EXPERTS_PER_CORE * memory::cores())
                     .max(1);
                 let p = small.min(busy);
-                if memory::fits(need(p), available) {
+                if memory::fits(need(p), available) || !program_fits {
                     p
                 } else {
                     memory::shards_for(available, self.spec.experts, need)
@@ -295,7 +308,7 @@ impl GemmCheck {
                 let budget = memory::GEMM_SHARD_BYTES.max(own(self.spec.experts.max(1)));
                 let small = memory::fewest_shards(self.spec.experts, |p| own(p) <= budget)
                     .unwrap_or(self.spec.experts.max(1));
-                if memory::fits(need(small), available) {
+                if memory::fits(need(small), available) || !program_fits {
                     small
                 } else {
                     memory::shards_for(available, self.spec.experts, need)
@@ -304,7 +317,10 @@ impl GemmCheck {
         });
         // The refusal names the shards, which a user may change.
         self.guard(need(parts), external)
-            .map_err(|e| anyhow::anyhow!("{e} (checked in {parts} shards of experts, --shards)"))?;
+            .map_err(|e| match program_fits {
+                true => anyhow::anyhow!("{e} (checked in {parts} shards of experts, --shards)"),
+                false => e,
+            })?;
         self.guard_disk(check, external)?;
         Ok((parts, self.need(check, Some(&sizes), parts)))
     }
@@ -324,12 +340,20 @@ impl GemmCheck {
         crate::disk::guard_tmp(disk, self.allow_large).map_err(anyhow::Error::msg)
     }
 
-    /// What an `exec:` or `worker:` program is counted to hold beside moecheck: `--impl-memory`,
-    /// or every input and output of the case whole ([`memory::external_bytes`]).
+    /// What an `exec:` or `worker:` program is counted to hold beside moecheck: `--impl-memory`
+    /// (with, for FP8, moecheck's float32 copy of the inputs it writes), or every input and
+    /// output of the case whole ([`memory::external_bytes`], which counts that copy too).
     fn program_bytes(&self, check: Estimate) -> u64 {
         let fp8 = matches!(check, Estimate::Fp8 { .. } | Estimate::Fp8RunWhole);
         if let Some(bytes) = self.impl_memory {
-            return bytes;
+            // An FP8 case's inputs are written from moecheck's own float32 copy, made whole.
+            let copy = match fp8 {
+                true => memory::io_elements(self.size(), self.spec.passes)
+                    .0
+                    .saturating_mul(4),
+                false => 0,
+            };
+            return bytes.saturating_add(copy);
         }
         // Compact inputs (--inputs compact: a worker that asks in its greeting is known
         // only once started, after this) hold a bf16 case's inputs at 2 bytes.

@@ -204,6 +204,25 @@ fn the_guard_counts_the_program_and_names_impl_memory() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--impl-memory SIZE"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
+    // A program that alone does not fit: refused without a hint at --shards (no number of
+    // shards makes room for it), and with --allow-large run whole, not in more shards.
+    let pass = format!("exec:python3 {}", adapter("numpy_grouped_gemm.py"));
+    let big = ["--impl", pass.as_str(), "--impl-memory", "100TiB"];
+    let out = common::with_defaults(&["gemm"], &CASE, &big)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--impl-memory 102400") && !err.contains("--shards"),
+        "{err}"
+    );
+    let out = common::with_defaults(&["gemm"], &CASE, &[&big[..], &["--allow-large"]].concat())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("shard"), "{err}");
     for (args, needle) in [
         (
             &["--impl", "reference", "--impl-memory", "2GiB"][..],

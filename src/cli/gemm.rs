@@ -109,7 +109,8 @@ pub struct GemmFlags {
     /// [default: 1 when the case is estimated to need at most 2 GiB, else the fewest shards
     /// estimated to need at most 2 GiB each (or what the largest expert needs alone), or else
     /// at most half of the memory available, or else at most 85% of it; with --dtype fp8,
-    /// shards of about 512 MiB but at least two experts per core]
+    /// shards of about 512 MiB but at least two experts per core; an exec: or worker: program
+    /// is counted beside moecheck, see --impl-memory]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Verification")]
     pub shards: Option<u64>,
     /// Run even when the case's estimated memory exceeds what this machine has available
@@ -117,7 +118,7 @@ pub struct GemmFlags {
     #[arg(long, help_heading = "Verification")]
     pub allow_large: bool,
     /// The peak memory of an exec: or worker: program on this case, when you know it (e.g.
-    /// 2GiB for an adapter that memory-maps its inputs and outputs, docs/protocol.md), for the
+    /// 4GiB for an adapter that memory-maps its inputs and outputs, docs/protocol.md), for the
     /// memory guard, which counts the program beside moecheck [default: every input and output
     /// held whole, as a program that loads them holds them].
     #[arg(long, value_name = "SIZE", value_parser = super::parse_size, help_heading = "Verification")]

@@ -165,6 +165,14 @@ pub fn read_float_stored_range(
             head.dtype_name()
         ));
     }
+    if want < data {
+        // As the whole file's reader (ndarray-npy) refuses it: the shape says less than is there.
+        return Err(format!(
+            "malformed .npy: {} extra bytes after the data of shape {shape:?} of {}",
+            data - want,
+            head.dtype_name()
+        ));
+    }
     let inner = elements(&shape[1..]) as usize;
     let mut part_shape = shape.to_vec();
     part_shape[0] = range.len();
@@ -232,39 +240,45 @@ struct Runs {
 
 impl Runs {
     /// Hands the runs' bytes to `take`, in order, in pieces of whole elements of `size`
-    /// bytes (at most [`READ_BYTES`] each, read then). Many short runs (a Fortran-order
-    /// file's) are read through a map of the file, dropped after.
+    /// bytes. Few or far-apart runs are read one by one, at most [`READ_BYTES`] at a time;
+    /// many short runs close together (a Fortran-order file's) are read through a window of
+    /// [`READ_BYTES`] moved forward over the file, so each byte is read once and no more than
+    /// the window is held.
     fn each(&self, file: &File, size: usize, mut take: impl FnMut(&[u8])) -> std::io::Result<()> {
         use std::os::unix::fs::FileExt as _;
-        if self.count <= 64 {
+        let at = |i: usize| self.first + i as u64 * self.step;
+        if self.count <= 64 || self.step >= FAR || self.len >= READ_BYTES {
             let piece = READ_BYTES / size * size;
             let mut buf = vec![0u8; piece.min(self.len)];
             for i in 0..self.count {
-                let start = self.first + i as u64 * self.step;
                 let mut done = 0;
                 while done < self.len {
                     let n = piece.min(self.len - done);
-                    file.read_exact_at(&mut buf[..n], start + done as u64)?;
+                    file.read_exact_at(&mut buf[..n], at(i) + done as u64)?;
                     take(&buf[..n]);
                     done += n;
                 }
             }
             return Ok(());
         }
-        // SAFETY: the file is a case directory's output, whose writer has finished with it
-        // (its size was checked against the header); a file truncated under the map would
-        // fault, as it would under any reader that maps it.
-        let map = unsafe { memmap2::Mmap::map(file)? };
+        let end = at(self.count - 1) + self.len as u64;
+        let mut window = vec![0u8; READ_BYTES];
+        let (mut from, mut to) = (0u64, 0u64);
         for i in 0..self.count {
-            let at = (self.first + i as u64 * self.step) as usize;
-            let run = map.get(at..at + self.len).ok_or_else(|| {
-                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file is truncated")
-            })?;
-            take(run);
+            let (start, stop) = (at(i), at(i) + self.len as u64);
+            if start < from || stop > to {
+                from = start;
+                to = (start + READ_BYTES as u64).min(end);
+                file.read_exact_at(&mut window[..(to - from) as usize], from)?;
+            }
+            take(&window[(start - from) as usize..(stop - from) as usize]);
         }
         Ok(())
     }
 }
+
+/// Runs this far apart (bytes) are read one by one rather than through a window.
+const FAR: u64 = 1 << 16;
 
 /// The most bytes of a file [`read_float_stored_range`] reads at once.
 const READ_BYTES: usize = 8 << 20;

@@ -405,6 +405,15 @@ fn range_reads_refuse_other_dtypes_shapes_and_truncated_files() {
     write(&p, &numbered(&[3, 70], true, f64::from)).unwrap();
     cut(8);
     assert!(refused(&[3, 70], 0..3).contains("truncated"));
+    // Bytes past the data: refused, as the whole file's reader refuses them.
+    write(&p, &numbered(&[3, 4], false, f64::from)).unwrap();
+    let mut bytes = std::fs::read(&p).unwrap();
+    bytes.extend([0u8; 64]);
+    std::fs::write(&p, &bytes).unwrap();
+    assert!(read_float_stored(&p, &[3, 4]).is_err());
+    for r in [0..0, 1..2] {
+        assert!(refused(&[3, 4], r).contains("64 extra bytes"));
+    }
     std::fs::write(&p, b"not a .npy file").unwrap();
     assert!(refused(&[3, 4], 0..1).contains("malformed"));
 }
