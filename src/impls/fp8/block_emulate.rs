@@ -8,21 +8,25 @@
 //! from 0, or from the group's first row for wgrad): a segment's exact f32 products summed in
 //! f32 from +0, scaled `fl32(fl32(part · sa) · sb)` with the scales read at the segment's
 //! start, added into an f32 accumulator; one rounding to the output format at the end. This
-//! is the computation `moecheck_reference::fp8::block_bound` bounds. A model, never a GPU
+//! is the computation `moecheck_reference::fp8::block_bound` bounds. It is computed a tile
+//! of outputs and a segment at a time by the blocked kernel's chained sums
+//! ([`segmented_gemm`]), with the bits of the element-by-element sum. A model, never a GPU
 //! result.
 
 use moecheck_reference::format::{encode_fp8, Format, Overflow};
 use moecheck_reference::fp8::block::{BlockRecipe, MxRounding};
 use moecheck_reference::fp8::block_gemm::BlockCopy;
 use moecheck_reference::fp8::{fp8_max, rhs_rows, Fp8GemmCase};
+use moecheck_reference::gemm::stream::by_group_rows;
 use moecheck_reference::gemm::{GemmOutputs, Pass, Passes};
 use moecheck_reference::op::RunError;
 use moecheck_reference::par::map_by_cost;
-use ndarray::{s, Array2, Array3, ArrayView2};
+use ndarray::{s, Array2, Array3, ArrayView2, ArrayViewMut2};
 
 use super::bug::Fp8Bug;
 use super::emulate::{finish, EmulateFp8};
 use super::operand::KernelOperand;
+use crate::impls::gemm::blocked::chained_gemm;
 
 /// A copy as the kernel reads it: decoded values and the `scale_inv` it reads for each
 /// element (after any layout bug).
@@ -261,69 +265,54 @@ impl EmulateFp8 {
         let out_fmt = g.out_dtype;
         let grid = |p: Pass| case.recipe.contraction_blocks(p);
         let mut res = GemmOutputs::default();
-        // Each expert's block of an output, the experts in parallel.
-        let experts = |rows: &dyn Fn(usize) -> usize,
-                       cols: usize,
-                       at: &(dyn Fn(usize, usize, usize) -> f32 + Sync)| {
-            let sizes: Vec<(usize, usize)> = (0..gc).map(|e| (e, rows(e))).collect();
-            map_by_cost(
-                sizes,
-                |&(_, r)| (r * cols).max(1),
-                |(e, r)| Array2::from_shape_fn((r, cols), |(i, c)| at(e, i, c)),
-            )
-        };
+        // Each expert's products (every pass has K·N per row), the cost experts run in
+        // parallel by.
         let size = |e: usize| off[e + 1] - off[e];
+        let work = |e: usize| (size(e) * k * n).max(1);
+        let rows = |e: usize| s![e * k..(e + 1) * k, ..];
         if passes.fwd {
             let mut out = Array2::<f32>::zeros((m, n));
-            let parts = experts(&size, n, &|e, i, c| {
-                let r = off[e] + i;
-                let acc = segmented(k, grid(Pass::Fwd), |j| {
-                    let (a, b) = ((r, j), (e * k + j, c));
-                    (
-                        rd.lhs.vals[a],
-                        rd.lhs.sinv[a],
-                        rd.rhs.vals[b],
-                        rd.rhs.sinv[b],
-                    )
-                });
-                finish(out_fmt, acc, 1.0, 1.0)
+            let (l, w) = (&rd.lhs, &rd.rhs);
+            by_group_rows(out.view_mut(), &off, work, |e, dst| {
+                let r0 = off[e];
+                let a = l.vals.slice(s![r0..r0 + dst.nrows(), ..]);
+                let sa = |i: usize, j: usize| l.sinv[(r0 + i, j)];
+                let sb = |j: usize, c: usize| w.sinv[(e * k + j, c)];
+                let b = w.vals.slice(rows(e));
+                segmented_gemm(a, b, grid(Pass::Fwd), (sa, sb), out_fmt, dst);
             });
-            for (e, p) in parts.into_iter().enumerate() {
-                out.slice_mut(s![off[e]..off[e + 1], ..]).assign(&p);
-            }
             res.out = Some(out.into());
         }
         if let (true, Some(d)) = (passes.dgrad, &rd.dout) {
             let mut dlhs = Array2::<f32>::zeros((m, k));
             let w = &rd.rhs_dgrad;
-            let parts = experts(&size, k, &|e, i, c| {
-                let r = off[e] + i;
-                let acc = segmented(n, grid(Pass::Dgrad), |j| {
-                    let (a, b) = ((r, j), (e * k + c, j));
-                    (d.vals[a], d.sinv[a], w.vals[b], w.sinv[b])
-                });
-                finish(out_fmt, acc, 1.0, 1.0)
+            by_group_rows(dlhs.view_mut(), &off, work, |e, dst| {
+                let r0 = off[e];
+                let a = d.vals.slice(s![r0..r0 + dst.nrows(), ..]);
+                let sa = |i: usize, j: usize| d.sinv[(r0 + i, j)];
+                let sb = |j: usize, c: usize| w.sinv[(e * k + c, j)];
+                let b = w.vals.slice(rows(e)).reversed_axes();
+                segmented_gemm(a, b, grid(Pass::Dgrad), (sa, sb), out_fmt, dst);
             });
-            for (e, p) in parts.into_iter().enumerate() {
-                dlhs.slice_mut(s![off[e]..off[e + 1], ..]).assign(&p);
-            }
             res.dlhs = Some(dlhs.into());
         }
         if let (true, Some(d)) = (passes.wgrad, &rd.dout_col) {
             let mut drhs = Array3::<f32>::zeros((gc, k, n));
             let l = &rd.lhs_col;
+            let experts: Vec<_> = drhs.outer_iter_mut().enumerate().collect();
             // An empty expert's gradient is exactly 0 (an empty sum).
-            let parts = experts(&|_| k, n, &|e, a, b| {
-                let lo = off[e];
-                let acc = segmented(size(e), grid(Pass::Wgrad), |i| {
-                    let (x, y) = ((lo + i, a), (lo + i, b));
-                    (l.vals[x], l.sinv[x], d.vals[y], d.sinv[y])
-                });
-                finish(out_fmt, acc, 1.0, 1.0)
-            });
-            for (e, p) in parts.into_iter().enumerate() {
-                drhs.index_axis_mut(ndarray::Axis(0), e).assign(&p);
-            }
+            map_by_cost(
+                experts,
+                |(e, _)| work(*e),
+                |(e, dst)| {
+                    let (lo, hi) = (off[e], off[e + 1]);
+                    let a = l.vals.slice(s![lo..hi, ..]).reversed_axes();
+                    let sa = |i: usize, j: usize| l.sinv[(lo + j, i)];
+                    let sb = |j: usize, c: usize| d.sinv[(lo + j, c)];
+                    let b = d.vals.slice(s![lo..hi, ..]);
+                    segmented_gemm(a, b, grid(Pass::Wgrad), (sa, sb), out_fmt, dst);
+                },
+            );
             res.drhs = Some(drhs.into());
         }
         Ok(res)
@@ -345,32 +334,77 @@ fn tail_previous(sinv: &mut Array2<f32>, len: usize, lo: usize, hi: usize) {
     }
 }
 
-/// The f32 accumulator of one output element: the contraction `0..n` in segments where
-/// both scales are constant (`blocks`: each side's block length, `None` for constant), each
-/// segment's products summed in f32 from +0, scaled with the scales read at its start.
-/// `at(i) = (a_i, sa_i, b_i, sb_i)`.
-fn segmented(
-    n: usize,
-    blocks: (Option<usize>, Option<usize>),
-    at: impl Fn(usize) -> (f32, f32, f32, f32),
-) -> f32 {
+/// Rows and columns of the outputs [`segmented_gemm`] sums at a time: a tile's partial sums
+/// and accumulators (256 KiB each) stay in L2 while the segments go by.
+const TILE: (usize, usize) = (128, 512);
+
+/// The segments of a contraction of `n` on which both scales are constant (`blocks`: each
+/// side's block length, `None` for constant): `(start, end)`, cut wherever either grid has a
+/// boundary, as `moecheck_reference::fp8::block_bound::BlockBound::segments` counts them.
+fn segments(n: usize, blocks: (Option<usize>, Option<usize>)) -> Vec<(usize, usize)> {
     let cut = |i: usize, c: Option<usize>| c.is_some_and(|c| i.is_multiple_of(c));
-    let mut acc = 0f32;
-    let mut part = 0f32;
-    let mut scales = (1f32, 1f32);
-    for i in 0..n {
-        let (a, sa, b, sb) = at(i);
-        if i == 0 {
-            scales = (sa, sb);
-        } else if cut(i, blocks.0) || cut(i, blocks.1) {
-            acc += (part * scales.0) * scales.1;
-            part = 0.0;
-            scales = (sa, sb);
-        }
-        part += a * b;
-    }
-    if n > 0 {
-        acc += (part * scales.0) * scales.1;
-    }
-    acc
+    let starts: Vec<usize> = (0..n)
+        .filter(|&i| i == 0 || cut(i, blocks.0) || cut(i, blocks.1))
+        .collect();
+    let ends = starts.iter().skip(1).copied().chain(std::iter::once(n));
+    starts.iter().copied().zip(ends).collect()
 }
+
+/// `dst ← a·b` as the model computes each element (module docs): the f32 accumulator of
+/// `a[i, ·]·b[·, c]` over the [`segments`], each segment's products summed in f32 from +0 in
+/// order, scaled `fl32(fl32(part · sa(i, j0)) · sb(j0, c))` with the scales read at the
+/// segment's start `j0`, added into the accumulator from +0; one rounding to `out`.
+///
+/// Every product of two decoded FP8 values is exact in f32, so a segment's sum in order is
+/// one fused multiply-add chain: the blocked kernel's [`chained_gemm`] computes it for a tile
+/// of outputs at once, with the same bits as the element-by-element sum this replaced (which
+/// read strided operands one element at a time: 90% of a block-scaled check's time; a test
+/// compares the two).
+fn segmented_gemm(
+    a: ArrayView2<f32>,
+    b: ArrayView2<f32>,
+    blocks: (Option<usize>, Option<usize>),
+    (sa, sb): (impl Fn(usize, usize) -> f32, impl Fn(usize, usize) -> f32),
+    out: Format,
+    mut dst: ArrayViewMut2<f32>,
+) {
+    let (rows, depth) = a.dim();
+    let cols = b.ncols();
+    let segs = segments(depth, blocks);
+    let (tr, tc) = (TILE.0.min(rows), TILE.1.min(cols));
+    let mut part = Array2::<f32>::zeros((tr, tc));
+    let mut acc = Array2::<f32>::zeros((tr, tc));
+    let mut sbs = vec![0f32; tc];
+    for i0 in (0..rows).step_by(TILE.0) {
+        let h = (rows - i0).min(TILE.0);
+        for c0 in (0..cols).step_by(TILE.1) {
+            let w = (cols - c0).min(TILE.1);
+            let mut acc = acc.slice_mut(s![..h, ..w]);
+            acc.fill(0.0);
+            for &(j0, j1) in &segs {
+                let mut part = part.slice_mut(s![..h, ..w]);
+                let (ta, tb) = (
+                    a.slice(s![i0..i0 + h, j0..j1]),
+                    b.slice(s![j0..j1, c0..c0 + w]),
+                );
+                chained_gemm(ta, tb, part.view_mut());
+                for (c, v) in sbs[..w].iter_mut().enumerate() {
+                    *v = sb(j0, c0 + c);
+                }
+                for (i, (mut acc, part)) in acc.outer_iter_mut().zip(part.outer_iter()).enumerate()
+                {
+                    let s = sa(i0 + i, j0);
+                    for ((x, p), t) in acc.iter_mut().zip(part).zip(&sbs[..w]) {
+                        *x += (p * s) * t;
+                    }
+                }
+            }
+            dst.slice_mut(s![i0..i0 + h, c0..c0 + w])
+                .zip_mut_with(&acc, |d, &v| *d = finish(out, v, 1.0, 1.0));
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "block_emulate_tests.rs"]
+mod tests;
