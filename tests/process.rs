@@ -197,7 +197,7 @@ fn a_failure_shows_the_exception_line_and_the_stderr_tail() {
 fn an_interrupted_moecheck_ends_the_program_it_was_running() {
     let scratch = tempfile::tempdir().unwrap();
     let pidfile = scratch.path().join("child.pid");
-    let mut moecheck = std::process::Command::new(env!("CARGO_BIN_EXE_moecheck"))
+    let mut moecheck = signals_at_default()
         .arg("gemm")
         .args(common::SMALL_GEMM)
         .arg("--impl")
@@ -249,7 +249,7 @@ fn interrupted_run_leaves_tmpdir_empty(args: &[String], signal: &str) {
     let root = tempfile::tempdir().unwrap();
     let tmp = root.path().join("tmp");
     std::fs::create_dir(&tmp).unwrap();
-    let mut moecheck = std::process::Command::new(env!("CARGO_BIN_EXE_moecheck"))
+    let mut moecheck = signals_at_default()
         .args(args)
         .current_dir(root.path())
         .env("TMPDIR", &tmp)
@@ -271,6 +271,25 @@ fn interrupted_run_leaves_tmpdir_empty(args: &[String], signal: &str) {
     use std::os::unix::process::ExitStatusExt;
     assert!(status.signal().is_some(), "{args:?} {signal}: {status:?}");
     assert_eq!(left_in(&tmp), Vec::<String>::new(), "{args:?} {signal}");
+}
+
+/// The moecheck binary, started with SIGINT, SIGTERM and SIGHUP at their default actions: a
+/// test run from a shell whose background jobs ignore SIGINT (`nohup cargo test &`) would
+/// otherwise pass that on, and moecheck keeps an ignored signal ignored
+/// (src/impls/interrupt.rs), so these tests would wait out the program's `sleep 300`.
+fn signals_at_default() -> std::process::Command {
+    use std::os::unix::process::CommandExt as _;
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_moecheck"));
+    // SAFETY: between fork and exec only `signal`, which is async-signal-safe.
+    unsafe {
+        c.pre_exec(|| {
+            for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::signal(s, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+    c
 }
 
 fn strings(words: &[&str]) -> Vec<String> {
