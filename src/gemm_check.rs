@@ -233,12 +233,12 @@ impl GemmCheck {
         // A program outside moecheck runs the whole case beside it: its memory is counted
         // with moecheck's in every estimate the guard sees (`program`), and the case is
         // written to a case directory in $TMPDIR first.
-        let name = imp.name();
         let external = self.external();
         let program = match (external, self.impl_memory) {
             (true, _) => self.program_bytes(check),
             (false, Some(_)) => anyhow::bail!(
-                "--impl-memory: --impl {name} runs inside moecheck; --impl-memory is the peak of an exec: or worker: program"
+                "--impl-memory: --impl {} runs inside moecheck; --impl-memory is the peak of an exec: or worker: program",
+                imp.name()
             ),
             (false, None) => 0,
         };
@@ -325,14 +325,22 @@ impl GemmCheck {
         Ok((parts, self.need(check, Some(&sizes), parts)))
     }
 
+    /// How a program's case directory stores the inputs: for an FP8 case (with its quantised
+    /// copies), and compact (a bf16 case's inputs at 2 bytes, `--inputs compact`; a worker that
+    /// asks in its greeting is known only once started, after the guards).
+    fn case_files(&self, check: Estimate) -> (bool, bool) {
+        let fp8 = matches!(check, Estimate::Fp8 { .. } | Estimate::Fp8RunWhole);
+        let compact = self.choice.compact_inputs && !fp8 && self.spec.dtype == Format::Bf16;
+        (fp8, compact)
+    }
+
     /// After the memory guard: the case directory an `exec:` or `worker:` program gets must
     /// fit in $TMPDIR ([`crate::disk`]).
     fn guard_disk(&self, check: Estimate, external: bool) -> anyhow::Result<()> {
         if !external {
             return Ok(());
         }
-        let fp8 = matches!(check, Estimate::Fp8 { .. } | Estimate::Fp8RunWhole);
-        let compact = self.choice.compact_inputs && !fp8 && self.spec.dtype == Format::Bf16;
+        let (fp8, compact) = self.case_files(check);
         let mut disk = crate::disk::gemm_case_bytes(self.size(), self.spec.passes, fp8, compact);
         if self.fp8.is_some_and(|r| r.has_block_scope()) {
             disk = disk.saturating_add(crate::disk::block_copies_bytes(self.size()));
@@ -344,7 +352,7 @@ impl GemmCheck {
     /// (with, for FP8, moecheck's float32 copy of the inputs it writes), or every input and
     /// output of the case whole ([`memory::external_bytes`], which counts that copy too).
     fn program_bytes(&self, check: Estimate) -> u64 {
-        let fp8 = matches!(check, Estimate::Fp8 { .. } | Estimate::Fp8RunWhole);
+        let (fp8, compact) = self.case_files(check);
         if let Some(bytes) = self.impl_memory {
             // An FP8 case's inputs are written from moecheck's own float32 copy, made whole.
             let copy = match fp8 {
@@ -355,9 +363,6 @@ impl GemmCheck {
             };
             return bytes.saturating_add(copy);
         }
-        // Compact inputs (--inputs compact: a worker that asks in its greeting is known
-        // only once started, after this) hold a bf16 case's inputs at 2 bytes.
-        let compact = self.choice.compact_inputs && !fp8 && self.spec.dtype == Format::Bf16;
         memory::external_bytes(self.size(), self.spec.passes, fp8, compact)
     }
 

@@ -20,7 +20,7 @@
 
 use std::time::Instant;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 
 use moecheck_reference::gemm::shard::{self, file_range, Shard, Sharded};
 use moecheck_reference::gemm::{Gemm, GemmOutputs, GroupedGemmCase, OutArray, Passes, Verify};
@@ -31,7 +31,7 @@ use crate::impls::scratch::Scratch;
 use crate::impls::{no_case_dir, unread, OnDisk};
 use crate::npy::Appender;
 use crate::pipeline::{Generate, Run, ShardSource};
-use crate::pipeline_sharded::finish;
+use crate::pipeline_sharded::{finish, made};
 use crate::progress::Progress;
 use crate::{memory, npy, protocol};
 
@@ -98,7 +98,7 @@ pub fn run(
             plan.len(),
             start.elapsed(),
         );
-        let sub = made(source.as_ref(), s, ask)?;
+        let sub = made(source.as_ref(), s, ask, imp)?;
         let at = Instant::now();
         let expected =
             Gemm::expected(&sub, ask, check).with_context(|| format!("generated case, {s}"))?;
@@ -154,13 +154,6 @@ impl Times {
     }
 }
 
-/// Shard `s` made on its own and checked as a generated case is.
-fn made(source: &dyn ShardSource<Gemm>, s: &Shard, ask: Passes) -> anyhow::Result<GroupedGemmCase> {
-    let sub = source.shard(s);
-    Gemm::validate(&sub, ask).with_context(|| format!("generated case, {s}"))?;
-    Ok(sub)
-}
-
 /// Writes the case whose header is `case` into a new case directory, a shard of `plan` at a
 /// time: `Ok(Err(_))` when the directory or a file cannot be written or the program cannot
 /// say how it wants its inputs (a failed run); `Err` for an invalid or unsupported shard.
@@ -210,10 +203,7 @@ fn write(
             plan.len(),
             start.elapsed(),
         );
-        let sub = made(source, s, ask)?;
-        if let Err(reason) = imp.supports(&sub, ask) {
-            bail!("{reason}");
-        }
+        let sub = made(source, s, ask, imp)?;
         let mut parts = Gemm::inputs(&sub, ask, compact);
         for (name, file) in &mut files {
             let Some(at) = parts.iter().position(|(n, _)| n == name) else {

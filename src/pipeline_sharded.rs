@@ -7,12 +7,12 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 
-use moecheck_reference::gemm::shard::{self, Sharded};
+use moecheck_reference::gemm::shard::{self, Shard, Sharded};
 use moecheck_reference::gemm::Verify;
-use moecheck_reference::op::{verify_against, Implementation, RunError, Verdict, Verified};
+use moecheck_reference::op::{verify_against, Implementation, Op, RunError, Verdict, Verified};
 use moecheck_reference::report::Implemented;
 
-use crate::pipeline::{prepare, Generate, Generated, Run};
+use crate::pipeline::{prepare, Generate, Generated, Run, ShardSource};
 use crate::progress::Progress;
 use crate::registry::Backends;
 
@@ -122,15 +122,7 @@ fn in_shards<O: Backends + Sharded>(
             }
         };
         let sub = match &source {
-            // Made here rather than cut from a whole case: checked as `prepare` checks one.
-            Some(source) => {
-                let sub = source.shard(s);
-                O::validate(&sub, ask).with_context(|| format!("generated case, {s}"))?;
-                if let Err(reason) = imp.supports(&sub, ask) {
-                    bail!("{reason}");
-                }
-                sub
-            }
+            Some(source) => made(source.as_ref(), s, ask, imp)?,
             None => O::shard(case, s),
         };
         let start = Instant::now();
@@ -165,6 +157,22 @@ fn in_shards<O: Backends + Sharded>(
         reference_seconds,
         check,
     ))
+}
+
+/// Shard `s` made on its own (not cut from a whole case), checked as
+/// [`crate::pipeline::prepare`] checks a generated case: valid, and supported by `imp`.
+pub(crate) fn made<O: Op>(
+    source: &dyn ShardSource<O>,
+    s: &Shard,
+    ask: O::Ask,
+    imp: &dyn Implementation<O>,
+) -> anyhow::Result<O::Case> {
+    let sub = source.shard(s);
+    O::validate(&sub, ask).with_context(|| format!("generated case, {s}"))?;
+    if let Err(reason) = imp.supports(&sub, ask) {
+        bail!("{reason}");
+    }
+    Ok(sub)
 }
 
 /// The run of `imp` on `generated` with `verdict`, checked in mode `check`; no reference or

@@ -9,27 +9,18 @@ mod common;
 
 use serde_json::Value;
 
-const CASE: [&str; 12] = [
-    "--experts",
-    "6",
-    "--tokens",
-    "40",
-    "--hidden",
-    "40",
-    "--ffn",
-    "16",
-    "--empty",
-    "2",
-    "--dtype",
-    "bf16",
-];
+/// `moecheck gemm` on the sharding tests' case in bf16, with `args`.
+fn gemm(args: &[&str]) -> assert_cmd::Command {
+    let bf16 = [&["--dtype", "bf16"], args].concat();
+    common::with_defaults(&["gemm"], &common::SHARDED_GEMM, &bf16)
+}
 
 fn adapter(name: &str) -> String {
     format!("{}/examples/adapters/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
 fn report(args: &[&str]) -> (Value, i32) {
-    common::report_untimed(common::with_defaults(&["gemm"], &CASE, args))
+    common::report_untimed(gemm(args))
 }
 
 /// A shell script running the numpy adapter, then `code` (Python, `a` the output `name` loaded,
@@ -208,16 +199,14 @@ fn the_guard_counts_the_program_and_names_impl_memory() {
     // shards makes room for it), and with --allow-large run whole, not in more shards.
     let pass = format!("exec:python3 {}", adapter("numpy_grouped_gemm.py"));
     let big = ["--impl", pass.as_str(), "--impl-memory", "100TiB"];
-    let out = common::with_defaults(&["gemm"], &CASE, &big)
-        .output()
-        .unwrap();
+    let out = gemm(&big).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
         err.contains("--impl-memory 102400") && !err.contains("--shards"),
         "{err}"
     );
-    let out = common::with_defaults(&["gemm"], &CASE, &[&big[..], &["--allow-large"]].concat())
+    let out = gemm(&[&big[..], &["--allow-large"]].concat())
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -233,9 +222,7 @@ fn the_guard_counts_the_program_and_names_impl_memory() {
             "expected a size",
         ),
     ] {
-        let out = common::with_defaults(&["gemm"], &CASE, args)
-            .output()
-            .unwrap();
+        let out = gemm(args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: {err}");

@@ -15,22 +15,8 @@ use moecheck::impls::fp8::Fp8Bug;
 use moecheck::impls::gemm::emulate::Bug;
 use moecheck::impls::PlantedBug;
 
-/// The tests' small case with a partial K block (40 is not a multiple of the model's 32).
-const CASE: [&str; 10] = [
-    "--experts",
-    "6",
-    "--tokens",
-    "40",
-    "--hidden",
-    "40",
-    "--ffn",
-    "16",
-    "--empty",
-    "2",
-];
-
 fn gemm(extra: &[&str]) -> Command {
-    with_defaults(&["gemm"], &CASE, extra)
+    with_defaults(&["gemm"], &common::SHARDED_GEMM, extra)
 }
 
 /// The JSON report of `gemm(args)` and its exit status; timings are left out.

@@ -27,8 +27,13 @@ impl Header {
 
     /// The size in bytes of one element (`None` for descriptors moecheck never reads).
     pub(super) fn element_size(&self) -> Option<u64> {
-        self.descr.get(2..)?.parse().ok()
+        descr_size(&self.descr)
     }
+}
+
+/// The size in bytes of one element of the descriptor `descr` (`<f4`: 4).
+pub(super) fn descr_size(descr: &str) -> Option<u64> {
+    descr.get(2..)?.parse().ok()
 }
 
 pub(super) fn dtype_name(descr: &str) -> String {

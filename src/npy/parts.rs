@@ -9,7 +9,9 @@ use ndarray::ArrayD;
 
 use moecheck_reference::protocol::{Input, Stored};
 
-use super::format::{dtype_name, header, input_shape, npy_header, one_line, WIDEN_ELEMENTS};
+use super::format::{
+    descr_size, dtype_name, header, input_shape, npy_header, one_line, WIDEN_ELEMENTS,
+};
 use crate::memory::elements;
 
 /// The `.npy` descriptor an input is written with.
@@ -30,6 +32,8 @@ pub(super) fn descr_of(a: &Input<'_>) -> &'static str {
 pub struct Appender {
     w: std::io::BufWriter<File>,
     descr: &'static str,
+    /// Bytes of one element.
+    size: u64,
     /// Bytes of data still to come.
     left: u64,
 }
@@ -39,12 +43,13 @@ impl Appender {
     pub fn create(path: &Path, like: &Input<'_>, shape: &[usize]) -> Result<Appender, String> {
         use std::io::Write as _;
         let descr = descr_of(like);
-        let size = descr[2..].parse::<u64>().unwrap_or(1);
+        let size = descr_size(descr).expect("a descriptor with a size");
         let mut w = std::io::BufWriter::new(File::create(path).map_err(io_reason)?);
         w.write_all(&npy_header(descr, shape)).map_err(io_reason)?;
         Ok(Appender {
             w,
             descr,
+            size,
             left: elements(shape).saturating_mul(size),
         })
     }
@@ -58,8 +63,7 @@ impl Appender {
                 dtype_name(self.descr)
             ));
         }
-        let size = self.descr[2..].parse::<u64>().unwrap_or(1);
-        let bytes = elements(input_shape(&a)).saturating_mul(size);
+        let bytes = elements(input_shape(&a)).saturating_mul(self.size);
         if bytes > self.left {
             return Err(format!(
                 "{bytes} bytes appended where {} were left",
@@ -204,28 +208,14 @@ pub fn read_float_stored_range(
     };
     let shaped = |e: ndarray::ShapeError| format!("malformed .npy: {e}");
     Ok(if size == 4 {
-        let mut v: Vec<f32> = Vec::with_capacity(count);
-        let word = |b: &[u8]| [b[0], b[1], b[2], b[3]];
-        runs.each(&file, 4, |bytes| {
-            let values = bytes.chunks_exact(4).map(word);
-            match big {
-                true => v.extend(values.map(f32::from_be_bytes)),
-                false => v.extend(values.map(f32::from_le_bytes)),
-            }
-        })
-        .map_err(io_reason)?;
+        let v = runs
+            .values(&file, count, big, f32::from_le_bytes, f32::from_be_bytes)
+            .map_err(io_reason)?;
         Stored::F32(ArrayD::from_shape_vec(shape_of(dim), v).map_err(shaped)?)
     } else {
-        let mut v: Vec<f64> = Vec::with_capacity(count);
-        let word = |b: &[u8]| -> [u8; 8] { b.try_into().expect("8 bytes") };
-        runs.each(&file, 8, |bytes| {
-            let values = bytes.chunks_exact(8).map(word);
-            match big {
-                true => v.extend(values.map(f64::from_be_bytes)),
-                false => v.extend(values.map(f64::from_le_bytes)),
-            }
-        })
-        .map_err(io_reason)?;
+        let v = runs
+            .values(&file, count, big, f64::from_le_bytes, f64::from_be_bytes)
+            .map_err(io_reason)?;
         Stored::F64(ArrayD::from_shape_vec(shape_of(dim), v).map_err(shaped)?)
     })
 }
@@ -239,6 +229,24 @@ struct Runs {
 }
 
 impl Runs {
+    /// The `count` values of `N` bytes the runs hold, decoded little- or (`big`) big-endian.
+    fn values<const N: usize, T>(
+        &self,
+        file: &File,
+        count: usize,
+        big: bool,
+        le: fn([u8; N]) -> T,
+        be: fn([u8; N]) -> T,
+    ) -> std::io::Result<Vec<T>> {
+        let decode = if big { be } else { le };
+        let mut v = Vec::with_capacity(count);
+        self.each(file, N, |bytes| {
+            let words = bytes.chunks_exact(N);
+            v.extend(words.map(|b| decode(b.try_into().expect("N bytes"))));
+        })?;
+        Ok(v)
+    }
+
     /// Hands the runs' bytes to `take`, in order, in pieces of whole elements of `size`
     /// bytes. Few or far-apart runs are read one by one, at most [`READ_BYTES`] at a time;
     /// many short runs close together (a Fortran-order file's) are read through a window of

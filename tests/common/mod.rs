@@ -71,6 +71,21 @@ pub fn with_defaults(command: &[&str], defaults: &[&str], extra: &[&str]) -> Com
     c
 }
 
+/// The sharding tests' small grouped GEMM: 6 experts (2 empty), a partial K block (40 is not
+/// a multiple of the model's 32).
+pub const SHARDED_GEMM: [&str; 10] = [
+    "--experts",
+    "6",
+    "--tokens",
+    "40",
+    "--hidden",
+    "40",
+    "--ffn",
+    "16",
+    "--empty",
+    "2",
+];
+
 /// A small MoE layer (12 tokens, hidden 8, ffn 6, 8 experts): a run takes well under a second.
 pub const SMALL_MOE: [&str; 8] = [
     "--tokens",
